@@ -1,0 +1,92 @@
+/*
+ * fuselet core: the framework-free C ABI shared by every kernel family.
+ *
+ * Conventions (every entry point follows them):
+ *   - Functions return a fuselet_status. FUSELET_OK means success; on any other value
+ *     fuselet_last_error() returns a message naming the offending argument. No C++
+ *     exception ever crosses this boundary.
+ *   - Tensors are passed as non-owning fuselet_tensor views (pointer, dtype, shape,
+ *     strides in elements). The library never frees or keeps them.
+ *   - CUDA entry points carry a `_cuda` suffix, take device pointers and a `stream`
+ *     (a cudaStream_t passed as void*, NULL = legacy default stream), and launch
+ *     asynchronously on that stream. They check cudaGetLastError() after every launch.
+ *   - Kernels accumulate in float32 whatever the storage dtype.
+ */
+#ifndef FUSELET_FUSELET_H_
+#define FUSELET_FUSELET_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define FUSELET_API __declspec(dllexport)
+#else
+#define FUSELET_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result of every fuselet call. */
+typedef enum fuselet_status {
+  FUSELET_OK = 0,
+  FUSELET_ERR_INVALID_ARGUMENT = 1, /* bad dtype, shape, stride, scalar or pointer */
+  FUSELET_ERR_UNSUPPORTED = 2,      /* valid request this build cannot serve (e.g. no CUDA) */
+  FUSELET_ERR_CUDA = 3,             /* a CUDA runtime call or kernel launch failed */
+  FUSELET_ERR_INTERNAL = 4          /* out of memory or a bug: please report */
+} fuselet_status;
+
+/* Element types of tensor views. */
+typedef enum fuselet_dtype {
+  FUSELET_FLOAT32 = 0,
+  FUSELET_FLOAT16 = 1,
+  FUSELET_BFLOAT16 = 2
+} fuselet_dtype;
+
+#define FUSELET_MAX_DIMS 8
+
+/*
+ * Non-owning view of a strided tensor.
+ *   data:    first element (host or device memory, as the entry point says)
+ *   dtype:   element type
+ *   ndim:    number of dimensions, 0..FUSELET_MAX_DIMS
+ *   shape:   extent of each dimension (only the first ndim entries are read)
+ *   strides: step between neighbours of each dimension, in ELEMENTS, not bytes
+ */
+typedef struct fuselet_tensor {
+  void* data;
+  fuselet_dtype dtype;
+  int32_t ndim;
+  int64_t shape[FUSELET_MAX_DIMS];
+  int64_t strides[FUSELET_MAX_DIMS];
+} fuselet_tensor;
+
+/* Message of the last failed call on this thread ("" if none). Valid until the next call. */
+FUSELET_API const char* fuselet_last_error(void);
+
+/* Human-readable name of a status code. */
+FUSELET_API const char* fuselet_status_string(fuselet_status status);
+
+/* Library version, "MAJOR.MINOR.PATCH". */
+FUSELET_API const char* fuselet_version(void);
+
+/* 1 if this libfuselet was compiled with its CUDA kernels, else 0. */
+FUSELET_API int fuselet_has_cuda(void);
+
+/* Semicolon-separated CUDA architectures compiled in ("" for CPU-only builds). */
+FUSELET_API const char* fuselet_cuda_archs(void);
+
+/*
+ * Number of threads the CPU kernels use. Default: the FUSELET_NUM_THREADS environment
+ * variable if set to a positive integer, else the number of hardware threads.
+ * fuselet_set_num_threads(n) with n >= 1 overrides it; n < 1 is FUSELET_ERR_INVALID_ARGUMENT.
+ */
+FUSELET_API int fuselet_get_num_threads(void);
+FUSELET_API fuselet_status fuselet_set_num_threads(int n);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FUSELET_FUSELET_H_ */

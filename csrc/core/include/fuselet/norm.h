@@ -1,0 +1,90 @@
+/*
+ * fuselet normalization kernels: RMSNorm and LayerNorm over the last dimension.
+ *
+ * Shapes. x is [..., H]; it is read as R rows of H elements, R = product of the leading
+ * dims (R may be 0). The last dim must have stride 1 and the leading dims must collapse
+ * into a single row stride (any contiguous tensor, or a slice of rows of one).
+ * y, dy and dx follow the same rule and must have x's shape and dtype.
+ * weight, bias, dweight, dbias are 1-D [H] with stride 1 and x's dtype.
+ * mean and rstd are float32 with R elements, contiguous (any shape with R elements).
+ * Supported dtypes: FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16; the math runs in
+ * float32. eps must be finite and > 0.
+ *
+ * Math (per row r, over its H elements, w = weight, b = bias):
+ *   RMSNorm:   rstd_r = 1 / sqrt(mean(x_r^2) + eps)
+ *              y_r    = x_r * rstd_r * w
+ *   LayerNorm: mean_r = mean(x_r),  rstd_r = 1 / sqrt(mean((x_r - mean_r)^2) + eps)
+ *              xhat_r = (x_r - mean_r) * rstd_r,   y_r = xhat_r * w + b
+ * Backward (g_r = dy_r * w):
+ *   RMSNorm:   dx_r = rstd_r * (g_r - xhat_r * mean(g_r * xhat_r)),  xhat_r = x_r * rstd_r
+ *              dweight = sum_r dy_r * xhat_r
+ *   LayerNorm: dx_r = rstd_r * (g_r - mean(g_r) - xhat_r * mean(g_r * xhat_r))
+ *              dweight = sum_r dy_r * xhat_r,   dbias = sum_r dy_r
+ * With R == 0 the forward writes nothing and the backward writes zeros to dweight/dbias.
+ *
+ * Host entry points take host pointers and run on the calling thread plus fuselet's own
+ * worker threads (see fuselet_set_num_threads); they return when the result is written.
+ * `_cuda` entry points take device pointers and enqueue on `stream` (cudaStream_t).
+ */
+#ifndef FUSELET_NORM_H_
+#define FUSELET_NORM_H_
+
+#include "fuselet/fuselet.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* RMSNorm forward. In: x [..., H], weight [H], eps. Out: y [..., H], rstd [R] (float32). */
+FUSELET_API fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                                float eps, fuselet_tensor* y, fuselet_tensor* rstd);
+
+/* RMSNorm backward. In: dy, x [..., H], weight [H], rstd [R] from the forward.
+ * Out: dx [..., H], dweight [H]. */
+FUSELET_API fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                const fuselet_tensor* weight, const fuselet_tensor* rstd,
+                                                fuselet_tensor* dx, fuselet_tensor* dweight);
+
+/* LayerNorm forward. In: x [..., H], weight [H], bias [H], eps.
+ * Out: y [..., H], mean [R], rstd [R] (float32). */
+FUSELET_API fuselet_status fuselet_layer_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                                  const fuselet_tensor* bias, float eps, fuselet_tensor* y,
+                                                  fuselet_tensor* mean, fuselet_tensor* rstd);
+
+/* LayerNorm backward. In: dy, x [..., H], weight [H], mean [R], rstd [R].
+ * Out: dx [..., H], dweight [H], dbias [H]. */
+FUSELET_API fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                  const fuselet_tensor* weight, const fuselet_tensor* mean,
+                                                  const fuselet_tensor* rstd, fuselet_tensor* dx,
+                                                  fuselet_tensor* dweight, fuselet_tensor* dbias);
+
+/*
+ * Bytes of device workspace the `_cuda` backward entry points need for R rows of H
+ * elements (float32 partial sums of dweight and dbias). 0 when R == 0.
+ */
+FUSELET_API size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t rows, int64_t hidden);
+
+/* CUDA versions: same math, shapes and checks as above; every pointer is a device pointer.
+ * The backward needs `workspace` of at least fuselet_norm_bwd_workspace_bytes_cuda(R, H)
+ * bytes (device memory, contents ignored). Builds without CUDA return FUSELET_ERR_UNSUPPORTED. */
+FUSELET_API fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                                     float eps, fuselet_tensor* y, fuselet_tensor* rstd,
+                                                     void* stream);
+FUSELET_API fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                     const fuselet_tensor* weight, const fuselet_tensor* rstd,
+                                                     fuselet_tensor* dx, fuselet_tensor* dweight,
+                                                     void* workspace, size_t workspace_bytes, void* stream);
+FUSELET_API fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                                       const fuselet_tensor* bias, float eps, fuselet_tensor* y,
+                                                       fuselet_tensor* mean, fuselet_tensor* rstd, void* stream);
+FUSELET_API fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                       const fuselet_tensor* weight, const fuselet_tensor* mean,
+                                                       const fuselet_tensor* rstd, fuselet_tensor* dx,
+                                                       fuselet_tensor* dweight, fuselet_tensor* dbias,
+                                                       void* workspace, size_t workspace_bytes, void* stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* FUSELET_NORM_H_ */

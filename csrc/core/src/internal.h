@@ -1,0 +1,44 @@
+// Internal helpers of the fuselet core shared by the CPU (.cc) and CUDA (.cu) sources.
+// Not installed; nothing here is part of the C ABI.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "fuselet/fuselet.h"
+
+namespace fuselet {
+
+// Records a printf-style message for fuselet_last_error() and returns `status`.
+fuselet_status fail(fuselet_status status, const char* fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+// Clears the thread's last error and returns FUSELET_OK.
+fuselet_status ok();
+
+const char* dtype_name(fuselet_dtype dtype);
+bool is_float_dtype(int dtype);
+
+// A tensor view read as `rows` rows of `hidden` contiguous elements `row_stride` apart.
+struct Rows {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t hidden = 0;
+  int64_t row_stride = 0;
+};
+
+// Checks `t` (named `name` in messages): non-null, float dtype, last dim of stride 1,
+// leading dims collapsible into one row stride, non-null data when non-empty.
+fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out);
+
+// Checks that `t` holds exactly `numel` contiguous elements of `dtype`.
+fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel,
+                         void** data);
+
+// Shape of `t` as "[2, 3, 4]" for messages.
+const char* shape_string(const fuselet_tensor* t, char* buf, size_t len);
+
+}  // namespace fuselet

@@ -1,0 +1,265 @@
+// RMSNorm and LayerNorm on the CPU: one pass over each row for the statistics, one for
+// the output; rows split across fuselet's own thread pool. Math and shapes: fuselet/norm.h.
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <type_traits>
+#include <vector>
+
+#include "dtype.h"
+#include "norm_check.h"
+#include "parallel.h"
+
+namespace fuselet {
+namespace {
+
+// Independent accumulators so that GCC/Clang vectorize the float reductions without
+// -ffast-math (the order of additions is fixed, so results are deterministic).
+constexpr int kLanes = 16;
+
+// Rows per task: enough elements that a task outweighs the cost of waking a worker.
+int64_t row_grain(int64_t hidden) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(hidden, 1)); }
+
+template <typename T>
+const float* row_as_float(const T* src, float* buf, int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    (void)buf;
+    (void)n;
+    return src;
+  } else {
+    for (int64_t i = 0; i < n; ++i) buf[i] = to_float(src[i]);
+    return buf;
+  }
+}
+
+inline float lane_sum(const float (&acc)[kLanes]) {
+  float s = 0.f;
+  for (int l = 0; l < kLanes; ++l) s += acc[l];
+  return s;
+}
+
+// sum(x^2) over n elements.
+float sum_squares(const float* x, int64_t n) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l] * x[i + l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] += x[i] * x[i];
+  return lane_sum(acc);
+}
+
+// Mean and biased variance in one pass, shifted by the row's first element so that a
+// large common offset does not cancel (sum((x-k)), sum((x-k)^2)).
+void mean_var(const float* x, int64_t n, float* mean, float* var) {
+  const float k = x[0];
+  float s1[kLanes] = {}, s2[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float d = x[i + l] - k;
+      s1[l] += d;
+      s2[l] += d * d;
+    }
+  for (int l = 0; i < n; ++i, ++l) {
+    const float d = x[i] - k;
+    s1[l] += d;
+    s2[l] += d * d;
+  }
+  const float inv_n = 1.f / static_cast<float>(n);
+  const float m1 = lane_sum(s1) * inv_n;
+  *mean = k + m1;
+  *var = std::max(lane_sum(s2) * inv_n - m1 * m1, 0.f);
+}
+
+// Per-task scratch: floats for converted rows and partial sums, allocated by the caller
+// before any worker starts (no allocation, hence no exception, inside a task).
+struct Scratch {
+  std::vector<float> buf;
+  int64_t per_task = 0;
+  float* task(int64_t c) { return buf.data() + c * per_task; }
+};
+
+template <typename T>
+void norm_fwd(const NormProblem& p, Scratch& s) {
+  const int64_t H = p.hidden;
+  const bool layer = p.mean != nullptr;
+  parallel_for(p.rows, row_grain(H), [&](int64_t c, int64_t r0, int64_t r1) {
+    float* xbuf = s.task(c);
+    float* w = xbuf + H;
+    float* b = w + H;
+    for (int64_t i = 0; i < H; ++i) w[i] = to_float(static_cast<const T*>(p.weight)[i]);
+    if (layer)
+      for (int64_t i = 0; i < H; ++i) b[i] = to_float(static_cast<const T*>(p.bias)[i]);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
+      T* y = static_cast<T*>(p.y) + r * p.y_stride;
+      if (layer) {
+        float mean, var;
+        mean_var(x, H, &mean, &var);
+        const float rstd = 1.f / std::sqrt(var + p.eps);
+        for (int64_t i = 0; i < H; ++i) y[i] = from_float<T>((x[i] - mean) * rstd * w[i] + b[i]);
+        p.mean[r] = mean;
+        p.rstd[r] = rstd;
+      } else {
+        const float rstd = 1.f / std::sqrt(sum_squares(x, H) / static_cast<float>(H) + p.eps);
+        for (int64_t i = 0; i < H; ++i) y[i] = from_float<T>(x[i] * rstd * w[i]);
+        p.rstd[r] = rstd;
+      }
+    }
+  });
+}
+
+template <typename T>
+void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
+  const int64_t H = p.hidden;
+  const bool layer = p.dbias != nullptr;
+  const float inv_h = 1.f / static_cast<float>(H);
+  // Scratch per task: x, dy, weight, dweight partial, dbias partial.
+  for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
+  parallel_for(p.rows, row_grain(H), [&](int64_t c, int64_t r0, int64_t r1) {
+    float* xbuf = s.task(c);
+    float* dybuf = xbuf + H;
+    float* w = dybuf + H;
+    float* dw = w + H;
+    float* db = dw + H;
+    for (int64_t i = 0; i < H; ++i) w[i] = to_float(static_cast<const T*>(p.weight)[i]);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
+      const float* dy = row_as_float(static_cast<const T*>(p.dy) + r * p.dy_stride, dybuf, H);
+      T* dx = static_cast<T*>(p.dx) + r * p.dx_stride;
+      const float mean = layer ? p.mean[r] : 0.f;
+      const float rstd = p.rstd[r];
+      float sg[kLanes] = {}, sgx[kLanes] = {};
+      int64_t i = 0;
+      for (; i + kLanes <= H; i += kLanes)
+        for (int l = 0; l < kLanes; ++l) {
+          const float g = dy[i + l] * w[i + l];
+          sg[l] += g;
+          sgx[l] += g * (x[i + l] - mean) * rstd;
+        }
+      for (int l = 0; i < H; ++i, ++l) {
+        const float g = dy[i] * w[i];
+        sg[l] += g;
+        sgx[l] += g * (x[i] - mean) * rstd;
+      }
+      const float c1 = layer ? lane_sum(sg) * inv_h : 0.f;
+      const float c2 = lane_sum(sgx) * inv_h;
+      for (i = 0; i < H; ++i) {
+        const float xhat = (x[i] - mean) * rstd;
+        dx[i] = from_float<T>(rstd * (dy[i] * w[i] - c1 - xhat * c2));
+        dw[i] += dy[i] * xhat;
+      }
+      if (layer)
+        for (i = 0; i < H; ++i) db[i] += dy[i];
+    }
+  });
+  // Sum the partials of every task, columns split across the pool.
+  parallel_for(H, 4096, [&](int64_t, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      float dw = 0.f, db = 0.f;
+      for (int64_t c = 0; c < tasks; ++c) {
+        dw += s.task(c)[3 * H + i];
+        db += s.task(c)[4 * H + i];
+      }
+      static_cast<T*>(p.dweight)[i] = from_float<T>(dw);
+      if (layer) static_cast<T*>(p.dbias)[i] = from_float<T>(db);
+    }
+  });
+}
+
+fuselet_status run_fwd(const NormProblem& p) {
+  try {
+    Scratch s;
+    s.per_task = 3 * p.hidden;
+    s.buf.resize(static_cast<size_t>(parallel_chunks(p.rows, row_grain(p.hidden)) * s.per_task));
+    switch (p.dtype) {
+      case FUSELET_FLOAT32: norm_fwd<float>(p, s); break;
+      case FUSELET_FLOAT16: norm_fwd<half_t>(p, s); break;
+      case FUSELET_BFLOAT16: norm_fwd<bfloat16_t>(p, s); break;
+    }
+  } catch (const std::bad_alloc&) {
+    return fail(FUSELET_ERR_INTERNAL, "out of memory allocating %lld floats of scratch",
+                static_cast<long long>(3 * p.hidden));
+  }
+  return ok();
+}
+
+fuselet_status run_bwd(const NormProblem& p) {
+  try {
+    Scratch s;
+    s.per_task = 5 * p.hidden;
+    const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
+    s.buf.resize(static_cast<size_t>(tasks * s.per_task));
+    switch (p.dtype) {
+      case FUSELET_FLOAT32: norm_bwd<float>(p, s, tasks); break;
+      case FUSELET_FLOAT16: norm_bwd<half_t>(p, s, tasks); break;
+      case FUSELET_BFLOAT16: norm_bwd<bfloat16_t>(p, s, tasks); break;
+    }
+  } catch (const std::bad_alloc&) {
+    return fail(FUSELET_ERR_INTERNAL, "out of memory allocating %lld floats of scratch",
+                static_cast<long long>(5 * p.hidden));
+  }
+  return ok();
+}
+
+}  // namespace
+}  // namespace fuselet
+
+using fuselet::NormProblem;
+
+extern "C" {
+
+fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+                                    fuselet_tensor* y, fuselet_tensor* rstd) {
+  NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, y, nullptr, rstd, false, &p)) return s;
+  return fuselet::run_fwd(p);
+}
+
+fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
+                                    const fuselet_tensor* rstd, fuselet_tensor* dx, fuselet_tensor* dweight) {
+  NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, dx, dweight, nullptr, false, &p))
+    return s;
+  return fuselet::run_bwd(p);
+}
+
+fuselet_status fuselet_layer_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                      const fuselet_tensor* bias, float eps, fuselet_tensor* y,
+                                      fuselet_tensor* mean, fuselet_tensor* rstd) {
+  NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, y, mean, rstd, true, &p)) return s;
+  return fuselet::run_fwd(p);
+}
+
+fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
+                                      const fuselet_tensor* mean, const fuselet_tensor* rstd, fuselet_tensor* dx,
+                                      fuselet_tensor* dweight, fuselet_tensor* dbias) {
+  NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, dx, dweight, dbias, true, &p)) return s;
+  return fuselet::run_bwd(p);
+}
+
+#ifndef FUSELET_WITH_CUDA
+// CPU-only builds: the CUDA entry points exist and say so.
+static fuselet_status no_cuda() {
+  return fuselet::fail(FUSELET_ERR_UNSUPPORTED, "this libfuselet was built without CUDA (FUSELET_CUDA=OFF)");
+}
+size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t, int64_t) { return 0; }
+fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, float, fuselet_tensor*,
+                                         fuselet_tensor*, void*) { return no_cuda(); }
+fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                         const fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*, size_t,
+                                         void*) { return no_cuda(); }
+fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*, float,
+                                           fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*) {
+  return no_cuda();
+}
+fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                           const fuselet_tensor*, const fuselet_tensor*, fuselet_tensor*,
+                                           fuselet_tensor*, fuselet_tensor*, void*, size_t, void*) {
+  return no_cuda();
+}
+#endif
+
+}  // extern "C"

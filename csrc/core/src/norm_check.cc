@@ -1,0 +1,116 @@
+// Argument checking shared by the CPU and CUDA normalization entry points.
+#include "norm_check.h"
+
+#include <cinttypes>
+#include <cmath>
+
+namespace fuselet {
+namespace {
+
+// `t` must be read as rows exactly like x (same dtype, same R and H).
+fuselet_status same_rows(const fuselet_tensor* t, const char* name, const Rows& x, fuselet_dtype dtype, Rows* out) {
+  if (fuselet_status s = as_rows(t, name, out)) return s;
+  if (t->dtype != dtype)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x), got %s", name,
+                dtype_name(dtype), dtype_name(t->dtype));
+  if (out->rows != x.rows || out->hidden != x.hidden)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: expected %" PRId64 " rows of %" PRId64 " elements like x, got %" PRId64 " rows of %" PRId64, name,
+                x.rows, x.hidden, out->rows, out->hidden);
+  return FUSELET_OK;
+}
+
+fuselet_status check_x(const fuselet_tensor* x, Rows* rx) {
+  if (fuselet_status s = as_rows(x, "x", rx)) return s;
+  if (rx->hidden == 0)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: the hidden size (last dimension) must be > 0, got 0");
+  if (rx->hidden > INT32_MAX)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: the hidden size must be < 2^31, got %" PRId64, rx->hidden);
+  return FUSELET_OK;
+}
+
+fuselet_status check_weight(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t hidden,
+                            void** out) {
+  if (t != nullptr && t->ndim != 1) {
+    char buf[160];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a 1-D tensor of %" PRId64 " elements, got shape %s",
+                name, hidden, shape_string(t, buf, sizeof(buf)));
+  }
+  if (t != nullptr && t->shape[0] != hidden)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: expected %" PRId64 " elements (the hidden size of x), got %" PRId64, name, hidden, t->shape[0]);
+  return as_vector(t, name, dtype, hidden, out);
+}
+
+}  // namespace
+
+fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
+                              float eps, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
+                              bool layer_norm, NormProblem* p) {
+  Rows rx, ry;
+  if (fuselet_status s = check_x(x, &rx)) return s;
+  p->dtype = x->dtype;
+  p->rows = rx.rows;
+  p->hidden = rx.hidden;
+  void* w = nullptr;
+  if (fuselet_status s = check_weight(weight, "weight", x->dtype, rx.hidden, &w)) return s;
+  void* b = nullptr;
+  if (layer_norm)
+    if (fuselet_status s = check_weight(bias, "bias", x->dtype, rx.hidden, &b)) return s;
+  if (!(std::isfinite(eps) && eps > 0.f))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "eps: expected a finite number > 0, got %g", static_cast<double>(eps));
+  if (fuselet_status s = same_rows(y, "y", rx, x->dtype, &ry)) return s;
+  void* m = nullptr;
+  if (layer_norm)
+    if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx.rows, &m)) return s;
+  void* r = nullptr;
+  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx.rows, &r)) return s;
+  p->eps = eps;
+  p->x = rx.data;
+  p->x_stride = rx.row_stride;
+  p->y = ry.data;
+  p->y_stride = ry.row_stride;
+  p->weight = w;
+  p->bias = b;
+  p->mean = static_cast<float*>(m);
+  p->rstd = static_cast<float*>(r);
+  return ok();
+}
+
+fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
+                              const fuselet_tensor* mean, const fuselet_tensor* rstd, fuselet_tensor* dx,
+                              fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm, NormProblem* p) {
+  Rows rx, rdy, rdx;
+  if (fuselet_status s = check_x(x, &rx)) return s;
+  p->dtype = x->dtype;
+  p->rows = rx.rows;
+  p->hidden = rx.hidden;
+  if (fuselet_status s = same_rows(dy, "dy", rx, x->dtype, &rdy)) return s;
+  void* w = nullptr;
+  if (fuselet_status s = check_weight(weight, "weight", x->dtype, rx.hidden, &w)) return s;
+  void* m = nullptr;
+  if (layer_norm)
+    if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx.rows, &m)) return s;
+  void* r = nullptr;
+  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx.rows, &r)) return s;
+  if (fuselet_status s = same_rows(dx, "dx", rx, x->dtype, &rdx)) return s;
+  void* dw = nullptr;
+  if (fuselet_status s = check_weight(dweight, "dweight", x->dtype, rx.hidden, &dw)) return s;
+  void* db = nullptr;
+  if (layer_norm)
+    if (fuselet_status s = check_weight(dbias, "dbias", x->dtype, rx.hidden, &db)) return s;
+  p->x = rx.data;
+  p->x_stride = rx.row_stride;
+  p->dy = rdy.data;
+  p->dy_stride = rdy.row_stride;
+  p->dx = rdx.data;
+  p->dx_stride = rdx.row_stride;
+  p->weight = w;
+  p->mean = static_cast<float*>(m);
+  p->rstd = static_cast<float*>(r);
+  p->dweight = dw;
+  p->dbias = db;
+  return ok();
+}
+
+}  // namespace fuselet

@@ -1,0 +1,36 @@
+// Argument checking shared by the CPU and CUDA normalization entry points.
+#pragma once
+
+#include "fuselet/norm.h"
+#include "internal.h"
+
+namespace fuselet {
+
+// A checked normalization problem: R rows of H elements plus raw pointers.
+struct NormProblem {
+  fuselet_dtype dtype = FUSELET_FLOAT32;
+  int64_t rows = 0, hidden = 0;
+  float eps = 0.f;
+  const void* x = nullptr;  int64_t x_stride = 0;
+  const void* dy = nullptr; int64_t dy_stride = 0;
+  void* y = nullptr;        int64_t y_stride = 0;
+  void* dx = nullptr;       int64_t dx_stride = 0;
+  const void* weight = nullptr;
+  const void* bias = nullptr;
+  float* mean = nullptr;  // null for RMSNorm
+  float* rstd = nullptr;
+  void* dweight = nullptr;
+  void* dbias = nullptr;  // null for RMSNorm
+};
+
+// Checks a forward call. bias and mean are null for RMSNorm.
+fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
+                              float eps, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
+                              bool layer_norm, NormProblem* p);
+
+// Checks a backward call. mean and dbias are null for RMSNorm.
+fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
+                              const fuselet_tensor* mean, const fuselet_tensor* rstd, fuselet_tensor* dx,
+                              fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm, NormProblem* p);
+
+}  // namespace fuselet

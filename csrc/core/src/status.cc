@@ -1,0 +1,168 @@
+// Error reporting, version and tensor-view validation of the fuselet core.
+#include <cinttypes>
+#include <cstdarg>
+#include <cstdio>
+
+#include "internal.h"
+
+#ifndef FUSELET_VERSION_STRING
+#define FUSELET_VERSION_STRING "0.0.0"
+#endif
+#ifndef FUSELET_CUDA_ARCHS
+#define FUSELET_CUDA_ARCHS ""
+#endif
+
+namespace fuselet {
+namespace {
+thread_local char g_last_error[1024] = "";
+}
+
+fuselet_status fail(fuselet_status status, const char* fmt, ...) {
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(g_last_error, sizeof(g_last_error), fmt, args);
+  va_end(args);
+  return status;
+}
+
+fuselet_status ok() {
+  g_last_error[0] = '\0';
+  return FUSELET_OK;
+}
+
+const char* dtype_name(fuselet_dtype dtype) {
+  switch (dtype) {
+    case FUSELET_FLOAT32: return "float32";
+    case FUSELET_FLOAT16: return "float16";
+    case FUSELET_BFLOAT16: return "bfloat16";
+  }
+  return "unknown";
+}
+
+bool is_float_dtype(int dtype) {
+  return dtype == FUSELET_FLOAT32 || dtype == FUSELET_FLOAT16 || dtype == FUSELET_BFLOAT16;
+}
+
+const char* shape_string(const fuselet_tensor* t, char* buf, size_t len) {
+  size_t n = static_cast<size_t>(std::snprintf(buf, len, "["));
+  for (int32_t d = 0; d < t->ndim && d < FUSELET_MAX_DIMS && n < len; ++d) {
+    n += static_cast<size_t>(std::snprintf(buf + n, len - n, d ? ", %" PRId64 : "%" PRId64, t->shape[d]));
+  }
+  if (n < len) std::snprintf(buf + n, len - n, "]");
+  return buf;
+}
+
+static fuselet_status check_header(const fuselet_tensor* t, const char* name) {
+  if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
+  if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected 0..%d dimensions, got %d", name, FUSELET_MAX_DIMS,
+                static_cast<int>(t->ndim));
+  if (!is_float_dtype(t->dtype))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
+                static_cast<int>(t->dtype));
+  for (int32_t d = 0; d < t->ndim; ++d)
+    if (t->shape[d] < 0)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative size %" PRId64, name,
+                  static_cast<int>(d), t->shape[d]);
+  return FUSELET_OK;
+}
+
+static int64_t numel(const fuselet_tensor* t) {
+  int64_t n = 1;
+  for (int32_t d = 0; d < t->ndim; ++d) n *= t->shape[d];
+  return n;
+}
+
+fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
+  if (fuselet_status s = check_header(t, name)) return s;
+  if (t->ndim < 1)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected at least 1 dimension [..., H], got a scalar", name);
+  const int32_t last = t->ndim - 1;
+  const int64_t hidden = t->shape[last];
+  int64_t rows = 1;
+  for (int32_t d = 0; d < last; ++d) rows *= t->shape[d];
+  out->data = t->data;
+  out->rows = rows;
+  out->hidden = hidden;
+  out->row_stride = hidden;
+  if (rows == 0 || hidden == 0) return FUSELET_OK;
+  if (t->shape[last] > 1 && t->strides[last] != 1)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64,
+                name, t->strides[last]);
+  // Collapse the leading dims: walking outwards, each stride must be the inner stride times
+  // the inner size (size-1 dims are free).
+  int64_t row_stride = -1, expect = -1;
+  for (int32_t d = last - 1; d >= 0; --d) {
+    if (t->shape[d] == 1) continue;
+    if (row_stride < 0) {
+      row_stride = t->strides[d];
+      expect = row_stride * t->shape[d];
+    } else {
+      if (t->strides[d] != expect)
+        return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                    "%s: the leading dimensions must collapse into rows of one stride (dimension %d has stride "
+                    "%" PRId64 ", expected %" PRId64 "); make it contiguous first",
+                    name, static_cast<int>(d), t->strides[d], expect);
+      expect *= t->shape[d];
+    }
+  }
+  if (row_stride >= 0) {
+    if (row_stride < hidden)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: rows overlap (row stride %" PRId64 " < hidden size %" PRId64 ")",
+                  name, row_stride, hidden);
+    out->row_stride = row_stride;
+  }
+  if (t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer is NULL", name);
+  return FUSELET_OK;
+}
+
+fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t n, void** data) {
+  if (fuselet_status s = check_header(t, name)) return s;
+  char buf[160];
+  if (t->dtype != dtype)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s, got %s", name, dtype_name(dtype),
+                dtype_name(t->dtype));
+  if (numel(t) != n)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected %" PRId64 " elements, got shape %s", name, n,
+                shape_string(t, buf, sizeof(buf)));
+  int64_t expect = 1;
+  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a contiguous tensor", name);
+    expect *= t->shape[d];
+  }
+  if (n > 0 && t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer is NULL", name);
+  *data = t->data;
+  return FUSELET_OK;
+}
+
+}  // namespace fuselet
+
+extern "C" {
+
+const char* fuselet_last_error(void) { return fuselet::g_last_error; }
+
+const char* fuselet_status_string(fuselet_status status) {
+  switch (status) {
+    case FUSELET_OK: return "ok";
+    case FUSELET_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case FUSELET_ERR_UNSUPPORTED: return "unsupported";
+    case FUSELET_ERR_CUDA: return "CUDA error";
+    case FUSELET_ERR_INTERNAL: return "internal error";
+  }
+  return "unknown status";
+}
+
+const char* fuselet_version(void) { return FUSELET_VERSION_STRING; }
+
+int fuselet_has_cuda(void) {
+#ifdef FUSELET_WITH_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+const char* fuselet_cuda_archs(void) { return FUSELET_CUDA_ARCHS; }
+
+}  // extern "C"

@@ -1,0 +1,180 @@
+// XLA FFI handlers of the normalization family. Target names follow the torch ops:
+// fuselet_rms_norm_fwd <-> fuselet::rms_norm_fwd. Symbols: fuselet_jax_<op>_{cpu,cuda}.
+#include <optional>
+#include <utility>
+
+#include "fuselet/norm.h"
+#include "view.h"
+
+#ifdef FUSELET_JAX_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+namespace fuselet_jax {
+namespace {
+
+using ffi::AnyBuffer;
+using ffi::Error;
+using ffi::Result;
+
+// stream == nullptr: host buffers and CPU kernels; else device buffers on that stream.
+struct Where {
+  void* stream = nullptr;
+  std::optional<ffi::ScratchAllocator>* scratch = nullptr;
+};
+
+#ifdef FUSELET_JAX_CUDA
+// Device workspace of the CUDA backward, from XLA's scratch allocator.
+Error workspace(const Where& at, const fuselet_tensor& x, void** ws, size_t* bytes) {
+  const int64_t hidden = x.ndim ? x.shape[x.ndim - 1] : 0;
+  int64_t rows = 1;
+  for (int32_t d = 0; d + 1 < x.ndim; ++d) rows *= x.shape[d];
+  *bytes = fuselet_norm_bwd_workspace_bytes_cuda(rows, hidden);
+  *ws = nullptr;
+  if (*bytes == 0) return Error::Success();
+  auto mem = (*at.scratch)->Allocate(*bytes, 256);
+  if (!mem.has_value()) return Error(ffi::ErrorCode::kResourceExhausted, "fuselet: cannot allocate workspace");
+  *ws = *mem;
+  return Error::Success();
+}
+#endif
+
+Error RmsNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, float eps, Result<AnyBuffer> y, Result<AnyBuffer> rstd) {
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vy, *y, "y");
+  FUSELET_JAX_VIEW(vr, *rstd, "rstd");
+#ifdef FUSELET_JAX_CUDA
+  if (at.stream) return to_error(fuselet_rms_norm_fwd_cuda(&vx, &vw, eps, &vy, &vr, at.stream));
+#endif
+  return to_error(fuselet_rms_norm_fwd(&vx, &vw, eps, &vy, &vr));
+}
+
+Error RmsNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer rstd, Result<AnyBuffer> dx,
+                 Result<AnyBuffer> dweight) {
+  FUSELET_JAX_VIEW(vdy, dy, "dy");
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vr, rstd, "rstd");
+  FUSELET_JAX_VIEW(vdx, *dx, "dx");
+  FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
+#ifdef FUSELET_JAX_CUDA
+  if (at.stream) {
+    void* ws;
+    size_t bytes;
+    if (Error e = workspace(at, vx, &ws, &bytes); e.failure()) return e;
+    return to_error(fuselet_rms_norm_bwd_cuda(&vdy, &vx, &vw, &vr, &vdx, &vdw, ws, bytes, at.stream));
+  }
+#endif
+  return to_error(fuselet_rms_norm_bwd(&vdy, &vx, &vw, &vr, &vdx, &vdw));
+}
+
+Error LayerNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, AnyBuffer bias, float eps, Result<AnyBuffer> y,
+                   Result<AnyBuffer> mean, Result<AnyBuffer> rstd) {
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vb, bias, "bias");
+  FUSELET_JAX_VIEW(vy, *y, "y");
+  FUSELET_JAX_VIEW(vm, *mean, "mean");
+  FUSELET_JAX_VIEW(vr, *rstd, "rstd");
+#ifdef FUSELET_JAX_CUDA
+  if (at.stream) return to_error(fuselet_layer_norm_fwd_cuda(&vx, &vw, &vb, eps, &vy, &vm, &vr, at.stream));
+#endif
+  return to_error(fuselet_layer_norm_fwd(&vx, &vw, &vb, eps, &vy, &vm, &vr));
+}
+
+Error LayerNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer mean, AnyBuffer rstd,
+                   Result<AnyBuffer> dx, Result<AnyBuffer> dweight, Result<AnyBuffer> dbias) {
+  FUSELET_JAX_VIEW(vdy, dy, "dy");
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vm, mean, "mean");
+  FUSELET_JAX_VIEW(vr, rstd, "rstd");
+  FUSELET_JAX_VIEW(vdx, *dx, "dx");
+  FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
+  FUSELET_JAX_VIEW(vdb, *dbias, "dbias");
+#ifdef FUSELET_JAX_CUDA
+  if (at.stream) {
+    void* ws;
+    size_t bytes;
+    if (Error e = workspace(at, vx, &ws, &bytes); e.failure()) return e;
+    return to_error(fuselet_layer_norm_bwd_cuda(&vdy, &vx, &vw, &vm, &vr, &vdx, &vdw, &vdb, ws, bytes, at.stream));
+  }
+#endif
+  return to_error(fuselet_layer_norm_bwd(&vdy, &vx, &vw, &vm, &vr, &vdx, &vdw, &vdb));
+}
+
+// Argument lists shared by the CPU and CUDA bindings.
+template <typename B> auto rms_fwd_args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
+      .template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+}
+template <typename B> auto rms_bwd_args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+      .template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+}
+template <typename B> auto layer_fwd_args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
+      .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+}
+template <typename B> auto layer_bwd_args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+}
+
+}  // namespace
+}  // namespace fuselet_jax
+
+using namespace fuselet_jax;  // NOLINT: handler definitions below
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_fwd_cpu,
+                              ([](AnyBuffer x, AnyBuffer w, float eps, Result<AnyBuffer> y, Result<AnyBuffer> r) {
+                                return RmsNormFwd(Where{}, x, w, eps, y, r);
+                              }),
+                              rms_fwd_args(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_bwd_cpu,
+                              ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer r, Result<AnyBuffer> dx,
+                                  Result<AnyBuffer> dw) { return RmsNormBwd(Where{}, dy, x, w, r, dx, dw); }),
+                              rms_bwd_args(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cpu,
+                              ([](AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps, Result<AnyBuffer> y,
+                                  Result<AnyBuffer> m, Result<AnyBuffer> r) {
+                                return LayerNormFwd(Where{}, x, w, b, eps, y, m, r);
+                              }),
+                              layer_fwd_args(ffi::Ffi::Bind()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cpu,
+                              ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer m, AnyBuffer r,
+                                  Result<AnyBuffer> dx, Result<AnyBuffer> dw, Result<AnyBuffer> db) {
+                                return LayerNormBwd(Where{}, dy, x, w, m, r, dx, dw, db);
+                              }),
+                              layer_bwd_args(ffi::Ffi::Bind()));
+
+#ifdef FUSELET_JAX_CUDA
+using Stream = ffi::PlatformStream<cudaStream_t>;
+using Scratch = ffi::ScratchAllocator;
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_fwd_cuda,
+                              ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, float eps, Result<AnyBuffer> y,
+                                  Result<AnyBuffer> r) { return RmsNormFwd(Where{s}, x, w, eps, y, r); }),
+                              rms_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_bwd_cuda,
+                              ([](cudaStream_t s, Scratch scratch, AnyBuffer dy, AnyBuffer x, AnyBuffer w,
+                                  AnyBuffer r, Result<AnyBuffer> dx, Result<AnyBuffer> dw) {
+                                std::optional<Scratch> sc(std::move(scratch));
+                                return RmsNormBwd(Where{s, &sc}, dy, x, w, r, dx, dw);
+                              }),
+                              rms_bwd_args(ffi::Ffi::Bind().Ctx<Stream>().Ctx<Scratch>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cuda,
+                              ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps,
+                                  Result<AnyBuffer> y, Result<AnyBuffer> m, Result<AnyBuffer> r) {
+                                return LayerNormFwd(Where{s}, x, w, b, eps, y, m, r);
+                              }),
+                              layer_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()));
+XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cuda,
+                              ([](cudaStream_t s, Scratch scratch, AnyBuffer dy, AnyBuffer x, AnyBuffer w,
+                                  AnyBuffer m, AnyBuffer r, Result<AnyBuffer> dx, Result<AnyBuffer> dw,
+                                  Result<AnyBuffer> db) {
+                                std::optional<Scratch> sc(std::move(scratch));
+                                return LayerNormBwd(Where{s, &sc}, dy, x, w, m, r, dx, dw, db);
+                              }),
+                              layer_bwd_args(ffi::Ffi::Bind().Ctx<Stream>().Ctx<Scratch>()));
+#endif

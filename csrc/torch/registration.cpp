@@ -1,0 +1,14 @@
+// Every schema of the fuselet torch library, in one place. Implementations live in the
+// per-family files (norm.cpp, ...); fake impls and autograd are registered from Python
+// (python/fuselet/torch/<family>.py). FFI targets of the JAX layer use the same names.
+#include <torch/library.h>
+
+TORCH_LIBRARY(fuselet, m) {
+  // Normalization (norm.cpp): math and shapes in csrc/core/include/fuselet/norm.h.
+  m.def("rms_norm_fwd(Tensor x, Tensor weight, float eps) -> (Tensor y, Tensor rstd)");
+  m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> (Tensor dx, Tensor dweight)");
+  m.def("layer_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps) -> (Tensor y, Tensor mean, Tensor rstd)");
+  m.def(
+      "layer_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd)"
+      " -> (Tensor dx, Tensor dweight, Tensor dbias)");
+}

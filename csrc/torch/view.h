@@ -1,0 +1,47 @@
+// at::Tensor -> fuselet_tensor views and fuselet_status -> Python exceptions.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+
+#include "fuselet/fuselet.h"
+
+namespace fuselet_torch {
+
+// A non-owning core view of `t`; `name` is the argument name used in error messages.
+inline fuselet_tensor view(const at::Tensor& t, const char* name) {
+  fuselet_tensor v{};
+  switch (t.scalar_type()) {
+    case at::kFloat: v.dtype = FUSELET_FLOAT32; break;
+    case at::kHalf: v.dtype = FUSELET_FLOAT16; break;
+    case at::kBFloat16: v.dtype = FUSELET_BFLOAT16; break;
+    default:
+      TORCH_CHECK_TYPE(false, name, ": expected dtype float32, float16 or bfloat16, got ", t.scalar_type());
+  }
+  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS,
+                    " dimensions, got ", t.dim());
+  v.data = t.data_ptr();
+  v.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    v.shape[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  return v;
+}
+
+// Turns a failed core call into the matching Python exception with the core's message.
+inline void check(fuselet_status status) {
+  if (status == FUSELET_OK) return;
+  const char* msg = fuselet_last_error();
+  TORCH_CHECK_VALUE(status != FUSELET_ERR_INVALID_ARGUMENT, "fuselet: ", msg);
+  TORCH_CHECK_NOT_IMPLEMENTED(status != FUSELET_ERR_UNSUPPORTED, "fuselet: ", msg);
+  TORCH_CHECK(false, "fuselet (", fuselet_status_string(status), "): ", msg);
+}
+
+// x (rows of the last dim) must have at least one dimension; every tensor on x's device.
+inline void check_same_device(const at::Tensor& x, const at::Tensor& t, const char* name) {
+  TORCH_CHECK_VALUE(t.device() == x.device(), name, ": expected a tensor on ", x.device(),
+                    " (the device of x), got ", t.device());
+}
+
+}  // namespace fuselet_torch

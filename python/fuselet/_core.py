@@ -1,0 +1,52 @@
+"""Locate and load libfuselet, the framework-free core, with ctypes (no framework needed)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import glob
+import os
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+
+
+def library_candidates() -> list[Path]:
+    """Where libfuselet may live: inside this package (pip wheels), else the env's lib dir (conda)."""
+    found = [_HERE / "lib" / "libfuselet.so"]
+    for prefix in dict.fromkeys([sys.prefix, os.environ.get("CONDA_PREFIX", "")]):
+        if prefix:
+            found += [Path(p) for p in sorted(glob.glob(os.path.join(prefix, "lib", "libfuselet.so*")))]
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def load() -> ctypes.CDLL:
+    """The loaded libfuselet; ImportError naming every place looked at if there is none."""
+    tried = library_candidates()
+    for path in tried:
+        if path.exists():
+            lib = ctypes.CDLL(str(path))
+            lib.fuselet_version.restype = ctypes.c_char_p
+            lib.fuselet_cuda_archs.restype = ctypes.c_char_p
+            lib.fuselet_last_error.restype = ctypes.c_char_p
+            lib._fuselet_path = str(path)
+            return lib
+    raise ImportError(
+        "fuselet: libfuselet (the core library) was not found; looked at: "
+        + ", ".join(str(p) for p in tried)
+        + ". Reinstall fuselet (pip install --no-build-isolation --force-reinstall . in a source tree, "
+        "or conda install libfuselet)."
+    )
+
+
+def core_info() -> dict:
+    """Facts read from the loaded core itself (version, CUDA kernels, threads)."""
+    lib = load()
+    return {
+        "path": lib._fuselet_path,
+        "version": lib.fuselet_version().decode(),
+        "cuda_kernels": bool(lib.fuselet_has_cuda()),
+        "cuda_archs": lib.fuselet_cuda_archs().decode() or None,
+        "num_threads": int(lib.fuselet_get_num_threads()),
+    }

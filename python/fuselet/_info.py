@@ -1,0 +1,69 @@
+"""fuselet.info(): what this fuselet was built against and what is available here."""
+from __future__ import annotations
+
+import importlib.util
+import platform
+import sys
+from pathlib import Path
+
+from fuselet import _guard
+
+_HERE = Path(__file__).resolve().parent
+
+
+def _layer_status(layer: str) -> dict:
+    built = _guard.read_build_info(_HERE / layer)
+    status = {"built": built, "running": None, "status": "not built"}
+    if built is None:
+        return status
+    if importlib.util.find_spec(layer) is None:
+        status["status"] = f"{layer} not installed"
+        return status
+    running = _guard.running_torch() if layer == "torch" else _guard.running_jaxlib()
+    status["running"] = running
+    problems = (_guard.torch_mismatches if layer == "torch" else _guard.jax_mismatches)(built, running)
+    status["status"] = "ok" if not problems else "MISMATCH: " + "; ".join(problems)
+    return status
+
+
+def report() -> dict:
+    """Everything info() prints, as a dict."""
+    from fuselet import __version__, _core
+
+    try:
+        core = _core.core_info()
+    except ImportError as exc:
+        core = {"error": str(exc)}
+    return {
+        "fuselet": __version__,
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "core": core,
+        "torch": _layer_status("torch"),
+        "jax": _layer_status("jax"),
+    }
+
+
+def info(file=None) -> None:
+    """Print the provenance and availability report (paste it into bug reports)."""
+    r = report()
+    lines = [f"fuselet {r['fuselet']} (python {r['python']}, {r['platform']})"]
+    core = r["core"]
+    if "error" in core:
+        lines.append(f"  core:  MISSING: {core['error']}")
+    else:
+        cuda = f"CUDA kernels for {core['cuda_archs']}" if core["cuda_kernels"] else "no CUDA kernels"
+        lines.append(f"  core:  libfuselet {core['version']}, CPU kernels ({core['num_threads']} threads), {cuda}")
+        lines.append(f"         {core['path']}")
+    for layer in ("torch", "jax"):
+        s = r[layer]
+        built = s["built"]
+        if built is None:
+            lines.append(f"  {layer}: not built (rebuild with FUSELET_FRAMEWORK={layer} or install fuselet-{layer})")
+            continue
+        kernels = "CPU + CUDA" if built.get("cuda_kernels") else "CPU"
+        running = _guard.describe(layer, s["running"]) if s["running"] else "-"
+        lines.append(f"  {layer}: built against {_guard.describe(layer, built)}, {kernels} kernels, "
+                     f"compiler {built['compiler']}, CUDA toolkit {built['cuda_toolkit'] or '-'}")
+        lines.append(f"         found {running}: {s['status']}")
+    print("\n".join(lines), file=file)

@@ -1,0 +1,11 @@
+"""fuselet for JAX: fused kernels as XLA FFI custom calls, with custom_vjp gradients.
+
+jit, grad and vmap work; on GPUs the kernels run on XLA's stream.
+"""
+from fuselet.jax._load import load as _load_library
+
+BUILD_INFO = _load_library()
+
+from fuselet.jax.norm import layer_norm, rms_norm  # noqa: E402
+
+__all__ = ["BUILD_INFO", "layer_norm", "rms_norm"]

@@ -1,0 +1,80 @@
+"""Load the fuselet XLA FFI library and register its targets with JAX on first use.
+
+Registration is lazy: registering custom-call targets before JAX has initialized its
+backends can break the CPU backend of the whole process, so targets are registered the
+first time an op is traced, after jax.devices() has run.
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import threading
+from pathlib import Path
+
+from fuselet import _guard
+
+_HERE = Path(__file__).resolve().parent
+LIBRARY = _HERE / "libfuselet_jax.so"
+_lock = threading.Lock()
+_registered: set[str] = set()
+_lib = None
+
+
+def _install_hint(built: dict | None) -> str:
+    if built is None:
+        return "pip install jax"
+    return (f"pip install 'jax[cpu]=={built['jaxlib_version']}' (any jaxlib whose XLA FFI API is "
+            f"{'.'.join(map(str, built['ffi_api']))} or newer works), or with conda: conda install fuselet-jax")
+
+
+def load() -> dict:
+    """Check the FFI library against the running jaxlib and load it; returns its build info."""
+    global _lib
+    built = _guard.read_build_info(_HERE)
+    try:
+        import jax  # noqa: F401
+    except ImportError as exc:
+        raise ImportError(
+            f"fuselet.jax needs JAX, which cannot be imported in this environment ({sys.executable}): "
+            f"{exc}. Fix: {_install_hint(built)}."
+        ) from exc
+    if built is None or not LIBRARY.exists():
+        raise ImportError(
+            "fuselet.jax: this fuselet was built without its JAX extension. Fix: "
+            "FUSELET_FRAMEWORK=jax pip install --no-build-isolation --force-reinstall <fuselet source>, "
+            "or conda install fuselet-jax."
+        )
+    running = _guard.running_jaxlib()
+    fix = (f"install the fuselet-jax build for your jaxlib (conda install fuselet-jax), rebuild against it "
+           f"(pip install --no-build-isolation --force-reinstall <fuselet source>), or {_install_hint(built)}")
+    _guard.enforce("jax", built, running, _guard.jax_mismatches(built, running), fix)
+    _lib = ctypes.CDLL(str(LIBRARY))
+    return built
+
+
+def _has_gpu() -> bool:
+    import jax
+
+    try:
+        return len(jax.devices("gpu")) > 0
+    except RuntimeError:
+        return False
+
+
+def target(op: str, cuda_kernels: bool) -> str:
+    """The FFI target name of `op` ("rms_norm_fwd" -> "fuselet_rms_norm_fwd"), registered."""
+    name = f"fuselet_{op}"
+    if name in _registered:
+        return name
+    with _lock:
+        if name not in _registered:
+            import jax
+
+            jax.devices()  # initialize the backends before the first registration
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cpu")),
+                                        platform="cpu")
+            if cuda_kernels and _has_gpu():
+                jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cuda")),
+                                            platform="CUDA")
+            _registered.add(name)
+    return name

@@ -1,0 +1,12 @@
+"""fuselet for PyTorch: fused kernels as torch.library custom ops (torch.ops.fuselet.*).
+
+Works with autograd, torch.compile(fullgraph=True) and fake tensors; CUDA tensors run on
+the current CUDA stream.
+"""
+from fuselet.torch._load import load as _load_library
+
+BUILD_INFO = _load_library()
+
+from fuselet.torch.norm import LayerNorm, RMSNorm, layer_norm, rms_norm  # noqa: E402
+
+__all__ = ["BUILD_INFO", "LayerNorm", "RMSNorm", "layer_norm", "rms_norm"]

@@ -1,0 +1,49 @@
+"""Load the fuselet torch op library, after checking it matches the running torch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fuselet import _guard
+
+_HERE = Path(__file__).resolve().parent
+LIBRARY = _HERE / "libfuselet_torch.so"
+
+
+def _install_hint(built: dict | None) -> str:
+    if built is None:
+        return "pip install torch"
+    version = built["version"].split("+")[0]
+    flavor = f"cuda{built['cuda'].replace('.', '')}" if built["cuda"] else "cpu"
+    return (f"pip install torch=={version} (the {flavor} build), or with conda: "
+            f"conda install fuselet-torch, which brings the matching pytorch")
+
+
+def import_torch(built: dict | None):
+    try:
+        import torch
+    except ImportError as exc:
+        raise ImportError(
+            f"fuselet.torch needs PyTorch, which cannot be imported in this environment "
+            f"({sys.executable}): {exc}. Fix: {_install_hint(built)}."
+        ) from exc
+    return torch
+
+
+def load() -> dict:
+    """Check and load the op library; returns its build info."""
+    built = _guard.read_build_info(_HERE)
+    torch = import_torch(built)
+    if built is None or not LIBRARY.exists():
+        raise ImportError(
+            "fuselet.torch: this fuselet was built without its PyTorch extension. Fix: "
+            "FUSELET_FRAMEWORK=torch pip install --no-build-isolation --force-reinstall <fuselet source>, "
+            "or conda install fuselet-torch."
+        )
+    fix = (f"install the fuselet-torch build for your torch (conda install fuselet-torch), or rebuild "
+           f"against it: pip install --no-build-isolation --force-reinstall <fuselet source>; "
+           f"or go back to the torch it was built for: {_install_hint(built)}")
+    running = _guard.running_torch()
+    _guard.enforce("torch", built, running, _guard.torch_mismatches(built, running), fix)
+    torch.ops.load_library(str(LIBRARY))
+    return built
