@@ -126,7 +126,7 @@ fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtyp
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected %" PRId64 " elements, got shape %s", name, n,
                 shape_string(t, buf, sizeof(buf)));
   int64_t expect = 1;
-  for (int32_t d = t->ndim - 1; d >= 0; --d) {
+  for (int32_t d = t->ndim - 1; d >= 0 && n > 0; --d) {  // no elements: any strides will do
     if (t->shape[d] != 1 && t->strides[d] != expect)
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a contiguous tensor", name);
     expect *= t->shape[d];

@@ -1,0 +1,30 @@
+# fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
+# tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
+.PHONY: help venv build demo test core-test cuda-build bench clean
+
+help:            ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+venv:            ## create .venv with the frameworks and tools of requirements/dev.txt
+	scripts/bootstrap.sh
+
+build:           ## build fuselet against .venv's torch and jax and install it there
+	scripts/build.sh
+
+demo:            ## build, then run a short demo in PyTorch and JAX
+	scripts/demo.sh
+
+test:            ## build, then run every test (core C++, CUDA compile check, pytest)
+	scripts/test.sh
+
+core-test:       ## the framework-free core alone: C++ tests + find_package consumer
+	scripts/core-test.sh
+
+cuda-build:      ## compile all CUDA sources with nvcc (no GPU needed)
+	scripts/cuda-build.sh
+
+bench:           ## benchmarks: tables + ratios against the frameworks' own ops
+	scripts/bench.sh
+
+clean:           ## remove build outputs (keeps .venv)
+	rm -rf build output

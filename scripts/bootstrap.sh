@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create a virtual environment from PyPI (skipped when already up to date):
+#   scripts/bootstrap.sh [VENV [REQUIREMENTS]]   default: .venv with requirements/dev.txt
+source "$(dirname "$0")/env.sh"
+venv="${1:-$VENV}"
+requirements="${2:-$ROOT/requirements/dev.txt}"
+stamp="$venv/.fuselet-requirements"
+if [[ -x "$venv/bin/python" && -f "$stamp" ]] && cmp -s "$stamp" "$requirements"; then
+  exit 0
+fi
+log "creating $venv ($(basename "$requirements"))"
+start=$(date +%s)
+python3 -m venv "$venv"
+"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet -r "$requirements"
+cp "$requirements" "$stamp"
+log "created $venv in $(( $(date +%s) - start )) s"

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The core alone: configure with no framework, build, run the C++ tests (ctest), install
+# to a prefix and build a tiny C++ consumer with find_package(fuselet).
+source "$(dirname "$0")/env.sh"
+"$ROOT/scripts/bootstrap.sh"
+build="$ROOT/build/core"
+log "core: build + ctest ($build)"
+cmake -S "$ROOT" -B "$build" -G Ninja -DFUSELET_FRAMEWORK=none -DFUSELET_TESTS=ON -DFUSELET_PYTHON=OFF \
+  -DCMAKE_INSTALL_PREFIX="$build/prefix" -DPython_EXECUTABLE="$PY" >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
+cmake --build "$build"
+ctest --test-dir "$build" --output-on-failure
+cmake --install "$build" >/dev/null
+log "core: find_package(fuselet) from an installed prefix"
+cmake -S "$ROOT/tests/core/consumer" -B "$build/consumer" -G Ninja -DCMAKE_PREFIX_PATH="$build/prefix" >/dev/null
+cmake --build "$build/consumer" >/dev/null
+"$build/consumer/consumer"

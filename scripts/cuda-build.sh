@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Compile every CUDA source (core kernels, torch CUDA impls, JAX CUDA handlers) with the
+# machine's nvcc for FUSELET_CUDA_ARCHS (default 90), against the CUDA torch of .venv-cuda
+# (requirements/cuda.txt). Nothing runs: this proves the CUDA build compiles without a GPU.
+source "$(dirname "$0")/env.sh"
+nvcc_bin="$(command -v nvcc || true)"
+if [[ -z "$nvcc_bin" ]]; then
+  log "cuda-build: SKIPPED: no nvcc on PATH (install the CUDA toolkit to compile the CUDA kernels)"
+  exit 0
+fi
+# nvcc may be a wrapper script exec'ing the real toolkit's nvcc: find the toolkit root.
+real_nvcc="$(grep -o '/[^ "]*/bin/nvcc' "$nvcc_bin" 2>/dev/null | head -1 || true)"
+toolkit="$(dirname "$(dirname "${real_nvcc:-$(readlink -f "$nvcc_bin")}")")"
+cuda_venv="${FUSELET_CUDA_VENV:-$ROOT/.venv-cuda}"
+"$ROOT/scripts/bootstrap.sh" "$cuda_venv" "$ROOT/requirements/cuda.txt"
+py="$cuda_venv/bin/python"
+build="$ROOT/build/cuda"
+log "cuda-build: nvcc from $toolkit, archs ${FUSELET_CUDA_ARCHS:-90}, python $py ($build)"
+start=$(date +%s)
+"$cuda_venv/bin/cmake" -S "$ROOT" -B "$build" -G Ninja -DFUSELET_CUDA=ON -DFUSELET_CUDA_ARCHS="${FUSELET_CUDA_ARCHS:-90}" \
+  -DFUSELET_FRAMEWORK=all -DFUSELET_TESTS=ON -DFUSELET_PYTHON=ON \
+  -DCUDAToolkit_ROOT="$toolkit" -DCMAKE_CUDA_COMPILER="$toolkit/bin/nvcc" -DPython_EXECUTABLE="$py" \
+  >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
+grep -E '^-- fuselet' "$build.log" || true
+"$cuda_venv/bin/cmake" --build "$build"
+log "cuda-build: compiled in $(( $(date +%s) - start )) s:"
+find "$build" -name '*.so' -o -name 'test_norm_cuda' | sed "s|$ROOT/||"

@@ -1,0 +1,88 @@
+"""Shared parameters and fixtures of the fuselet Python tests.
+
+Parametrized fixtures (request them by name):
+  dtype  - "float32", "float16", "bfloat16"
+  shape  - x shapes [..., H]: H in (1, 3, 127, 4096, 4097), many rows, 3-D, 1-D
+  norm   - "rms_norm", "layer_norm"
+  torch_device / jax_device - "cpu" and "cuda"; the CUDA variants carry the `cuda` marker
+           and SKIP (with the reason) where no CUDA GPU is visible to that framework.
+  layer  - ("torch" | "jax", the imported fuselet.<framework>) for framework-agnostic tests.
+
+A framework's tests are skipped only when the framework itself is not installed; if it
+is installed and fuselet.<framework> fails to import, the tests fail.
+"""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from tests.reference import DTYPE_NAMES
+
+DTYPES = DTYPE_NAMES
+SHAPES = [(4, 1), (5, 3), (8, 127), (512, 127), (2, 4096), (3, 4097), (2, 3, 127), (127,)]
+NORMS = ("rms_norm", "layer_norm")
+FRAMEWORKS = ("torch", "jax")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped (with the reason) where there is none")
+
+
+def import_layer(framework: str):
+    """fuselet.<framework>; skips only if <framework> itself is not installed."""
+    pytest.importorskip(framework, reason=f"{framework} is not installed in this environment; "
+                                          f"fuselet.{framework} cannot be tested here")
+    return importlib.import_module(f"fuselet.{framework}")  # installed framework: errors fail the test
+
+
+@pytest.fixture(params=DTYPES)
+def dtype(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=SHAPES, ids=lambda s: "x".join(map(str, s)))
+def shape(request) -> tuple:
+    return request.param
+
+
+@pytest.fixture(params=NORMS)
+def norm(request) -> str:
+    return request.param
+
+
+@pytest.fixture(params=FRAMEWORKS)
+def layer(request):
+    return request.param, import_layer(request.param)
+
+
+CUDA_PARAMS = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+@pytest.fixture(params=CUDA_PARAMS)
+def torch_device(request) -> str:
+    """"cpu", or "cuda" where torch sees a GPU and fuselet.torch has CUDA kernels."""
+    if request.param == "cuda":
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("no CUDA GPU: torch.cuda.is_available() is False")
+        if not import_layer("torch").BUILD_INFO.get("cuda_kernels"):
+            pytest.skip("fuselet.torch was built without CUDA kernels (FUSELET_CUDA=OFF)")
+    return request.param
+
+
+@pytest.fixture(params=CUDA_PARAMS)
+def jax_device(request):
+    """A jax.Device: the CPU, or the first GPU where jax has one and fuselet.jax has CUDA kernels."""
+    jax = pytest.importorskip("jax")
+    if request.param == "cpu":
+        return jax.devices("cpu")[0]
+    try:
+        gpus = jax.devices("gpu")
+    except RuntimeError:
+        gpus = []
+    if not gpus:
+        pytest.skip("no CUDA GPU: jax.devices('gpu') is empty")
+    if not import_layer("jax").BUILD_INFO.get("cuda_kernels"):
+        pytest.skip("fuselet.jax was built without CUDA kernels (FUSELET_CUDA=OFF)")
+    return gpus[0]

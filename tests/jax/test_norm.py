@@ -1,0 +1,167 @@
+"""fuselet.jax RMSNorm / LayerNorm against the float64 reference (tests/reference.py):
+forward, grad, jit, vmap and vmap-of-grad."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests import reference as ref
+from tests.conftest import import_layer
+
+jax = pytest.importorskip("jax", reason="jax is not installed in this environment")
+import jax.numpy as jnp  # noqa: E402
+
+fj = import_layer("jax")
+
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+PARAMS = {"rms_norm": ("weight",), "layer_norm": ("weight", "bias")}
+
+
+def arrays(shape, dtype, device, seed=0) -> dict:
+    """x, weight, bias, dy of `shape` in `dtype` (the values of ref.make_inputs), on `device`."""
+    return {k: jax.device_put(jnp.asarray(v), device) for k, v in ref.make_inputs(shape, dtype, seed).items()}
+
+
+def f64(a) -> np.ndarray:
+    return ref.to_float64(a)
+
+
+def apply(norm, x, weight, bias=None):
+    if norm == "rms_norm":
+        return fj.rms_norm(x, weight, EPS[norm])
+    return fj.layer_norm(x, weight, bias, EPS[norm])
+
+
+def reference_forward(norm, x, weight, bias=None):
+    if norm == "rms_norm":
+        return ref.rms_norm_fwd(f64(x), f64(weight), EPS[norm])[0]
+    return ref.layer_norm_fwd(f64(x), f64(weight), f64(bias), EPS[norm])[0]
+
+
+def reference_backward(norm, dy, x, weight) -> dict:
+    fn = ref.rms_norm_bwd if norm == "rms_norm" else ref.layer_norm_bwd
+    return dict(zip(("x", "weight", "bias"), fn(f64(dy), f64(x), f64(weight), EPS[norm])))
+
+
+def loss(norm):
+    """loss(dy, x, weight[, bias]) = sum(y * dy): its gradients are the VJP with cotangent dy."""
+    def fn(dy, *args):
+        return jnp.sum(apply(norm, *args).astype(jnp.float32) * dy.astype(jnp.float32))
+    return fn
+
+
+def grad_fn(norm):
+    argnums = tuple(range(1, 2 + len(PARAMS[norm])))  # x, weight[, bias]
+    return jax.grad(loss(norm), argnums=argnums)
+
+
+def args_of(norm, a):
+    return [a["x"], *(a[p] for p in PARAMS[norm])]
+
+
+def check_grads(norm, grads, a, dtype, rows):
+    expected = reference_backward(norm, a["dy"], a["x"], a["weight"])
+    for name, grad in zip(("x", *PARAMS[norm]), grads):
+        assert grad.dtype == a[name].dtype and grad.shape == a[name].shape, name
+        ref.assert_close(f64(grad), expected[name], dtype, "out" if name == "x" else "reduce", rows=rows,
+                         name=f"d{name}")
+
+
+# --- forward, grad, jit -----------------------------------------------------------------------
+
+def test_forward(norm, dtype, shape, jax_device):
+    a = arrays(shape, dtype, jax_device)
+    y = apply(norm, *args_of(norm, a))
+    assert (y.shape, y.dtype, y.devices()) == (a["x"].shape, a["x"].dtype, {jax_device})
+    ref.assert_close(f64(y), reference_forward(norm, *args_of(norm, a)), dtype, "out", name="y")
+
+
+def test_grad(norm, dtype, shape, jax_device):
+    a = arrays(shape, dtype, jax_device)
+    grads = grad_fn(norm)(a["dy"], *args_of(norm, a))
+    check_grads(norm, grads, a, dtype, ref.rows_of(shape))
+
+
+def test_jit(norm, dtype, shape, jax_device):
+    a = arrays(shape, dtype, jax_device)
+    y = jax.jit(lambda *args: apply(norm, *args))(*args_of(norm, a))
+    ref.assert_close(f64(y), reference_forward(norm, *args_of(norm, a)), dtype, "out", name="y")
+    grads = jax.jit(grad_fn(norm))(a["dy"], *args_of(norm, a))
+    check_grads(norm, grads, a, dtype, ref.rows_of(shape))
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(hidden=st.integers(1, 5000), rows=st.integers(0, 40), eps=st.floats(1e-8, 1.0),
+       scale=st.sampled_from([1e-3, 1.0, 1e3]), seed=st.integers(0, 2**31))
+def test_rms_norm_float32_random(hidden, rows, eps, scale, seed):
+    x = np.random.default_rng(seed).standard_normal((rows, hidden)).astype(np.float32) * np.float32(scale)
+    w = np.random.default_rng(seed + 1).standard_normal(hidden).astype(np.float32)
+    y = fj.rms_norm(jnp.asarray(x), jnp.asarray(w), eps)
+    ref.assert_close(f64(y), ref.rms_norm_fwd(x, w, eps)[0], "float32", "out")
+
+
+# --- vmap ---------------------------------------------------------------------------------------
+
+BATCH = 3
+VMAP_SHAPES = [(4, 1), (8, 127), (3, 4097), (2, 3, 127)]
+
+
+@pytest.fixture(params=VMAP_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def vmap_shape(request):
+    return request.param
+
+
+def batched(shape, dtype, device):
+    """arrays() with a leading batch dim of BATCH on every array (each example different)."""
+    parts = [arrays(shape, dtype, device, seed=s) for s in range(BATCH)]
+    return {k: jnp.stack([p[k] for p in parts]) for k in parts[0]}
+
+
+def test_vmap_unbatched_params(norm, dtype, vmap_shape, jax_device):
+    a, b = batched(vmap_shape, dtype, jax_device), arrays(vmap_shape, dtype, jax_device)
+    params = [b[p] for p in PARAMS[norm]]
+    in_axes = (0, *(None for _ in params))
+    y = jax.jit(jax.vmap(lambda *args: apply(norm, *args), in_axes=in_axes))(a["x"], *params)
+    ref.assert_close(f64(y), reference_forward(norm, a["x"], *params), dtype, "out", name="y")
+
+
+def test_vmap_batched_weight(norm, dtype, vmap_shape, jax_device):
+    a = batched(vmap_shape, dtype, jax_device)
+    y = jax.vmap(lambda *args: apply(norm, *args))(*args_of(norm, a))
+    for i in range(BATCH):
+        expected = reference_forward(norm, *(v[i] for v in args_of(norm, a)))
+        ref.assert_close(f64(y[i]), expected, dtype, "out", name=f"y[{i}]")
+
+
+def test_vmap_of_grad(norm, dtype, vmap_shape, jax_device):
+    """Per-example gradients: batched x and dy, shared parameters."""
+    a, b = batched(vmap_shape, dtype, jax_device), arrays(vmap_shape, dtype, jax_device)
+    params = [b[p] for p in PARAMS[norm]]
+    in_axes = (0, 0, *(None for _ in params))
+    grads = jax.vmap(grad_fn(norm), in_axes=in_axes)(a["dy"], a["x"], *params)
+    for i in range(BATCH):
+        example = {"dy": a["dy"][i], "x": a["x"][i], **dict(zip(PARAMS[norm], params))}
+        check_grads(norm, [g[i] for g in grads], example, dtype, ref.rows_of(vmap_shape))
+
+
+def test_vmap_of_grad_batched_weight(norm, jax_device):
+    a = batched((8, 127), "float32", jax_device)
+    grads = jax.vmap(grad_fn(norm))(a["dy"], *args_of(norm, a))
+    for i in range(BATCH):
+        check_grads(norm, [g[i] for g in grads], {k: v[i] for k, v in a.items()}, "float32", 8)
+
+
+# --- sizes --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 127)], ids=["0x8", "2x0x127"])
+def test_empty_batch(norm, dtype, shape, jax_device):
+    a = arrays(shape, dtype, jax_device)
+    y = apply(norm, *args_of(norm, a))
+    assert y.shape == shape and y.dtype == a["x"].dtype
+    grads = grad_fn(norm)(a["dy"], *args_of(norm, a))
+    assert grads[0].shape == shape
+    for name, grad in zip(PARAMS[norm], grads[1:]):
+        assert grad.dtype == a[name].dtype
+        np.testing.assert_array_equal(f64(grad), np.zeros(shape[-1]), err_msg=name)

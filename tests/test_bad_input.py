@@ -1,0 +1,157 @@
+"""Bad arguments to the public API of both layers: the exception type, and a message that
+names the argument and what was expected (fuselet/_checks.py words it for both layers)."""
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from tests.conftest import import_layer
+
+
+class Api:
+    """The public API of one layer, and how to make its arrays."""
+
+    def __init__(self, framework, module):
+        self.framework, self.module = framework, module
+
+    def array(self, shape, dtype="float32"):
+        values = np.asarray(np.arange(1, 1 + int(np.prod(shape)), dtype=np.float64).reshape(shape) / 7)
+        if self.framework == "torch":
+            import torch
+
+            return torch.from_numpy(values).to(getattr(torch, dtype))
+        import jax
+        import jax.numpy as jnp
+
+        with jax.enable_x64(dtype == "float64"):  # a real float64 jax.Array
+            return jnp.asarray(values, dtype=dtype)
+
+    def rms_norm(self, x, weight, *args, **kwargs):
+        return self.module.rms_norm(x, weight, *args, **kwargs)
+
+    def layer_norm(self, x, weight, bias, *args, **kwargs):
+        return self.module.layer_norm(x, weight, bias, *args, **kwargs)
+
+
+@pytest.fixture
+def api(layer):
+    return Api(*layer)
+
+
+def raises(exc, message):
+    """pytest.raises for `exc` whose message contains `message` (taken literally)."""
+    return pytest.raises(exc, match=re.escape(message))
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_x_dtype(api, dtype):
+    with raises(TypeError, f"x: expected dtype float32, float16 or bfloat16, got {dtype}"):
+        api.rms_norm(api.array((2, 4), dtype), api.array((4,)))
+
+
+def test_integer_weight(api):
+    with raises(TypeError, "weight: expected dtype float32, float16 or bfloat16, got int32"):
+        api.rms_norm(api.array((2, 4)), api.array((4,), "int32"))
+
+
+def test_weight_dtype_differs_from_x(api):
+    with raises(TypeError, "weight: expected dtype float32 (the dtype of x), got float16"):
+        api.rms_norm(api.array((2, 4)), api.array((4,), "float16"))
+
+
+def test_bias_dtype_differs_from_x(api):
+    with raises(TypeError, "bias: expected dtype bfloat16 (the dtype of x), got float32"):
+        api.layer_norm(api.array((2, 4), "bfloat16"), api.array((4,), "bfloat16"), api.array((4,)))
+
+
+def test_weight_hidden_size(api):
+    with raises(ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4), got (5,)"):
+        api.rms_norm(api.array((2, 4)), api.array((5,)))
+
+
+def test_weight_not_1d(api):
+    with raises(ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4), got (1, 4)"):
+        api.rms_norm(api.array((2, 4)), api.array((1, 4)))
+
+
+def test_bias_size(api):
+    with raises(ValueError, "bias: expected shape (4,) to match the last dimension of x (2, 4), got (3,)"):
+        api.layer_norm(api.array((2, 4)), api.array((4,)), api.array((3,)))
+
+
+def test_zero_hidden_size(api):
+    with raises(ValueError, "x: the hidden size (last dimension) must be > 0, got shape (2, 0)"):
+        api.rms_norm(api.array((2, 0)), api.array((0,)))
+
+
+@pytest.mark.parametrize("eps", [0.0, -1e-6, -math.inf])
+def test_eps_not_positive(api, eps):
+    with raises(ValueError, f"eps: expected a finite float > 0, got {eps}"):
+        api.rms_norm(api.array((2, 4)), api.array((4,)), eps)
+
+
+@pytest.mark.parametrize("eps", [math.nan, math.inf])
+def test_eps_not_finite(api, eps):
+    with raises(ValueError, f"eps: expected a finite float > 0, got {eps}"):
+        api.layer_norm(api.array((2, 4)), api.array((4,)), api.array((4,)), eps)
+
+
+@pytest.mark.parametrize("eps", ["1e-6", None, True], ids=["str", "None", "bool"])
+def test_eps_not_a_number(api, eps):
+    with raises(TypeError, f"eps: expected a Python float, got {type(eps).__name__}"):
+        api.rms_norm(api.array((2, 4)), api.array((4,)), eps)
+
+
+def test_scalar_x(api):
+    with raises(ValueError, "x: expected shape [..., H] with at least 1 dimension, got a 0-d array"):
+        api.rms_norm(api.array(()), api.array((1,)))
+
+
+@pytest.mark.parametrize("argument", ["x", "weight", "bias"])
+def test_not_an_array(api, argument):
+    args = {"x": api.array((2, 4)), "weight": api.array((4,)), "bias": api.array((4,))}
+    args[argument] = [1.0, 2.0, 3.0, 4.0]
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"{argument}: expected a {kind}, got list"):
+        api.layer_norm(args["x"], args["weight"], args["bias"])
+
+
+# --- torch only -----------------------------------------------------------------------------
+
+@pytest.fixture
+def torch():
+    import_layer("torch")
+    import torch
+
+    return torch
+
+
+@pytest.mark.parametrize("argument", ["weight", "bias"])
+def test_torch_mixed_devices(torch, argument):
+    from fuselet.torch import layer_norm
+
+    args = {"x": torch.ones(2, 4), "weight": torch.ones(4), "bias": torch.zeros(4)}
+    args[argument] = args[argument].to("meta")
+    with raises(ValueError, f"{argument}: expected a tensor on cpu (the device of x), got meta"):
+        layer_norm(args["x"], args["weight"], args["bias"])
+
+
+def test_torch_op_direct_bad_hidden_size(torch):
+    """The registered op checks its arguments too: a Python ValueError, not a crash."""
+    with raises(ValueError, "weight: expected 4 elements (the hidden size of x), got 5"):
+        torch.ops.fuselet.rms_norm_fwd(torch.ones(2, 4), torch.ones(5), 1e-6)
+
+
+def test_torch_op_direct_bad_bias_and_eps(torch):
+    with raises(ValueError, "bias: expected 4 elements (the hidden size of x), got 3"):
+        torch.ops.fuselet.layer_norm_fwd(torch.ones(2, 4), torch.ones(4), torch.ones(3), 1e-5)
+    with raises(ValueError, "eps: expected a finite number > 0"):
+        torch.ops.fuselet.rms_norm_fwd(torch.ones(2, 4), torch.ones(4), -1.0)
+
+
+def test_torch_op_direct_bad_dtype(torch):
+    with raises(TypeError, "x: expected dtype float32, float16 or bfloat16"):
+        torch.ops.fuselet.rms_norm_fwd(torch.ones(2, 4, dtype=torch.float64), torch.ones(4, dtype=torch.float64), 1e-6)

@@ -1,0 +1,205 @@
+"""fuselet.torch RMSNorm / LayerNorm against the float64 reference (tests/reference.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests import reference as ref
+from tests.conftest import import_layer
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
+ft = import_layer("torch")
+ops = torch.ops.fuselet
+
+EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
+
+
+def tensors(shape, dtype, device="cpu", seed=0, requires_grad=False) -> dict:
+    """x, weight, bias, dy of `shape` in `dtype` (the values of ref.make_inputs)."""
+    def to(a):
+        t = torch.from_numpy(a.astype(np.float32)).to(device=device, dtype=getattr(torch, dtype))
+        return t.requires_grad_(requires_grad)
+    return {k: to(v) for k, v in ref.make_inputs(shape, dtype, seed).items()}
+
+
+def f64(t) -> np.ndarray:
+    return t.detach().float().cpu().numpy().astype(np.float64)
+
+
+def forward(norm, t, eps=None):
+    eps = EPS[norm] if eps is None else eps
+    if norm == "rms_norm":
+        return ft.rms_norm(t["x"], t["weight"], eps)
+    return ft.layer_norm(t["x"], t["weight"], t["bias"], eps)
+
+
+def reference_forward(norm, t, eps=None):
+    eps = EPS[norm] if eps is None else eps
+    if norm == "rms_norm":
+        return ref.rms_norm_fwd(f64(t["x"]), f64(t["weight"]), eps)[0]
+    return ref.layer_norm_fwd(f64(t["x"]), f64(t["weight"]), f64(t["bias"]), eps)[0]
+
+
+def reference_backward(norm, t, dy):
+    """{"x": dx, "weight": dweight[, "bias": dbias]} from the reference."""
+    fn = ref.rms_norm_bwd if norm == "rms_norm" else ref.layer_norm_bwd
+    return dict(zip(("x", "weight", "bias"), fn(f64(dy), f64(t["x"]), f64(t["weight"]), EPS[norm])))
+
+
+def check_grads(norm, t, dy, dtype):
+    rows = ref.rows_of(t["x"].shape)
+    for name, expected in reference_backward(norm, t, dy).items():
+        grad = t[name].grad
+        assert grad is not None and grad.dtype == t[name].dtype and grad.shape == t[name].shape, name
+        kind = "out" if name == "x" else "reduce"
+        ref.assert_close(f64(grad), expected, dtype, kind, rows=rows, name=f"d{name}")
+
+
+# --- values -------------------------------------------------------------------------------
+
+def test_forward(norm, dtype, shape, torch_device):
+    t = tensors(shape, dtype, torch_device)
+    y = forward(norm, t)
+    assert (y.shape, y.dtype, y.device.type) == (t["x"].shape, t["x"].dtype, torch.device(torch_device).type)
+    ref.assert_close(f64(y), reference_forward(norm, t), dtype, "out", name="y")
+
+
+def test_backward(norm, dtype, shape, torch_device):
+    t = tensors(shape, dtype, torch_device, requires_grad=True)
+    forward(norm, t).backward(t["dy"].detach())
+    check_grads(norm, t, t["dy"], dtype)
+
+
+def test_statistics(norm, dtype, shape):
+    """The float32 per-row statistics the ops return (and the backward consumes)."""
+    t = tensors(shape, dtype)
+    if norm == "rms_norm":
+        _, rstd = ops.rms_norm_fwd(t["x"], t["weight"], EPS[norm])
+        stats = {"rstd": (rstd, ref.rms_norm_fwd(f64(t["x"]), f64(t["weight"]), EPS[norm])[1])}
+    else:
+        _, mean, rstd = ops.layer_norm_fwd(t["x"], t["weight"], t["bias"], EPS[norm])
+        expected = ref.layer_norm_fwd(f64(t["x"]), f64(t["weight"]), f64(t["bias"]), EPS[norm])
+        stats = {"mean": (mean, expected[1]), "rstd": (rstd, expected[2])}
+    for name, (actual, expected) in stats.items():
+        assert actual.dtype == torch.float32 and actual.shape == t["x"].shape[:-1], name
+        ref.assert_close(f64(actual), expected, "float32", "out", name=name)
+
+
+@settings(max_examples=25, deadline=None, database=None)
+@given(hidden=st.integers(1, 5000), rows=st.integers(0, 40), eps=st.floats(1e-8, 1.0),
+       scale=st.sampled_from([1e-3, 1.0, 1e3]), seed=st.integers(0, 2**31))
+def test_rms_norm_float32_random(hidden, rows, eps, scale, seed):
+    x = np.random.default_rng(seed).standard_normal((rows, hidden)).astype(np.float32) * np.float32(scale)
+    w = np.random.default_rng(seed + 1).standard_normal(hidden).astype(np.float32)
+    y = ft.rms_norm(torch.from_numpy(x), torch.from_numpy(w), eps)
+    ref.assert_close(f64(y), ref.rms_norm_fwd(x, w, eps)[0], "float32", "out")
+
+
+# --- layouts and sizes --------------------------------------------------------------------
+
+VIEWS = {
+    "transposed": lambda a: a.reshape(a.shape[1], a.shape[0]).t(),  # last stride != 1
+    "strided_last": lambda a: torch.cat([a, a], dim=-1)[:, ::2],
+    "every_other_row": lambda a: torch.cat([a, a], dim=0)[::2],
+    "expanded": lambda a: a[:1].expand(a.shape[0], -1),
+}
+
+
+@pytest.mark.parametrize("view", VIEWS)
+def test_non_contiguous_x(norm, view):
+    t = tensors((16, 24), "float32")
+    t["x"] = VIEWS[view](t["x"]).detach().requires_grad_(True)
+    assert not t["x"].is_contiguous()
+    for name in ("weight", "bias"):
+        t[name].requires_grad_(True)
+    y = forward(norm, t)
+    ref.assert_close(f64(y), reference_forward(norm, t), "float32", "out", name="y")
+    y.backward(t["dy"])
+    check_grads(norm, t, t["dy"], "float32")
+
+
+def test_strided_weight(norm):
+    t = tensors((8, 24), "float32", requires_grad=True)
+    for name in ("weight", "bias"):
+        t[name] = torch.cat([t[name], t[name]])[::2].detach().requires_grad_(True)
+    forward(norm, t).backward(t["dy"])
+    check_grads(norm, t, t["dy"], "float32")
+
+
+@pytest.mark.parametrize("shape", [(0, 8), (2, 0, 127)], ids=["0x8", "2x0x127"])
+def test_empty_batch(norm, dtype, shape):
+    t = tensors(shape, dtype, requires_grad=True)
+    y = forward(norm, t)
+    assert y.shape == t["x"].shape and y.dtype == t["x"].dtype
+    y.backward(t["dy"])
+    assert t["x"].grad.shape == t["x"].shape
+    for name in ("weight", "bias") if norm == "layer_norm" else ("weight",):
+        assert torch.equal(t[name].grad, torch.zeros_like(t[name])), name
+
+
+# --- modules ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("cls", ["RMSNorm", "LayerNorm"])
+def test_module(cls, dtype):
+    norm = "rms_norm" if cls == "RMSNorm" else "layer_norm"
+    module = getattr(ft, cls)(127, dtype=getattr(torch, dtype))
+    assert module.eps == EPS[norm]
+    expected_params = {"weight"} if cls == "RMSNorm" else {"weight", "bias"}
+    assert {n for n, _ in module.named_parameters()} == expected_params
+    assert torch.equal(module.weight, torch.ones(127, dtype=getattr(torch, dtype)))
+    t = tensors((2, 3, 127), dtype)
+    with torch.no_grad():
+        module.weight.copy_(t["weight"])
+        if cls == "LayerNorm":
+            module.bias.copy_(t["bias"])
+    y = module(t["x"])
+    ref.assert_close(f64(y), reference_forward(norm, t), dtype, "out", name="y")
+    y.backward(t["dy"])
+    grads = reference_backward(norm, t, t["dy"])
+    ref.assert_close(f64(module.weight.grad), grads["weight"], dtype, "reduce", rows=6, name="dweight")
+
+
+# --- torch.library integration --------------------------------------------------------------
+
+def op_cases(dtype):
+    t = tensors((2, 3, 8), dtype)
+    rstd = ops.rms_norm_fwd(t["x"], t["weight"], 1e-6)[1]
+    _, mean, lrstd = ops.layer_norm_fwd(t["x"], t["weight"], t["bias"], 1e-5)
+    grad = {k: t[k].detach().clone().requires_grad_(True) for k in ("x", "weight", "bias")}
+    return {
+        "rms_norm_fwd": (grad["x"], grad["weight"], 1e-6),
+        "rms_norm_bwd": (t["dy"], t["x"], t["weight"], rstd),
+        "layer_norm_fwd": (grad["x"], grad["weight"], grad["bias"], 1e-5),
+        "layer_norm_bwd": (t["dy"], t["x"], t["weight"], mean, lrstd),
+    }
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd"])
+def test_opcheck(op, dtype):
+    torch.library.opcheck(getattr(ops, op).default, op_cases(dtype)[op])
+
+
+def test_torch_compile_fullgraph():
+    """Linear -> RMSNorm -> Linear -> LayerNorm compiled with fullgraph=True matches eager."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), ft.RMSNorm(32), torch.nn.Linear(32, 8), ft.LayerNorm(8))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    x = torch.randn(4, 5, 16)
+
+    def step(m):
+        m.zero_grad()
+        y = m(x)
+        (y * y).sum().backward()
+        return y.detach(), [p.grad.clone() for p in m.parameters()]
+
+    y_eager, g_eager = step(model)
+    torch._dynamo.reset()
+    y_comp, g_comp = step(torch.compile(model, fullgraph=True, backend="inductor"))
+    torch.testing.assert_close(y_comp, y_eager, rtol=1e-5, atol=1e-5)
+    for a, b in zip(g_comp, g_eager):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
