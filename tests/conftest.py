@@ -27,6 +27,8 @@ FRAMEWORKS = ("torch", "jax")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped (with the reason) where there is none")
+    # torch.library.opcheck still uses torch.jit internally.
+    config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
 
 def import_layer(framework: str):

@@ -1,0 +1,260 @@
+"""The fuselet package: framework-free import, provenance report, missing frameworks,
+and the import-time ABI guard (fuselet/_guard.py), unit and end to end."""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import fuselet
+from fuselet import _guard
+from tests.conftest import import_layer
+
+PACKAGE = Path(fuselet.__file__).resolve().parent
+LAYERS = ("torch", "jax")
+
+
+def built(layer: str) -> dict | None:
+    """What the installed fuselet.<layer> recorded at build time (None: not built)."""
+    return _guard.read_build_info(PACKAGE / layer)
+
+
+def python(code: str, *args: str, pythonpath=None, cwd=None, **env) -> subprocess.CompletedProcess:
+    """Run `code` (or `python *args`) in a fresh interpreter; `pythonpath` goes first on its path."""
+    full_env = {k: v for k, v in os.environ.items() if k != _guard.SKIP_ENV}
+    if pythonpath:
+        full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), os.environ.get("PYTHONPATH")]))
+    full_env.update(env)
+    cmd = [sys.executable, *args] if code is None else [sys.executable, "-c", code]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, cwd=cwd, timeout=120)
+
+
+# --- import and provenance --------------------------------------------------------------------
+
+def test_import_needs_no_framework():
+    out = python("import sys, fuselet\n"
+                 "print(fuselet.__version__, sorted(m for m in ('torch', 'jax', 'jaxlib') if m in sys.modules))")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [fuselet.__version__, "[]"]
+
+
+def test_python_m_fuselet():
+    out = python(None, "-m", "fuselet")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"fuselet {fuselet.__version__} ")
+    assert lines[1].startswith("  core:  libfuselet ")
+    for layer in LAYERS:
+        index = next(i for i, line in enumerate(lines) if line.startswith(f"  {layer}: "))
+        if built(layer) is None:
+            assert "not built" in lines[index]
+            continue
+        assert lines[index].startswith(f"  {layer}: built against ")
+        expected = "ok" if importlib.util.find_spec(layer) else f"{layer} not installed"
+        assert lines[index + 1].strip().startswith("found ") and lines[index + 1].endswith(f": {expected}")
+
+
+def test_report_structure():
+    report = fuselet.report()
+    assert set(report) == {"fuselet", "python", "platform", "core", "torch", "jax"}
+    assert report["fuselet"] == fuselet.__version__
+    assert report["python"] == sys.version.split()[0]
+    core = report["core"]
+    assert set(core) == {"path", "version", "cuda_kernels", "cuda_archs", "num_threads"}, core
+    assert Path(core["path"]).exists() and core["version"] == fuselet.__version__ and core["num_threads"] >= 1
+    for layer in LAYERS:
+        status = report[layer]
+        assert set(status) == {"built", "running", "status"}
+        assert status["built"] == built(layer)
+        if status["built"] is None:
+            assert status["status"] == "not built"
+        elif importlib.util.find_spec(layer) is None:
+            assert status["status"] == f"{layer} not installed"
+        else:
+            keys = {"version", "cuda", "cxx11_abi"} if layer == "torch" else {"jaxlib_version", "ffi_api"}
+            assert set(status["running"]) == keys
+            assert status["status"] == "ok"
+
+
+# --- a framework that cannot be imported --------------------------------------------------------
+
+@pytest.mark.parametrize("framework", LAYERS)
+def test_missing_framework(framework):
+    code = (f"import sys\nsys.modules[{framework!r}] = None  # 'import {framework}' raises ImportError\n"
+            f"try:\n    import fuselet.{framework}\nexcept ImportError as e:\n    print(type(e).__name__, e)\n"
+            f"else:\n    sys.exit('imported')")
+    out = python(code)
+    assert out.returncode == 0, out.stderr
+    info = built(framework)
+    if framework == "torch":
+        hint = f"pip install torch=={info['version'].split('+')[0]}" if info else "pip install torch"
+    else:
+        hint = f"=={info['jaxlib_version']}" if info else "pip install jax"
+    assert out.stdout.startswith("ImportError fuselet." + framework + " needs ")
+    assert hint in out.stdout and "pip install" in out.stdout
+
+
+# --- the ABI guard: units ------------------------------------------------------------------------
+
+TORCH = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": True}
+TORCH_CUDA = {"version": "2.13.0+cu130", "cuda": "13.0", "cxx11_abi": True}
+
+
+@pytest.mark.parametrize("built_info, running, expected", [
+    (TORCH, TORCH, []),
+    (TORCH, {**TORCH, "version": "2.13.1"}, []),
+    (TORCH_CUDA, {**TORCH_CUDA, "cuda": "13.2"}, []),
+    (TORCH, {**TORCH, "version": "2.12.0+cpu"}, ["torch 2.13 != 2.12"]),
+    (TORCH, {**TORCH, "version": "3.13.0"}, ["torch 2.13 != 3.13"]),
+    (TORCH, TORCH_CUDA, ["CPU build != CUDA 13.0 torch"]),
+    (TORCH_CUDA, TORCH, ["CUDA 13.0 build != CPU torch"]),
+    (TORCH_CUDA, {**TORCH_CUDA, "cuda": "12.8"}, ["CUDA major 13 != 12"]),
+    (TORCH, {**TORCH, "cxx11_abi": False}, ["_GLIBCXX_USE_CXX11_ABI 1 != 0"]),
+    ({**TORCH_CUDA, "version": "2.12.0", "cxx11_abi": False}, {**TORCH, "version": "2.13.0"},
+     ["torch 2.12 != 2.13", "CUDA 13.0 build != CPU torch", "_GLIBCXX_USE_CXX11_ABI 0 != 1"]),
+], ids=["same", "patch", "cuda-minor", "minor", "major", "cpu-vs-cuda", "cuda-vs-cpu", "cuda-major", "cxx11-abi",
+        "several"])
+def test_torch_mismatches(built_info, running, expected):
+    assert _guard.torch_mismatches(built_info, running) == expected
+
+
+def jaxlib(version, api):
+    return {"jaxlib_version": version, "ffi_api": api}
+
+
+@pytest.mark.parametrize("built_api, running_api, compatible", [
+    ([0, 3], [0, 3], True),
+    ([0, 2], [0, 3], True),   # XLA accepts older handlers of the same major
+    ([0, 9], [0, 3], False),  # newer than the running jaxlib
+    ([1, 0], [0, 3], False),
+    ([0, 3], [1, 0], False),  # a new major: incompatible either way
+])
+def test_jax_mismatches(built_api, running_api, compatible):
+    problems = _guard.jax_mismatches(jaxlib("0.10.9", built_api), jaxlib("0.10.2", running_api))
+    if compatible:
+        assert problems == []
+    else:
+        assert problems == [f"XLA FFI API {built_api[0]}.{built_api[1]} (jaxlib 0.10.9) is newer than or "
+                            f"incompatible with {running_api[0]}.{running_api[1]} (jaxlib 0.10.2)"]
+
+
+def test_enforce(monkeypatch):
+    monkeypatch.delenv(_guard.SKIP_ENV, raising=False)
+    running = {**TORCH, "version": "2.12.0+cpu"}
+    _guard.enforce("torch", TORCH, TORCH, [], "do nothing")  # compatible: silent
+    with pytest.raises(_guard.FuseletABIError) as raised:
+        _guard.enforce("torch", TORCH, running, ["torch 2.13 != 2.12"], "rebuild it")
+    assert isinstance(raised.value, ImportError)
+    assert str(raised.value) == (
+        "fuselet.torch was built against torch 2.13.0+cpu (CPU, cxx11_abi=1) but found torch 2.12.0+cpu "
+        "(CPU, cxx11_abi=1) (torch 2.13 != 2.12). Loading it could crash or compute garbage. Fix: rebuild it "
+        f"(to load it anyway, at your own risk: {_guard.SKIP_ENV}=1).")
+    monkeypatch.setenv(_guard.SKIP_ENV, "1")
+    with pytest.warns(RuntimeWarning, match="Loading anyway; it could crash"):
+        _guard.enforce("torch", TORCH, running, ["torch 2.13 != 2.12"], "rebuild it")
+
+
+def test_describe():
+    assert _guard.describe("torch", TORCH_CUDA) == "torch 2.13.0+cu130 (CUDA 13.0, cxx11_abi=1)"
+    assert _guard.describe("jax", jaxlib("0.10.2", [0, 3])) == "jaxlib 0.10.2 (XLA FFI API 0.3)"
+
+
+def test_read_build_info(tmp_path):
+    assert _guard.read_build_info(tmp_path) is None
+    (tmp_path / "_build_info.json").write_text(json.dumps(TORCH))
+    assert _guard.read_build_info(tmp_path) == TORCH
+
+
+# --- the ABI guard: end to end, on a copy of the installed package with doctored provenance -------
+
+def doctored_copy(tmp_path: Path, layer: str, **changes) -> dict:
+    """Copy the installed fuselet to tmp_path and change its <layer>/_build_info.json."""
+    shutil.copytree(PACKAGE, tmp_path / "fuselet", ignore=shutil.ignore_patterns("__pycache__"))
+    path = tmp_path / "fuselet" / layer / "_build_info.json"
+    info = {**json.loads(path.read_text()), **changes}
+    path.write_text(json.dumps(info))
+    return info
+
+
+IMPORT_COPY = """
+import warnings
+import fuselet
+assert fuselet.__file__.startswith({root!r}), fuselet.__file__  # the doctored copy
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    try:
+        import fuselet.{layer}
+    except ImportError as e:
+        print("ImportError", type(e).__name__, e)
+        raise SystemExit
+for w in caught:
+    print("warning", w.category.__name__, w.message)
+{run}
+"""
+RUN = {  # one small op, to show the library loaded and works
+    "torch": "import torch\nprint(fuselet.torch.rms_norm(torch.ones(2, 3), torch.ones(3)).sum().item())",
+    "jax": "import jax.numpy as jnp\nprint(float(fuselet.jax.rms_norm(jnp.ones((2, 3)), jnp.ones(3)).sum()))",
+}
+
+
+def import_copy(tmp_path: Path, layer: str, **env) -> subprocess.CompletedProcess:
+    code = IMPORT_COPY.format(root=str(tmp_path), layer=layer, run=RUN[layer])
+    out = python(code, pythonpath=tmp_path, cwd=tmp_path, **env)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+def claimed_torch_version() -> tuple[str, str]:
+    """(the running torch with its minor release minus one, e.g. "2.12.0+cpu"; the running "2.13")."""
+    version = importlib.metadata.version("torch")
+    major, minor = map(int, version.split(".")[:2])
+    local = version.partition("+")[2]
+    return f"{major}.{minor - 1}.0" + (f"+{local}" if local else ""), f"{major}.{minor}"
+
+
+def test_abi_guard_refuses_other_torch_minor(tmp_path):
+    import_layer("torch")
+    claimed, running = claimed_torch_version()
+    doctored_copy(tmp_path, "torch", version=claimed)
+    out = import_copy(tmp_path, "torch")
+    assert out.stdout.startswith("ImportError FuseletABIError fuselet.torch was built against torch " + claimed)
+    for part in (f"found torch {running}", f"torch {'.'.join(claimed.split('.')[:2])} != {running}", "Fix:",
+                 f"{_guard.SKIP_ENV}=1"):
+        assert part in out.stdout
+
+
+def test_abi_guard_skip_env_torch(tmp_path):
+    import_layer("torch")
+    claimed, _ = claimed_torch_version()
+    doctored_copy(tmp_path, "torch", version=claimed)
+    out = import_copy(tmp_path, "torch", **{_guard.SKIP_ENV: "1"})
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith(f"warning RuntimeWarning fuselet.torch was built against torch {claimed}")
+    assert "Loading anyway" in lines[0]
+    assert float(lines[-1]) == pytest.approx(6.0, rel=1e-5)  # the op library loaded and ran
+
+
+def test_abi_guard_refuses_newer_ffi_api(tmp_path):
+    import_layer("jax")
+    info = doctored_copy(tmp_path, "jax", ffi_api=[0, 9])
+    out = import_copy(tmp_path, "jax")
+    assert out.stdout.startswith("ImportError FuseletABIError fuselet.jax was built against jaxlib "
+                                 f"{info['jaxlib_version']} (XLA FFI API 0.9)")
+    assert "is newer than or incompatible with" in out.stdout and "Fix:" in out.stdout
+
+
+def test_abi_guard_skip_env_jax(tmp_path):
+    import_layer("jax")
+    doctored_copy(tmp_path, "jax", ffi_api=[0, 9])
+    out = import_copy(tmp_path, "jax", **{_guard.SKIP_ENV: "1"})
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("warning RuntimeWarning fuselet.jax was built against jaxlib")
+    assert "Loading anyway" in lines[0]
+    assert float(lines[-1]) == pytest.approx(6.0, rel=1e-5)
