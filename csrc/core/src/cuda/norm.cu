@@ -1,0 +1,678 @@
+/*
+ * fuselet CUDA kernels: RMSNorm and LayerNorm, forward and backward (math in norm.h).
+ *
+ * Storage dtypes float32 / float16 / bfloat16; all arithmetic in float32.
+ *
+ * Work split. A row is handled by a "team": one warp (H <= kMaxWarpHidden = 512; kWarpRows rows
+ * per block) or one block of 128..1024 threads (larger H; 512 at most for the backward and the
+ * scalar forward, which keep more values live per thread). The row is read as vectors of kVec
+ * elements: 16 bytes when every row pointer, row stride, weight/bias and H allow it (checked at
+ * runtime), else 1 element. Each thread holds up to 16 elements of a row in registers (8 on the
+ * scalar block paths); a longer row is processed in chunks and re-read (from L2) in pass 2.
+ *
+ * Forward. RMSNorm reduces sum(x^2). LayerNorm reduces sum(x), then sum((x - mean)^2) in a
+ * second pass over the registers (a chunked row is re-read), so there is no E[x^2]-E[x]^2
+ * cancellation. The last pass writes y; thread 0 of the team writes rstd (and mean).
+ *
+ * Backward. The rows are split into G contiguous row groups (G <= 512, see bwd_groups), one
+ * block per group. Each block computes dx for its rows and accumulates dweight (and dbias)
+ * partial sums for its rows in registers (rows longer than one chunk: in dynamic shared memory,
+ * or in its own slice of the workspace when 2 * H floats exceed the opt-in shared memory size),
+ * then writes them to the workspace:
+ *     workspace = float32 [2][G][H]   (dweight partials, then dbias partials; RMSNorm uses the first)
+ * A second kernel sums the G partials per column in a fixed order (deterministic) and writes
+ * dweight / dbias in the storage dtype.
+ *
+ * All launches go on the caller's stream; every launch is followed by a cudaGetLastError() check.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "fuselet/norm.h"
+#include "internal.h"
+#include "norm_check.h"
+
+namespace fuselet {
+namespace {
+
+constexpr int kWarpRows = 8;               // warps (= rows in flight) per block on the warp path
+constexpr int kElems = 16;                 // elements a thread holds per chunk (vectorized / warp)
+constexpr int kMaxWarpHidden = 32 * kElems;  // largest H served by one warp per row
+// Block-per-row teams have 128..max_threads() threads. The backward (and the scalar forward)
+// keep more live values per thread, so they stop at 512 threads (128 registers each).
+constexpr int kMinThreads = 128;
+__host__ __device__ constexpr int max_threads(bool backward, int vec) {
+  return backward || vec == 1 ? 512 : 1024;
+}
+constexpr int64_t kMaxGrid = int64_t(1) << 20;  // rows beyond this are grid-strided
+constexpr int kFinalizeSlices = 8;         // threadIdx.y extent of the partial-sum kernel
+
+// Kernel variants: one warp per row; one block per row held in registers; one block per row
+// processed in chunks of nthreads * kElems elements (rows too long for the registers).
+enum Team { kWarpTeam, kBlockTeam, kChunkedTeam };
+
+// Vectors of kVec elements a thread holds per chunk: kElems elements, but only 8 on the scalar
+// block paths (each scalar access keeps its own 64-bit address live).
+__host__ __device__ constexpr int vecs_per_thread(Team team, int vec) {
+  return team != kWarpTeam && vec == 1 ? 8 : kElems / vec;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Element access.
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+
+// N consecutive elements moved as one (16-byte when N * sizeof(T) == 16) access.
+template <typename T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
+  const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
+#pragma unroll
+  for (int j = 0; j < N; ++j) out[j] = to_float(v.v[j]);
+}
+
+template <typename T, int N>
+__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
+  Vec<T, N> v;
+#pragma unroll
+  for (int j = 0; j < N; ++j) v.v[j] = from_float<T>(in[j]);
+  *reinterpret_cast<Vec<T, N>*>(p) = v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reductions. Every lane/thread of a team gets the same, deterministic result.
+
+struct Add {
+  __device__ float operator()(float a, float b) const { return a + b; }
+  __device__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
+};
+
+__device__ __forceinline__ float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
+__device__ __forceinline__ float2 shfl_xor(float2 v, int m) { return make_float2(shfl_xor(v.x, m), shfl_xor(v.y, m)); }
+
+// Butterfly all-reduce; the lower lane's value is always the left operand, so every lane ends
+// with the bit-identical result.
+template <typename V, typename Op>
+__device__ __forceinline__ V warp_allreduce(V v, Op op) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int m = 16; m > 0; m >>= 1) {
+    const V o = shfl_xor(v, m);
+    v = (lane & m) ? op(o, v) : op(v, o);
+  }
+  return v;
+}
+
+// Block all-reduce through `scratch` (>= 33 entries of V). blockDim.x must be a multiple of 32.
+// Safe to call back to back: the result slot (32) and the per-warp slots do not alias.
+template <typename V, typename Op>
+__device__ V block_allreduce(V v, Op op, V* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_allreduce(v, op);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    V t = lane < nwarps ? scratch[lane] : V{};
+    t = warp_allreduce(t, op);
+    if (lane == 0) scratch[32] = t;
+  }
+  __syncthreads();
+  return scratch[32];
+}
+
+template <bool kWarp, typename V, typename Op>
+__device__ __forceinline__ V team_allreduce(V v, Op op, void* scratch) {
+  if constexpr (kWarp) {
+    return warp_allreduce(v, op);
+  } else {
+    return block_allreduce(v, op, static_cast<V*>(scratch));
+  }
+}
+
+// Thread `tid` of a team of `nthr` owns vectors base + k * nthr, k < kVecs, of each chunk
+// (base = chunk start + tid): the elements at base * kVec + k * step, step = nthr * kVec.
+// Only the first `count` of them lie inside the row.
+template <int kVecs>
+__device__ __forceinline__ int valid_count(int64_t base, int nthr, int64_t nvec) {
+  if (base >= nvec) return 0;
+  const int64_t n = (nvec - base - 1) / nthr + 1;
+  return n < kVecs ? static_cast<int>(n) : kVecs;
+}
+
+template <typename T, int kVecs, int kVec>
+__device__ __forceinline__ void load_chunk(const T* p, int step, int count, float (&v)[kVecs][kVec]) {
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+    if (k < count) {
+      load(p + k * step, v[k]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[k][j] = 0.f;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Forward.
+
+struct FwdArgs {
+  const void* x;
+  const void* w;
+  const void* b;  // null for RMSNorm
+  void* y;
+  float* mean;  // null for RMSNorm
+  float* rstd;
+  int64_t rows, x_stride, y_stride, hidden;
+  float eps, inv_h;  // inv_h = 1 / hidden
+};
+
+template <typename T, int kVec, Team kTeam, bool kLN>
+__global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_threads(false, kVec), 1)
+    norm_fwd_kernel(const FwdArgs a) {
+  constexpr int kVecs = vecs_per_thread(kTeam, kVec);
+  constexpr bool kWarp = kTeam == kWarpTeam, kChunked = kTeam == kChunkedTeam;
+  __shared__ float scratch[33];
+  const int tid = kWarp ? (threadIdx.x & 31) : threadIdx.x;
+  const int nthr = kWarp ? 32 : blockDim.x;
+  const int teams = kWarp ? blockDim.x / 32 : 1;  // rows per block
+  const int64_t nvec = a.hidden / kVec;
+  const int64_t chunk = int64_t(nthr) * kVecs;  // vectors per chunk
+  const int64_t nchunks = kChunked ? (nvec - 1) / chunk + 1 : 1;
+  const int step = nthr * kVec;  // elements between a thread's vectors
+  const T* w = static_cast<const T*>(a.w);
+  const T* b = static_cast<const T*>(a.b);
+
+  for (int64_t row = int64_t(blockIdx.x) * teams + (kWarp ? threadIdx.x / 32 : 0); row < a.rows;
+       row += int64_t(gridDim.x) * teams) {
+    const T* x = static_cast<const T*>(a.x) + row * a.x_stride;
+    T* y = static_cast<T*>(a.y) + row * a.y_stride;
+    float v[kVecs][kVec];
+    float sum = 0.f;  // LayerNorm: sum(x); RMSNorm: sum(x^2)
+    for (int64_t c = 0; c < nchunks; ++c) {
+      load_chunk(x + (c * chunk + tid) * kVec, step, valid_count<kVecs>(c * chunk + tid, nthr, nvec), v);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) sum += kLN ? v[k][j] : v[k][j] * v[k][j];  // zero padded
+    }
+    sum = team_allreduce<kWarp>(sum, Add(), scratch) * a.inv_h;
+    float mu = 0.f, var = sum;
+    if constexpr (kLN) {  // second pass over the registers (or the re-read chunks): mean((x - mu)^2)
+      mu = sum;
+      float m2 = 0.f;
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+        if constexpr (kChunked) load_chunk(x + (c * chunk + tid) * kVec, step, count, v);
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) m2 += k < count ? (v[k][j] - mu) * (v[k][j] - mu) : 0.f;
+      }
+      var = team_allreduce<kWarp>(m2, Add(), scratch) * a.inv_h;
+    }
+    const float rs = rsqrtf(var + a.eps);
+    if (tid == 0) {
+      a.rstd[row] = rs;
+      if constexpr (kLN) a.mean[row] = mu;
+    }
+    for (int64_t c = 0; c < nchunks; ++c) {
+      const int64_t e0 = (c * chunk + tid) * kVec;
+      const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+      if constexpr (kChunked) load_chunk(x + e0, step, count, v);  // else v still holds the row
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        if (k >= count) continue;
+        const int64_t e = e0 + k * step;
+        float wv[kVec], bv[kVec] = {}, out[kVec];
+        load(w + e, wv);
+        if constexpr (kLN) load(b + e, bv);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) out[j] = (v[k][j] - mu) * rs * wv[j] + bv[j];
+        store(y + e, out);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward.
+
+struct BwdArgs {
+  const void* dy;
+  const void* x;
+  const void* w;
+  const float* mean;  // null for RMSNorm
+  const float* rstd;
+  void* dx;
+  float* part_w;  // [groups][hidden]
+  float* part_b;  // [groups][hidden], null for RMSNorm
+  bool smem_acc;  // chunked rows: accumulate in dynamic shared memory (else in part_w / part_b)
+  int64_t rows, rows_per_group, dy_stride, x_stride, dx_stride, hidden;
+  float inv_h;  // 1 / hidden
+};
+
+// Loads one vector of dy, x, w and forms xhat and g = dy * w.
+template <typename T, int kVec>
+__device__ __forceinline__ void load_grad(const T* dy, const T* x, const T* w, float mu, float rs,
+                                          float (&dyv)[kVec], float (&xh)[kVec], float (&g)[kVec]) {
+  float xv[kVec], wv[kVec];
+  load(dy, dyv);
+  load(x, xv);
+  load(w, wv);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    xh[j] = (xv[j] - mu) * rs;
+    g[j] = dyv[j] * wv[j];
+  }
+}
+
+// acc_w[e..e+kVec) += dy * xhat, acc_b[...] += dy; all loads issued before the stores.
+template <int kVec, bool kLN>
+__device__ __forceinline__ void accumulate(float* acc_w, float* acc_b, const float (&dyv)[kVec],
+                                           const float (&xh)[kVec]) {
+  float tw[kVec], tb[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    tw[j] = acc_w[j];
+    if constexpr (kLN) tb[j] = acc_b[j];
+  }
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    acc_w[j] = tw[j] + dyv[j] * xh[j];
+    if constexpr (kLN) acc_b[j] = tb[j] + dyv[j];
+  }
+}
+
+// Block b handles rows [b * rows_per_group, (b + 1) * rows_per_group) and writes row b of the
+// partial sums. Warp path: warps take the block's rows round robin and combine their register
+// partials through dynamic shared memory (kWarpRows * H floats) in warp order. Block path with
+// chunked rows: each thread accumulates its own columns in memory (dynamic shared memory of
+// 2 * H floats when it fits, else the block's workspace row), so no synchronization is needed.
+template <typename T, int kVec, Team kTeam, bool kLN>
+__global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_threads(true, kVec), 1)
+    norm_bwd_kernel(const BwdArgs a) {
+  constexpr int kVecs = vecs_per_thread(kTeam, kVec);
+  constexpr bool kWarp = kTeam == kWarpTeam, kChunked = kTeam == kChunkedTeam;
+  extern __shared__ float dyn_smem[];
+  __shared__ float2 scratch[33];
+  const int tid = kWarp ? (threadIdx.x & 31) : threadIdx.x;
+  const int nthr = kWarp ? 32 : blockDim.x;
+  const int warp = threadIdx.x / 32, teams = kWarp ? blockDim.x / 32 : 1;
+  const int64_t nvec = a.hidden / kVec;
+  const int64_t chunk = int64_t(nthr) * kVecs;
+  const int64_t nchunks = kChunked ? (nvec - 1) / chunk + 1 : 1;
+  const int step = nthr * kVec;
+  const T* w = static_cast<const T*>(a.w);
+  float* pw = a.part_w + int64_t(blockIdx.x) * a.hidden;
+  float* pb = kLN ? a.part_b + int64_t(blockIdx.x) * a.hidden : nullptr;
+
+  float acc_w[kVecs][kVec] = {}, acc_b[kVecs][kVec] = {};
+  float* mw = a.smem_acc ? dyn_smem : pw;  // chunked rows: this block's accumulators
+  float* mb = a.smem_acc ? dyn_smem + a.hidden : pb;
+  const auto for_owned = [&](auto f) {  // chunked rows: f(e) for each element this thread owns
+    for (int64_t c = 0; c < nchunks; ++c)
+      for (int k = 0; k < valid_count<kVecs>(c * chunk + tid, nthr, nvec); ++k)
+        for (int j = 0; j < kVec; ++j) f((c * chunk + tid) * kVec + k * step + j);
+  };
+  if constexpr (kChunked) {  // each thread zeroes, then owns, the columns it visits
+    for_owned([&](int64_t e) {
+      mw[e] = 0.f;
+      if constexpr (kLN) mb[e] = 0.f;
+    });
+  }
+
+  const int64_t r0 = int64_t(blockIdx.x) * a.rows_per_group;
+  const int64_t r1 = min(a.rows, r0 + a.rows_per_group);
+  for (int64_t row = r0 + (kWarp ? warp : 0); row < r1; row += teams) {
+    const T* dy = static_cast<const T*>(a.dy) + row * a.dy_stride;
+    const T* x = static_cast<const T*>(a.x) + row * a.x_stride;
+    T* dx = static_cast<T*>(a.dx) + row * a.dx_stride;
+    const float mu = kLN ? a.mean[row] : 0.f, rs = a.rstd[row];
+    float xh[kVecs][kVec], g[kVecs][kVec];
+    float2 s = make_float2(0.f, 0.f);  // sum(g), sum(g * xhat)
+    for (int64_t c = 0; c < nchunks; ++c) {
+      const int64_t e0 = (c * chunk + tid) * kVec;
+      const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        if (k >= count) continue;
+        const int64_t e = e0 + k * step;
+        float dyv[kVec];
+        load_grad(dy + e, x + e, w + e, mu, rs, dyv, xh[k], g[k]);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          s.x += g[k][j];
+          s.y += g[k][j] * xh[k][j];
+          if constexpr (!kChunked) {
+            acc_w[k][j] += dyv[j] * xh[k][j];
+            if constexpr (kLN) acc_b[k][j] += dyv[j];
+          }
+        }
+        if constexpr (kChunked) accumulate<kVec, kLN>(mw + e, kLN ? mb + e : nullptr, dyv, xh[k]);
+      }
+    }
+    s = team_allreduce<kWarp>(s, Add(), scratch);
+    const float mg = kLN ? s.x * a.inv_h : 0.f, mgx = s.y * a.inv_h;
+    for (int64_t c = 0; c < nchunks; ++c) {
+      const int64_t e0 = (c * chunk + tid) * kVec;
+      const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        if (k >= count) continue;
+        const int64_t e = e0 + k * step;
+        if constexpr (kChunked) {  // xh / g hold the last chunk only: recompute
+          float dyv[kVec];
+          load_grad(dy + e, x + e, w + e, mu, rs, dyv, xh[k], g[k]);
+        }
+        float out[kVec];
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) out[j] = rs * (g[k][j] - mg - xh[k][j] * mgx);
+        store(dx + e, out);
+      }
+    }
+  }
+
+  if constexpr (kChunked) {
+    if (a.smem_acc) {  // copy this thread's columns out of shared memory
+      for_owned([&](int64_t e) {
+        pw[e] = mw[e];
+        if constexpr (kLN) pb[e] = mb[e];
+      });
+    }
+  } else if constexpr (kWarp) {
+    // Single chunk: lane owns vectors lane + 32 k. Sum the warps' partials in warp order.
+    for (int which = 0; which < (kLN ? 2 : 1); ++which) {
+      float* dst = which == 0 ? pw : pb;
+      const int count = valid_count<kVecs>(tid, 32, nvec);
+#pragma unroll
+      for (int k = 0; k < kVecs; ++k) {
+        if (k >= count) continue;
+#pragma unroll
+        for (int j = 0; j < kVec; ++j)
+          dyn_smem[warp * a.hidden + tid * kVec + k * step + j] = which ? acc_b[k][j] : acc_w[k][j];
+      }
+      __syncthreads();
+      for (int64_t col = threadIdx.x; col < a.hidden; col += blockDim.x) {
+        float t = 0.f;
+        for (int q = 0; q < teams; ++q) t += dyn_smem[q * a.hidden + col];
+        dst[col] = t;
+      }
+      __syncthreads();
+    }
+  } else {
+    const int count = valid_count<kVecs>(tid, nthr, nvec);
+#pragma unroll
+    for (int k = 0; k < kVecs; ++k) {
+      if (k >= count) continue;
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        pw[tid * kVec + k * step + j] = acc_w[k][j];
+        if constexpr (kLN) pb[tid * kVec + k * step + j] = acc_b[k][j];
+      }
+    }
+  }
+}
+
+// dweight[col] = sum_g part_w[g][col] (and dbias from part_b), g in a fixed order.
+// Block (32, kFinalizeSlices): x picks the column, y strides over the groups.
+template <typename T>
+__global__ void __launch_bounds__(32 * kFinalizeSlices)
+    norm_bwd_finalize_kernel(const float* part_w, const float* part_b, T* dw, T* db, int64_t groups,
+                             int64_t hidden) {
+  __shared__ float red[2][kFinalizeSlices][33];
+  const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  float sw = 0.f, sb = 0.f;
+  if (col < hidden) {
+    for (int64_t g = threadIdx.y; g < groups; g += kFinalizeSlices) {
+      sw += part_w[g * hidden + col];
+      if (part_b != nullptr) sb += part_b[g * hidden + col];
+    }
+  }
+  red[0][threadIdx.y][threadIdx.x] = sw;
+  red[1][threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= hidden) return;
+  for (int q = 1; q < kFinalizeSlices; ++q) {
+    sw += red[0][q][threadIdx.x];
+    sb += red[1][q][threadIdx.x];
+  }
+  dw[col] = from_float<T>(sw);
+  if (db != nullptr) db[col] = from_float<T>(sb);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side.
+
+// Backward row groups: G = ceil(rows / rows_per_group) <= cap, where the cap (128..512) keeps
+// the workspace (2 * G * H floats) near 32 MiB for large H.
+void bwd_groups(int64_t rows, int64_t hidden, int64_t* groups, int64_t* rows_per_group) {
+  const int64_t cap = std::min<int64_t>(512, std::max<int64_t>(128, (int64_t(1) << 22) / std::max<int64_t>(hidden, 1)));
+  *rows_per_group = rows > 0 ? (rows - 1) / cap + 1 : 1;
+  *groups = rows > 0 ? (rows - 1) / *rows_per_group + 1 : 0;
+}
+
+size_t workspace_bytes(int64_t rows, int64_t hidden) {
+  int64_t groups, per;
+  bwd_groups(rows, hidden, &groups, &per);
+  if (groups == 0) return 0;
+  const uint64_t h = static_cast<uint64_t>(std::max<int64_t>(hidden, 1));
+  const uint64_t per_col = 2 * sizeof(float) * static_cast<uint64_t>(groups);
+  if (h > SIZE_MAX / per_col) return SIZE_MAX;  // absurd sizes: no caller can provide it
+  return static_cast<size_t>(h * per_col);
+}
+
+bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
+
+fuselet_status launch_status(const char* kernel) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return fail(FUSELET_ERR_CUDA, "%s launch failed: %s", kernel, cudaGetErrorString(err));
+  return FUSELET_OK;
+}
+
+// Threads of a block-per-row team: enough for `vecs_per_thread` vectors each, 128..1024.
+int team_threads(int64_t nvec, int vecs_per_thread, int max_threads) {
+  const int64_t t = ((nvec - 1) / vecs_per_thread + 1 + 31) / 32 * 32;
+  return static_cast<int>(std::min<int64_t>(max_threads, std::max<int64_t>(kMinThreads, t)));
+}
+
+// Data pointers must be aligned to their element size (a misaligned access would poison the
+// CUDA context). Null pointers (absent or empty tensors) pass.
+fuselet_status check_alignment(std::initializer_list<std::pair<const char*, const void*>> tensors, size_t elem) {
+  for (const auto& t : tensors)
+    if (!aligned(t.second, elem))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer %p is not aligned to its element size (%zu bytes)",
+                  t.first, t.second, elem);
+  return FUSELET_OK;
+}
+
+// Calls f(T{}) with T the storage type of `dtype`.
+template <typename F>
+fuselet_status dispatch(fuselet_dtype dtype, F&& f) {
+  switch (dtype) {
+    case FUSELET_FLOAT32: return f(float{});
+    case FUSELET_FLOAT16: return f(__half{});
+    case FUSELET_BFLOAT16: return f(__nv_bfloat16{});
+  }
+  return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: unsupported dtype code %d", static_cast<int>(dtype));
+}
+
+template <typename T, int kVec, bool kLN>
+fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
+  const FwdArgs a{p.x,        p.weight,   p.bias,   p.y,   p.mean, p.rstd, p.rows,
+                  p.x_stride, p.y_stride, p.hidden, p.eps, static_cast<float>(1.0 / p.hidden)};
+  if (p.hidden <= kMaxWarpHidden) {
+    const int64_t grid = std::min<int64_t>((p.rows - 1) / kWarpRows + 1, kMaxGrid);
+    norm_fwd_kernel<T, kVec, kWarpTeam, kLN><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
+  } else {
+    constexpr int kVecs = vecs_per_thread(kBlockTeam, kVec);
+    const int threads = team_threads(p.hidden / kVec, kVecs, max_threads(false, kVec));
+    const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
+    if (p.hidden / kVec <= int64_t(threads) * kVecs)
+      norm_fwd_kernel<T, kVec, kBlockTeam, kLN><<<grid, threads, 0, stream>>>(a);
+    else
+      norm_fwd_kernel<T, kVec, kChunkedTeam, kLN><<<grid, threads, 0, stream>>>(a);
+  }
+  return launch_status(kLN ? "layer_norm_fwd_kernel" : "rms_norm_fwd_kernel");
+}
+
+template <typename T, bool kLN>
+fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
+  if (fuselet_status s = check_alignment({{"x", p.x}, {"y", p.y}, {"weight", p.weight}, {"bias", p.bias}}, sizeof(T)))
+    return s;
+  if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
+  constexpr int kV = 16 / sizeof(T);
+  const bool vec = aligned(p.x, 16) && aligned(p.y, 16) && aligned(p.weight, 16) && (!kLN || aligned(p.bias, 16)) &&
+                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0;
+  return vec ? launch_fwd<T, kV, kLN>(p, stream) : launch_fwd<T, 1, kLN>(p, stream);
+}
+
+template <typename T, int kVec, bool kLN>
+fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
+  float* part_b = kLN ? ws + groups * p.hidden : nullptr;
+  BwdArgs a{p.dy,   p.x,   p.weight,    p.mean,     p.rstd,      p.dx,     ws, part_b, false,
+            p.rows, per,   p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden)};
+  const char* name = kLN ? "layer_norm_bwd_kernel" : "rms_norm_bwd_kernel";
+  if (p.hidden <= kMaxWarpHidden) {
+    const size_t smem = sizeof(float) * kWarpRows * static_cast<size_t>(p.hidden);
+    norm_bwd_kernel<T, kVec, kWarpTeam, kLN><<<static_cast<unsigned>(groups), 32 * kWarpRows, smem, stream>>>(a);
+  } else {
+    constexpr int kVecs = vecs_per_thread(kBlockTeam, kVec);
+    const int threads = team_threads(p.hidden / kVec, kVecs, max_threads(true, kVec));
+    if (p.hidden / kVec <= int64_t(threads) * kVecs) {
+      norm_bwd_kernel<T, kVec, kBlockTeam, kLN><<<static_cast<unsigned>(groups), threads, 0, stream>>>(a);
+    } else {  // chunked rows: accumulators in shared memory if they fit
+      const auto kernel = norm_bwd_kernel<T, kVec, kChunkedTeam, kLN>;
+      const size_t bytes = sizeof(float) * (kLN ? 2 : 1) * static_cast<size_t>(p.hidden);
+      int dev = 0, optin = 0;
+      cudaFuncAttributes attr;
+      cudaError_t err = cudaGetDevice(&dev);
+      if (err == cudaSuccess) err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+      if (err == cudaSuccess) err = cudaFuncGetAttributes(&attr, kernel);
+      size_t smem = 0;
+      if (err == cudaSuccess && bytes + attr.sharedSizeBytes <= static_cast<size_t>(optin)) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+        smem = bytes;
+        a.smem_acc = true;
+      }
+      if (err != cudaSuccess) return fail(FUSELET_ERR_CUDA, "%s setup failed: %s", name, cudaGetErrorString(err));
+      kernel<<<static_cast<unsigned>(groups), threads, smem, stream>>>(a);
+    }
+  }
+  if (fuselet_status s = launch_status(name)) return s;
+  const dim3 block(32, kFinalizeSlices);
+  const unsigned grid = static_cast<unsigned>((p.hidden - 1) / 32 + 1);
+  norm_bwd_finalize_kernel<T><<<grid, block, 0, stream>>>(a.part_w, a.part_b, static_cast<T*>(p.dweight),
+                                                          static_cast<T*>(p.dbias), groups, p.hidden);
+  return launch_status(kLN ? "layer_norm_bwd_finalize_kernel" : "rms_norm_bwd_finalize_kernel");
+}
+
+template <typename T, bool kLN>
+fuselet_status run_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
+  if (fuselet_status s = check_alignment({{"dy", p.dy}, {"x", p.x}, {"weight", p.weight}, {"dx", p.dx},
+                                          {"dweight", p.dweight}, {"dbias", p.dbias}},
+                                         sizeof(T)))
+    return s;
+  if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
+  constexpr int kV = 16 / sizeof(T);
+  const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) && aligned(p.weight, 16) &&
+                   p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0;
+  return vec ? launch_bwd<T, kV, kLN>(p, ws, groups, per, stream) : launch_bwd<T, 1, kLN>(p, ws, groups, per, stream);
+}
+
+template <bool kLN>
+fuselet_status norm_fwd(const NormProblem& p, void* stream) {
+  if (p.rows == 0) return FUSELET_OK;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return dispatch(p.dtype, [&](auto tag) { return run_fwd<decltype(tag), kLN>(p, s); });
+}
+
+template <bool kLN>
+fuselet_status norm_bwd(const NormProblem& p, void* workspace, size_t workspace_bytes_given, void* stream) {
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const size_t need = workspace_bytes(p.rows, p.hidden);
+  if (need > 0 && (workspace == nullptr || workspace_bytes_given < need))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "workspace: %" PRId64 " rows of %" PRId64 " need %zu bytes (fuselet_norm_bwd_workspace_bytes_cuda), "
+                "got %zu bytes at %p",
+                p.rows, p.hidden, need, workspace == nullptr ? size_t(0) : workspace_bytes_given, workspace);
+  if (need > 0 && !aligned(workspace, sizeof(float)))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "workspace: pointer %p is not 4-byte aligned", workspace);
+  if (p.rows == 0) {  // no rows: the reductions are empty sums
+    const size_t bytes = (p.dtype == FUSELET_FLOAT32 ? 4 : 2) * static_cast<size_t>(p.hidden);
+    cudaError_t err = cudaMemsetAsync(p.dweight, 0, bytes, s);
+    if (err == cudaSuccess && kLN) err = cudaMemsetAsync(p.dbias, 0, bytes, s);
+    if (err != cudaSuccess)
+      return fail(FUSELET_ERR_CUDA, "cudaMemsetAsync of dweight/dbias failed: %s", cudaGetErrorString(err));
+    return FUSELET_OK;
+  }
+  int64_t groups, per;
+  bwd_groups(p.rows, p.hidden, &groups, &per);
+  float* ws = static_cast<float*>(workspace);
+  return dispatch(p.dtype, [&](auto tag) { return run_bwd<decltype(tag), kLN>(p, ws, groups, per, s); });
+}
+
+}  // namespace
+}  // namespace fuselet
+
+extern "C" {
+
+size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t rows, int64_t hidden) {
+  return fuselet::workspace_bytes(rows, hidden);
+}
+
+fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+                                         fuselet_tensor* y, fuselet_tensor* rstd, void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, y, nullptr, rstd, false, &p)) return s;
+  return fuselet::norm_fwd<false>(p, stream);
+}
+
+fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                         const fuselet_tensor* weight, const fuselet_tensor* rstd, fuselet_tensor* dx,
+                                         fuselet_tensor* dweight, void* workspace, size_t workspace_bytes,
+                                         void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, dx, dweight, nullptr, false, &p))
+    return s;
+  return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+}
+
+fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                           const fuselet_tensor* bias, float eps, fuselet_tensor* y,
+                                           fuselet_tensor* mean, fuselet_tensor* rstd, void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, y, mean, rstd, true, &p)) return s;
+  return fuselet::norm_fwd<true>(p, stream);
+}
+
+fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                           const fuselet_tensor* weight, const fuselet_tensor* mean,
+                                           const fuselet_tensor* rstd, fuselet_tensor* dx, fuselet_tensor* dweight,
+                                           fuselet_tensor* dbias, void* workspace, size_t workspace_bytes,
+                                           void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, dx, dweight, dbias, true, &p)) return s;
+  return fuselet::norm_bwd<true>(p, workspace, workspace_bytes, stream);
+}
+
+}  // extern "C"

@@ -1,0 +1,364 @@
+// Standalone test of the CUDA normalization entry points (fuselet_*_norm_*_cuda) against the
+// CPU entry points of the same library. No framework: prints one line per failure and
+// "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip) without a GPU.
+#include <cuda_runtime.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fuselet/norm.h"
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+
+void check(bool ok, const std::string& what) {
+  if (ok) {
+    ++g_passed;
+  } else {
+    ++g_failed;
+    std::printf("FAIL: %s\n", what.c_str());
+  }
+}
+
+#define CUDA_OK(expr)                                                                              \
+  do {                                                                                             \
+    const cudaError_t err_ = (expr);                                                               \
+    if (err_ != cudaSuccess) {                                                                     \
+      std::printf("FAIL: %s: %s (%s:%d)\n", #expr, cudaGetErrorString(err_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+// ---- host float16 / bfloat16 conversions (round to nearest even) ----
+
+float half_to_float(uint16_t h) {
+  const int exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+  } else if (exp == 31) {
+    f = mant ? NAN : INFINITY;
+  } else {
+    f = std::ldexp(static_cast<float>(mant | 0x400), exp - 25);
+  }
+  return (h & 0x8000) ? -f : f;
+}
+
+uint16_t float_to_half(float f) {
+  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7e00;
+  if (a >= 65520.f) return sign | 0x7c00;  // rounds to infinity
+  if (a < 6.103515625e-05f)                // subnormal: multiples of 2^-24 (1024 = smallest normal)
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.f));
+  int e;
+  const float m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  uint32_t q = static_cast<uint32_t>(std::nearbyint(m * 2048.f));
+  int biased = e - 1 + 15;
+  if (q == 2048) {
+    q = 1024;
+    ++biased;
+  }
+  if (biased >= 31) return sign | 0x7c00;
+  return static_cast<uint16_t>(sign | (biased << 10) | (q - 1024));
+}
+
+float bf16_to_float(uint16_t b) {
+  const uint32_t u = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t float_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (std::isnan(f)) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// ---- buffers and tensor views ----
+
+size_t dtype_size(fuselet_dtype dt) { return dt == FUSELET_FLOAT32 ? 4 : 2; }
+
+const char* dtype_str(fuselet_dtype dt) {
+  return dt == FUSELET_FLOAT32 ? "float32" : dt == FUSELET_FLOAT16 ? "float16" : "bfloat16";
+}
+
+// n elements of dtype `dt` in host memory.
+struct HostBuf {
+  fuselet_dtype dt;
+  size_t n;
+  std::vector<unsigned char> bytes;
+  HostBuf(fuselet_dtype d, size_t count) : dt(d), n(count), bytes(count * dtype_size(d) + 1) {}
+  void* data() { return bytes.data(); }
+  size_t nbytes() const { return n * dtype_size(dt); }
+  float get(size_t i) const {
+    if (dt == FUSELET_FLOAT32) {
+      float f;
+      std::memcpy(&f, &bytes[i * 4], 4);
+      return f;
+    }
+    uint16_t h;
+    std::memcpy(&h, &bytes[i * 2], 2);
+    return dt == FUSELET_FLOAT16 ? half_to_float(h) : bf16_to_float(h);
+  }
+  void set(size_t i, float v) {
+    if (dt == FUSELET_FLOAT32) {
+      std::memcpy(&bytes[i * 4], &v, 4);
+      return;
+    }
+    const uint16_t h = dt == FUSELET_FLOAT16 ? float_to_half(v) : float_to_bf16(v);
+    std::memcpy(&bytes[i * 2], &h, 2);
+  }
+};
+
+// Device copy of a HostBuf (or an uninitialized / byte-filled buffer of the same size).
+struct DevBuf {
+  void* p = nullptr;
+  size_t nbytes = 0;
+  explicit DevBuf(size_t bytes, int fill = -1) : nbytes(bytes) {
+    if (bytes == 0) return;
+    CUDA_OK(cudaMalloc(&p, bytes));
+    if (fill >= 0) CUDA_OK(cudaMemset(p, fill, bytes));
+  }
+  explicit DevBuf(const HostBuf& h) : DevBuf(h.nbytes()) {
+    if (nbytes) CUDA_OK(cudaMemcpy(p, h.bytes.data(), nbytes, cudaMemcpyHostToDevice));
+  }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  ~DevBuf() {
+    if (p) cudaFree(p);
+  }
+  HostBuf download(fuselet_dtype dt) const {
+    HostBuf h(dt, nbytes / dtype_size(dt));
+    if (nbytes) CUDA_OK(cudaMemcpy(h.data(), p, nbytes, cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+fuselet_tensor rows_view(void* data, fuselet_dtype dt, int64_t rows, int64_t hidden, int64_t stride) {
+  fuselet_tensor t;
+  std::memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = 2;
+  t.shape[0] = rows;
+  t.shape[1] = hidden;
+  t.strides[0] = stride;
+  t.strides[1] = 1;
+  return t;
+}
+
+fuselet_tensor vec_view(void* data, fuselet_dtype dt, int64_t n) {
+  fuselet_tensor t;
+  std::memset(&t, 0, sizeof(t));
+  t.data = data;
+  t.dtype = dt;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+// Compares the first `hidden` elements of each of `rows` rows (`stride` apart) with tolerance
+// |got - ref| <= tol * (1 + |ref|); padding between rows must still hold `pad_ref`'s bytes.
+void compare(const std::string& what, const HostBuf& got, const HostBuf& ref, int64_t rows, int64_t hidden,
+             int64_t stride, double tol) {
+  int64_t bad = 0;
+  std::string first;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < stride; ++c) {
+      const size_t i = static_cast<size_t>(r * stride + c);
+      if (i >= got.n) break;
+      const double g = got.get(i), e = ref.get(i);
+      const bool ok = c < hidden ? std::fabs(g - e) <= tol * (1.0 + std::fabs(e))
+                                 : std::memcmp(&got.bytes[i * dtype_size(got.dt)], &ref.bytes[i * dtype_size(ref.dt)],
+                                               dtype_size(got.dt)) == 0;
+      if (!ok && bad++ == 0) {
+        char buf[200];
+        std::snprintf(buf, sizeof(buf), " (first at row %" PRId64 " col %" PRId64 ": got %.7g, expected %.7g%s)", r,
+                      c, g, e, c < hidden ? "" : ", padding overwritten");
+        first = buf;
+      }
+    }
+  }
+  check(bad == 0, what + ": " + std::to_string(bad) + " mismatches" + first);
+}
+
+struct Case {
+  fuselet_dtype dt;
+  int64_t rows, hidden, stride;
+  double tol;
+  bool layer_norm;
+  std::string name() const {
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s %s rows=%" PRId64 " H=%" PRId64 " stride=%" PRId64,
+                  layer_norm ? "layer_norm" : "rms_norm", dtype_str(dt), rows, hidden, stride);
+    return buf;
+  }
+};
+
+void expect_ok(fuselet_status s, const std::string& what) {
+  check(s == FUSELET_OK, what + " returned " + fuselet_status_string(s) + ": " + fuselet_last_error());
+}
+
+void run_case(const Case& k, cudaStream_t stream) {
+  const fuselet_dtype dt = k.dt;
+  const int64_t R = k.rows, H = k.hidden, S = k.stride;
+  const size_t n = static_cast<size_t>(R > 0 ? (R - 1) * S + H : 0);
+  const float eps = 1e-5f;
+  std::mt19937 gen(static_cast<uint32_t>(R * 7919 + H * 31 + dt));
+  std::normal_distribution<float> normal(0.f, 1.f);
+
+  // Inputs (padding between rows holds a marker the kernels must not touch).
+  HostBuf x(dt, n), dy(dt, n), w(dt, H), b(dt, H);
+  for (size_t i = 0; i < n; ++i) {
+    const bool pad = static_cast<int64_t>(i % S) >= H;
+    x.set(i, pad ? 777.f : 3.f + normal(gen));  // offset mean: exercises the LayerNorm variance
+    dy.set(i, pad ? 777.f : normal(gen));
+  }
+  for (int64_t i = 0; i < H; ++i) {
+    w.set(i, 1.f + 0.2f * normal(gen));
+    b.set(i, 0.1f * normal(gen));
+  }
+  HostBuf y_ref = x, dx_ref = x;  // same padding
+  HostBuf mean_ref(FUSELET_FLOAT32, R), rstd_ref(FUSELET_FLOAT32, R), dw_ref(dt, H), db_ref(dt, H);
+  fuselet_tensor tx = rows_view(x.data(), dt, R, H, S), tdy = rows_view(dy.data(), dt, R, H, S);
+  fuselet_tensor tw = vec_view(w.data(), dt, H), tb = vec_view(b.data(), dt, H);
+  fuselet_tensor ty = rows_view(y_ref.data(), dt, R, H, S), tdx = rows_view(dx_ref.data(), dt, R, H, S);
+  fuselet_tensor tm = vec_view(mean_ref.data(), FUSELET_FLOAT32, R), tr = vec_view(rstd_ref.data(), FUSELET_FLOAT32, R);
+  fuselet_tensor tdw = vec_view(dw_ref.data(), dt, H), tdb = vec_view(db_ref.data(), dt, H);
+  const std::string name = k.name();
+  fuselet_status s;
+  if (k.layer_norm) {
+    s = fuselet_layer_norm_fwd(&tx, &tw, &tb, eps, &ty, &tm, &tr);
+    if (s == FUSELET_OK) s = fuselet_layer_norm_bwd(&tdy, &tx, &tw, &tm, &tr, &tdx, &tdw, &tdb);
+  } else {
+    s = fuselet_rms_norm_fwd(&tx, &tw, eps, &ty, &tr);
+    if (s == FUSELET_OK) s = fuselet_rms_norm_bwd(&tdy, &tx, &tw, &tr, &tdx, &tdw);
+  }
+  if (s != FUSELET_OK) {
+    check(false, name + ": CPU reference failed: " + fuselet_last_error());
+    return;
+  }
+
+  // Device: inputs, outputs pre-filled with the reference's padding / garbage.
+  DevBuf dx_in(x), ddy(dy), dw_in(w), db_in(b), dmean_ref(mean_ref), drstd_ref(rstd_ref);
+  DevBuf dy_out(x), ddx_out(x);  // padding = marker; the row contents get overwritten
+  DevBuf dmean(R * 4, 0xff), drstd(R * 4, 0xff), ddw(H * dtype_size(dt), 0xff), ddb(H * dtype_size(dt), 0xff);
+  const size_t ws_bytes = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
+  check(R == 0 ? ws_bytes == 0 : ws_bytes > 0, name + ": workspace bytes " + std::to_string(ws_bytes));
+  DevBuf ws(ws_bytes, 0xff);  // contents must be ignored
+
+  fuselet_tensor gx = rows_view(dx_in.p, dt, R, H, S), gdy = rows_view(ddy.p, dt, R, H, S);
+  fuselet_tensor gw = vec_view(dw_in.p, dt, H), gb = vec_view(db_in.p, dt, H);
+  fuselet_tensor gy = rows_view(dy_out.p, dt, R, H, S), gdx = rows_view(ddx_out.p, dt, R, H, S);
+  fuselet_tensor gm = vec_view(dmean.p, FUSELET_FLOAT32, R), gr = vec_view(drstd.p, FUSELET_FLOAT32, R);
+  fuselet_tensor gmr = vec_view(dmean_ref.p, FUSELET_FLOAT32, R), grr = vec_view(drstd_ref.p, FUSELET_FLOAT32, R);
+  fuselet_tensor gdw = vec_view(ddw.p, dt, H), gdb = vec_view(ddb.p, dt, H);
+  void* st = static_cast<void*>(stream);
+
+  // Forward.
+  s = k.layer_norm ? fuselet_layer_norm_fwd_cuda(&gx, &gw, &gb, eps, &gy, &gm, &gr, st)
+                   : fuselet_rms_norm_fwd_cuda(&gx, &gw, eps, &gy, &gr, st);
+  expect_ok(s, name + " fwd_cuda");
+  CUDA_OK(cudaStreamSynchronize(stream));
+  compare(name + " y", dy_out.download(dt), y_ref, R, H, S, k.tol);
+  if (R > 0) {
+    compare(name + " rstd", drstd.download(FUSELET_FLOAT32), rstd_ref, 1, R, R, 1e-4);
+    if (k.layer_norm) compare(name + " mean", dmean.download(FUSELET_FLOAT32), mean_ref, 1, R, R, 1e-4);
+  }
+
+  // Backward, from the reference statistics; twice, to check it is deterministic.
+  HostBuf first_dw(dt, H);
+  for (int rep = 0; rep < 2; ++rep) {
+    s = k.layer_norm ? fuselet_layer_norm_bwd_cuda(&gdy, &gx, &gw, &gmr, &grr, &gdx, &gdw, &gdb, ws.p, ws_bytes, st)
+                     : fuselet_rms_norm_bwd_cuda(&gdy, &gx, &gw, &grr, &gdx, &gdw, ws.p, ws_bytes, st);
+    expect_ok(s, name + " bwd_cuda");
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const HostBuf got_dw = ddw.download(dt);
+    if (rep == 1) {
+      check(got_dw.bytes == first_dw.bytes, name + ": dweight differs between two identical runs");
+      break;
+    }
+    first_dw = got_dw;
+    const double red_tol = k.tol * std::sqrt(static_cast<double>(R > 1 ? R : 1));
+    compare(name + " dx", ddx_out.download(dt), dx_ref, R, H, S, k.tol);
+    compare(name + " dweight", got_dw, dw_ref, 1, H, H, red_tol);
+    if (k.layer_norm) compare(name + " dbias", ddb.download(dt), db_ref, 1, H, H, red_tol);
+    CUDA_OK(cudaMemsetAsync(ws.p, 0xff, ws_bytes, stream));  // poison again for the second run
+  }
+}
+
+// Invalid calls must be refused before anything is launched, naming the culprit.
+void run_error_checks(cudaStream_t stream) {
+  const int64_t R = 4, H = 64;
+  DevBuf x(R * H * 4, 0), y(R * H * 4, 0), w(H * 4, 0), b(H * 4, 0), m(R * 4, 0), r(R * 4, 0), dw(H * 4, 0);
+  fuselet_tensor tx = rows_view(x.p, FUSELET_FLOAT32, R, H, H), ty = rows_view(y.p, FUSELET_FLOAT32, R, H, H);
+  fuselet_tensor tw = vec_view(w.p, FUSELET_FLOAT32, H), tb = vec_view(b.p, FUSELET_FLOAT32, H);
+  fuselet_tensor tm = vec_view(m.p, FUSELET_FLOAT32, R), tr = vec_view(r.p, FUSELET_FLOAT32, R);
+  fuselet_tensor tdw = vec_view(dw.p, FUSELET_FLOAT32, H);
+  void* st = static_cast<void*>(stream);
+  auto expect_invalid = [](fuselet_status s, const char* needle, const std::string& what) {
+    const std::string msg = fuselet_last_error();
+    check(s == FUSELET_ERR_INVALID_ARGUMENT && msg.find(needle) != std::string::npos,
+          what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming \"" + needle + "\", got " +
+              fuselet_status_string(s) + ": \"" + msg + "\"");
+  };
+  expect_invalid(fuselet_rms_norm_fwd_cuda(&tx, &tw, 0.f, &ty, &tr, st), "eps", "rms_norm_fwd_cuda eps=0");
+  expect_invalid(fuselet_layer_norm_fwd_cuda(&tx, &tw, &tb, 0.f, &ty, &tm, &tr, st), "eps",
+                 "layer_norm_fwd_cuda eps=0");
+  const size_t need = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
+  DevBuf ws(need, 0);
+  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, &ty, &tdw, nullptr, need, st), "workspace",
+                 "rms_norm_bwd_cuda workspace=NULL");
+  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, &ty, &tdw, ws.p, need - 1, st), "workspace",
+                 "rms_norm_bwd_cuda workspace too small");
+  check(fuselet_norm_bwd_workspace_bytes_cuda(0, H) == 0, "workspace bytes for 0 rows must be 0");
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  if (!fuselet_has_cuda()) {
+    std::printf("libfuselet was built without CUDA: skipped\n");
+    return 77;
+  }
+  cudaStream_t stream;
+  CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  const fuselet_dtype dtypes[] = {FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16};
+  const double tols[] = {1e-4, 1e-2, 3e-2};
+  for (int d = 0; d < 3; ++d) {
+    for (bool ln : {false, true}) {
+      for (int64_t h : {1, 3, 127, 1024, 4097})
+        for (int64_t rows : {0, 1, 7, 1000}) run_case(Case{dtypes[d], rows, h, h, tols[d], ln}, stream);
+      // Padded rows: 1024 + 3 defeats the 16-byte path, 1024 + 8 keeps it with stride != H.
+      run_case(Case{dtypes[d], 7, 1024, 1027, tols[d], ln}, stream);
+      run_case(Case{dtypes[d], 33, 1024, 1032, tols[d], ln}, stream);
+      // Rows longer than one register chunk: partials in shared memory (20000), or for LayerNorm
+      // in the workspace once 2 * H floats exceed the shared memory limit (30000).
+      for (int64_t rows : {2, 300}) run_case(Case{dtypes[d], rows, 20000, 20000, tols[d], ln}, stream);
+      run_case(Case{dtypes[d], 40, 30000, 30000, tols[d], ln}, stream);
+    }
+  }
+  run_error_checks(stream);
+  CUDA_OK(cudaStreamDestroy(stream));
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
