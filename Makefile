@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test core-test cuda-build bench clean
+.PHONY: help venv build demo test core-test cuda-build gpu-test bench clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -22,6 +22,9 @@ core-test:       ## the framework-free core alone: C++ tests + find_package cons
 
 cuda-build:      ## compile all CUDA sources with nvcc (no GPU needed)
 	scripts/cuda-build.sh
+
+gpu-test:        ## on a GPU machine: build with CUDA into its python, run all tests + GPU benchmark
+	scripts/gpu-test.sh
 
 bench:           ## benchmarks: tables + ratios against the frameworks' own ops
 	scripts/bench.sh
