@@ -1,6 +1,7 @@
 // XLA FFI handlers of the normalization family. Target names follow the torch ops:
 // fuselet_rms_norm_fwd <-> fuselet::rms_norm_fwd. Symbols: fuselet_jax_<op>_{cpu,cuda}.
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "fuselet/norm.h"
@@ -32,8 +33,11 @@ Error workspace(const Where& at, const fuselet_tensor& x, void** ws, size_t* byt
   *bytes = fuselet_norm_bwd_workspace_bytes_cuda(rows, hidden);
   *ws = nullptr;
   if (*bytes == 0) return Error::Success();
-  auto mem = (*at.scratch)->Allocate(*bytes, 256);
-  if (!mem.has_value()) return Error(ffi::ErrorCode::kResourceExhausted, "fuselet: cannot allocate workspace");
+  // XLA's scratch allocator accepts alignments up to 16 bytes (its allocations are aligned further).
+  auto mem = (*at.scratch)->Allocate(*bytes, 16);
+  if (!mem.has_value())
+    return Error(ffi::ErrorCode::kResourceExhausted,
+                 "fuselet: XLA could not allocate " + std::to_string(*bytes) + " bytes of device workspace");
   *ws = *mem;
   return Error::Success();
 }
