@@ -1,10 +1,13 @@
 # Helpers to ask the build Python about the frameworks it imports, and to record what an
 # extension was compiled against (the provenance the import-time ABI guard compares).
-find_package(Python 3.9 REQUIRED COMPONENTS Interpreter)
+find_package(Python 3.9 COMPONENTS Interpreter)
 
 # fuselet_python_json(<out-var> <code>): runs <code> in the build Python; <code> must print
 # one JSON document. Fails the configure step with the Python error on failure.
 function(fuselet_python_json out code)
+  if(NOT Python_EXECUTABLE)
+    message(FATAL_ERROR "fuselet: no Python interpreter found (set Python_EXECUTABLE); needed for:\n${code}")
+  endif()
   execute_process(COMMAND "${Python_EXECUTABLE}" -c "${code}"
     RESULT_VARIABLE rc OUTPUT_VARIABLE json ERROR_VARIABLE err OUTPUT_STRIP_TRAILING_WHITESPACE)
   if(NOT rc EQUAL 0)
@@ -13,17 +16,21 @@ function(fuselet_python_json out code)
   set(${out} "${json}" PARENT_SCOPE)
 endfunction()
 
-if(NOT FUSELET_PYTHON)
-  fuselet_python_json(FUSELET_PYTHON_SITE_ABS "import sysconfig; print(sysconfig.get_path('platlib'))")
-  file(RELATIVE_PATH FUSELET_PYTHON_SITE "${Python_EXECUTABLE}/../.." "${FUSELET_PYTHON_SITE_ABS}")
-  if(FUSELET_PYTHON_SITE MATCHES "^\\.\\.")
-    set(FUSELET_PYTHON_SITE "${FUSELET_PYTHON_SITE_ABS}")
+# fuselet_python_site(<out-var>): site-packages of the build Python, relative to its prefix
+# (lib/python3.11/site-packages), or "" when there is no Python (a core-only build).
+function(fuselet_python_site out)
+  set(${out} "" PARENT_SCOPE)
+  if(Python_EXECUTABLE)
+    fuselet_python_json(prefix "import sys; print(sys.prefix)")
+    fuselet_python_json(site "import sysconfig; print(sysconfig.get_path('platlib'))")
+    file(RELATIVE_PATH rel "${prefix}" "${site}")
+    set(${out} "${rel}" PARENT_SCOPE)
   endif()
-endif()
+endfunction()
 
-# fuselet_build_info(<target> <install-dir> <json>): writes <json> (a JSON object, extended
-# here with the compiler and CUDA facts) as _build_info.json next to the extension.
-function(fuselet_build_info target dest json)
+# fuselet_build_info(<target> <install-dir> <component> <json>): writes <json> (a JSON object,
+# extended here with the compiler and CUDA facts) as _build_info.json next to the extension.
+function(fuselet_build_info target dest component json)
   string(JSON json SET "${json}" fuselet_version "\"${PROJECT_VERSION}\"")
   string(JSON json SET "${json}" compiler "\"${CMAKE_CXX_COMPILER_ID} ${CMAKE_CXX_COMPILER_VERSION}\"")
   if(FUSELET_CUDA)
@@ -35,7 +42,7 @@ function(fuselet_build_info target dest json)
   endif()
   set(out "${CMAKE_CURRENT_BINARY_DIR}/${target}_build_info.json")
   file(WRITE "${out}" "${json}\n")
-  install(FILES "${out}" DESTINATION "${dest}" RENAME _build_info.json)
+  install(FILES "${out}" DESTINATION "${dest}" RENAME _build_info.json COMPONENT ${component})
 endfunction()
 
 # fuselet_select_frameworks(): FUSELET_FRAMEWORK -> FUSELET_TORCH / FUSELET_JAX (ON/OFF).
