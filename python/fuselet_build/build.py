@@ -1,0 +1,161 @@
+"""`fuselet-build build`: build the rendered variants into an output channel.
+
+Each variant is built on its own (rattler-build's Python API), so a failing variant does
+not stop the others; its log goes to <output>/logs/<package>.log and the summary says why it
+failed. Already-built packages are skipped. The output channel's index is rebuilt at the end
+(in a subprocess: see fuselet_build.channel), so it is never left half-written.
+"""
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fuselet_build import channel, matrix
+from fuselet_build.errors import UserError
+
+
+@dataclass
+class Result:
+    job: matrix.Job
+    status: str  # built | exists | failed
+    seconds: float = 0.0
+    path: Path | None = None
+    reason: str = ""
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size if self.path and self.path.exists() else 0
+
+
+class _Log:
+    """rattler-build progress callback: step names to the progress line, everything to a log."""
+
+    def __init__(self, log_path: Path, progress, task):
+        self.file = log_path.open("w")
+        self.progress, self.task = progress, task
+        self.errors: list[str] = []
+
+    def on_build_step(self, event) -> None:
+        self.file.write(f"== {event.step_name}: {event.message}\n")
+        if self.progress is not None:
+            self.progress.update(self.task, step=event.step_name)
+
+    def on_log(self, event) -> None:
+        self.file.write(f"[{event.level}] {event.message}\n")
+        if event.level == "error":
+            self.errors.append(event.message)
+
+    def on_download_start(self, event) -> None:
+        self.file.write(f"download {event.url}\n")
+
+    def on_download_progress(self, event) -> None:
+        pass
+
+    def on_download_complete(self, event) -> None:
+        pass
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def existing_package(output: Path, job: matrix.Job) -> Path | None:
+    for ext in (".conda", ".tar.bz2"):
+        p = output / job.subdir / f"{job.key}{ext}"
+        if p.exists():
+            return p
+    return None
+
+
+def check_space(output: Path, need_gb: float = 2.0) -> None:
+    output.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(output).free / 2**30
+    if free < need_gb:
+        raise UserError(f"--output: only {free:.1f} GiB free at {output}; a build needs about {need_gb:.0f} GiB. "
+                        f"Free some space or choose another --output.")
+
+
+def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
+          select: list[str] | None = None, skip_existing: bool = True, test: bool = True,
+          show_progress: bool = True) -> list[Result]:
+    from rattler_build import ToolConfiguration
+
+    rendered = matrix.render(recipe, variant_files)
+    if select:
+        rendered = [r for r in rendered if any(s in matrix.job_of(r).key for s in select)]
+        if not rendered:
+            raise UserError(f"--select: {select} matches none of the rendered packages "
+                            f"(see `fuselet-build matrix`)")
+    check_space(output)
+    logs = output / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="local",
+                             compression_threads=2, use_zstd=True, use_bz2=False)
+    results: list[Result] = []
+    progress = _progress() if show_progress else None
+    try:
+        if progress is not None:
+            progress.start()
+        for r in rendered:
+            job = matrix.job_of(r)
+            found = existing_package(output, job) if skip_existing else None
+            if found is not None:
+                results.append(Result(job, "exists", path=found))
+                continue
+            task = progress.add_task(job.key, step="render", total=None) if progress else None
+            log = _Log(logs / f"{job.key}.log", progress, task)
+            start = time.monotonic()
+            try:
+                r.run_build(tool_config=tool, output_dir=str(output), channels=channels, progress_callback=log)
+                path = existing_package(output, job)
+                status, reason = ("built", "") if path else ("failed", "rattler-build reported success but wrote no package")
+            except KeyboardInterrupt:
+                results.append(Result(job, "failed", time.monotonic() - start, reason="interrupted"))
+                raise
+            except Exception as exc:  # one variant failing must not stop the others
+                path, status = None, "failed"
+                reason = explain_failure(str(exc), r, channels, output, log.errors)
+            finally:
+                log.close()
+            results.append(Result(job, status, time.monotonic() - start, path, reason))
+            if progress is not None:
+                progress.update(task, step=status, completed=1, total=1)
+    finally:
+        if progress is not None:
+            progress.stop()
+        channel.index(output)  # keep the output channel's repodata valid, interrupted or not
+    return results
+
+
+def explain_failure(message: str, rendered, channels: list[str], output: Path, errors: list[str]) -> str:
+    """A one-paragraph reason; for unsolvable environments, which package is missing."""
+    first = message.strip().splitlines()[0] if message.strip() else "build failed"
+    if "resolve" in message.lower() or "solve" in message.lower():
+        reason = channel.why_unsolvable(rendered, channels + [str(output)])
+        if reason:
+            return f"{first}: {reason}"
+    detail = "; ".join(e.strip().splitlines()[0] for e in errors[-2:] if e.strip())
+    return f"{first}{': ' + detail if detail else ''}"
+
+
+def _progress():
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("[dim]{task.fields[step]}"),
+                    TimeElapsedColumn(), transient=False)
+
+
+def print_summary(results: list[Result]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="fuselet-build: packages")
+    for col in ("package", "build string", "status", "seconds", "size", "note"):
+        table.add_column(col)
+    for r in results:
+        size = f"{r.size / 2**20:.1f} MiB" if r.size else ""
+        style = {"built": "green", "exists": "cyan", "failed": "red"}[r.status]
+        table.add_row(r.job.name, r.job.build_string, f"[{style}]{r.status}", f"{r.seconds:.0f}", size,
+                      r.reason[:300])
+    Console(width=200).print(table)

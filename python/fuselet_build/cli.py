@@ -1,0 +1,125 @@
+"""The `fuselet-build` command line: matrix, seed, build, verify."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from fuselet_build import paths
+from fuselet_build.errors import UserError
+
+
+def _variants(args) -> list[Path]:
+    return [paths.under_root(v) for v in (args.variants or [paths.OFFLINE_VARIANTS])]
+
+
+def _channels(args) -> list[str]:
+    if args.channel == "offline":
+        chan = paths.under_root(args.offline_channel)
+        if not (chan / "noarch" / "repodata.json").exists():
+            raise UserError(f"the offline channel {chan} is not seeded yet: run `fuselet-build seed` "
+                            f"(or pass --channel conda-forge to build against conda-forge)")
+        return [str(chan)]
+    return [args.channel]
+
+
+def cmd_matrix(args) -> int:
+    from fuselet_build import matrix
+
+    jobs = matrix.jobs(paths.under_root(args.recipe), _variants(args), args.target_platform)
+    if args.json:
+        print(matrix.to_json(jobs))
+    else:
+        matrix.print_table(jobs, f"{args.recipe} x {', '.join(args.variants or [paths.OFFLINE_VARIANTS])}")
+    return 0
+
+
+def cmd_build(args) -> int:
+    from fuselet_build import build
+
+    results = build.build(paths.under_root(args.recipe), _variants(args), paths.under_root(args.output),
+                          _channels(args), select=args.select, skip_existing=not args.force, test=not args.no_test,
+                          show_progress=sys.stderr.isatty() or args.progress)
+    build.print_summary(results)
+    failed = [r for r in results if r.status == "failed"]
+    if failed:
+        print(f"fuselet-build: {len(failed)} of {len(results)} packages failed; logs in "
+              f"{paths.under_root(args.output) / 'logs'}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_verify(args) -> int:
+    from fuselet_build import verify
+
+    checks = verify.verify(paths.under_root(args.recipe), _variants(args), paths.under_root(args.output),
+                           _channels(args), install=not args.no_install)
+    verify.print_checks(checks)
+    return 0 if all(c.ok for c in checks) else 1
+
+
+def cmd_seed(args) -> int:
+    from fuselet_build import seed
+
+    return seed.run(args)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fuselet-build", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp, output=True):
+        sp.add_argument("--recipe", default=paths.RECIPE, help="recipe (default: %(default)s)")
+        sp.add_argument("--variants", "-m", action="append",
+                        help=f"variant file, repeatable (default: {paths.OFFLINE_VARIANTS})")
+        sp.add_argument("--target-platform", default="linux-64")
+        if output:
+            sp.add_argument("--output", default=paths.OUTPUT, help="output channel (default: %(default)s)")
+            sp.add_argument("--channel", default="offline",
+                            help="'offline' (the seeded local channel, default) or a channel such as conda-forge")
+            sp.add_argument("--offline-channel", default=paths.OFFLINE_CHANNEL)
+
+    sp = sub.add_parser("matrix", help="the packages each output will produce (rattler-build render)")
+    common(sp, output=False)
+    sp.add_argument("--json", action="store_true", help="one JSON entry per build job (for a CI fan-out)")
+    sp.set_defaults(func=cmd_matrix)
+
+    sp = sub.add_parser("build", help="build the variants into the output channel")
+    common(sp)
+    sp.add_argument("--select", action="append", help="only packages whose id contains this text (repeatable)")
+    sp.add_argument("--force", action="store_true", help="rebuild packages that already exist")
+    sp.add_argument("--no-test", action="store_true", help="skip the recipe's tests")
+    sp.add_argument("--progress", action="store_true", help="show live progress even without a terminal")
+    sp.set_defaults(func=cmd_build)
+
+    sp = sub.add_parser("verify", help="check pins + provenance of built packages, install and run them")
+    common(sp)
+    sp.add_argument("--no-install", action="store_true", help="only check metadata and provenance")
+    sp.set_defaults(func=cmd_verify)
+
+    try:
+        from fuselet_build import seed
+    except ImportError:
+        seed = None
+    sp = sub.add_parser("seed", help="make the offline conda channel from PyPI wheels and the host toolchain")
+    if seed is not None:
+        seed.add_arguments(sp)
+    sp.set_defaults(func=cmd_seed)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    paths.rattler_cache()
+    try:
+        return args.func(args)
+    except UserError as exc:
+        print(f"fuselet-build {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except ImportError as exc:
+        print(f"fuselet-build {args.command}: error: {exc}. Install the packaging tools: "
+              f"pip install -r requirements/dev.txt", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"fuselet-build {args.command}: interrupted; finished packages are kept and the channel "
+              f"index is valid", file=sys.stderr)
+        return 130

@@ -1,0 +1,155 @@
+"""`fuselet-build verify`: every built package carries the pins and the provenance of its
+variant, installs into a fresh prefix from the channels, and runs one op there."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fuselet_build import build as build_mod
+from fuselet_build import channel, matrix
+
+SMOKE = {
+    "fuselet-torch": ("import torch, fuselet.torch as ft; x = torch.randn(4, 64); w = torch.rand(64); "
+                      "ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w; "
+                      "assert torch.allclose(ft.rms_norm(x, w), ref, atol=1e-5), 'rms_norm mismatch'; "
+                      "print('fuselet-torch', torch.__version__, 'ok')"),
+    "fuselet-jax": ("import jax.numpy as jnp, numpy as np, fuselet.jax as fj, jaxlib; "
+                    "x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 64)), jnp.float32); "
+                    "w = jnp.ones(64); ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6); "
+                    "assert float(jnp.abs(fj.rms_norm(x, w) - ref).max()) < 1e-5, 'rms_norm mismatch'; "
+                    "print('fuselet-jax on jaxlib', jaxlib.__version__, 'ok')"),
+    "fuselet": "import fuselet; fuselet.info()",
+    "libfuselet": None,
+}
+
+
+@dataclass
+class Check:
+    job: matrix.Job
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def expected_pins(job: matrix.Job) -> list[str]:
+    """Regexes every dependency list of `job` must match (one dependency each)."""
+    v = job.variant
+    cuda = str(v.get("cuda_compiler_version", "None"))
+    flavor = "cpu" if cuda == "None" else "cuda" + cuda.replace(".", "")
+    pins = []
+    if job.name in ("fuselet-torch", "fuselet-jax"):
+        pins.append(r"^libfuselet ==?0\.1\.0 " + re.escape(str(v.get("libfuselet", "")).split(" ")[-1]) + "$")
+    if job.name == "fuselet-torch":
+        major, minor = str(v["pytorch"]).split(".")[:2]
+        pins.append(rf"^pytorch >={major}\.{minor}\.\d+,<{major}\.{int(minor) + 1}\.0a0$")
+        pins.append(rf"^pytorch \* {flavor}\*$")
+    if job.name == "fuselet-jax":
+        pins.append(rf"^jaxlib >={re.escape(str(v['jaxlib']))}$")
+    if cuda != "None" and job.name != "fuselet":
+        pins += [r"^cuda-version >=" + re.escape(cuda) + r",<\d+$", r"^__cuda$"]
+    return pins
+
+
+def provenance(pkg_path: Path, job: matrix.Job, workdir: Path) -> tuple[dict | None, list[str]]:
+    """The _build_info.json inside a framework package, and how it disagrees with the variant."""
+    import rattler.package_streaming as ps
+
+    layer = {"fuselet-torch": "torch", "fuselet-jax": "jax"}.get(job.name)
+    if layer is None:
+        return None, []
+    dest = workdir / job.key
+    ps.extract(pkg_path, dest)
+    found = list(dest.glob(f"lib/python*/site-packages/fuselet/{layer}/_build_info.json"))
+    if not found:
+        return None, [f"no fuselet/{layer}/_build_info.json in the package"]
+    info = json.loads(found[0].read_text())
+    v, problems = job.variant, []
+    cuda = str(v.get("cuda_compiler_version", "None"))
+    if layer == "torch":
+        if not info["version"].startswith(str(v["pytorch"]) + "."):
+            problems.append(f"built against torch {info['version']}, variant says pytorch {v['pytorch']}")
+        if (info["cuda"] is None) != (cuda == "None"):
+            problems.append(f"built against torch CUDA {info['cuda']}, variant says cuda {cuda}")
+    else:
+        if info["jaxlib_version"] != str(v["jaxlib"]):
+            problems.append(f"built against jaxlib {info['jaxlib_version']}, variant says {v['jaxlib']}")
+        if ".".join(map(str, info["ffi_api"])) != str(v["jaxlib_ffi"]):
+            problems.append(f"XLA FFI API {info['ffi_api']}, variant says {v['jaxlib_ffi']}")
+    if bool(info.get("cuda_kernels")) != (cuda != "None"):
+        problems.append(f"cuda_kernels={info.get('cuda_kernels')} for a {cuda} variant")
+    return info, problems
+
+
+def smoke(job: matrix.Job, pkg_path: Path, channels: list[str], workdir: Path) -> list[str]:
+    """Install the package into a fresh prefix and run its smoke test; [] when it passed."""
+    import rattler
+
+    code = SMOKE.get(job.name)
+    if code is None:
+        return []
+    prefix = workdir / f"env-{job.key}"
+    spec = f"{job.name} =={job.version} {job.build_string}"
+    cuda = str(job.variant.get("cuda_compiler_version", "None"))
+    virtual = rattler.VirtualPackage.detect()
+    if cuda != "None":
+        # No GPU driver here: declare one so the CUDA package installs; its CPU path still runs.
+        virtual = list(virtual) + [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"),
+                                                                 rattler.Version(cuda), "0")]
+    try:
+        records = channel.solve([spec, "python 3.11.*"], channels, virtual_packages=virtual)
+        import asyncio
+
+        asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))
+    except Exception as exc:
+        return [f"cannot install {spec}: {str(exc).strip()[:500]}"]
+    proc = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return [f"smoke test failed in {prefix}: {proc.stderr.strip()[-800:]}"]
+    return []
+
+
+def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
+           install: bool = True) -> list[Check]:
+    from rattler_build import Package
+
+    checks = []
+    with tempfile.TemporaryDirectory(prefix="fuselet-verify-") as tmp:
+        work = Path(tmp)
+        for job in matrix.jobs(recipe, variant_files):
+            check = Check(job)
+            checks.append(check)
+            path = build_mod.existing_package(output, job)
+            if path is None:
+                check.problems.append(f"not built: no {job.key}.conda in {output / job.subdir}")
+                continue
+            depends = Package.from_file(str(path)).depends
+            for pin in expected_pins(job):
+                if not any(re.match(pin, d) for d in depends):
+                    check.problems.append(f"missing pin /{pin}/ in depends {depends}")
+            _, problems = provenance(path, job, work)
+            check.problems += problems
+            if install and check.ok:
+                check.problems += smoke(job, path, [str(output)] + channels, work)
+                if check.ok and SMOKE.get(job.name):
+                    check.notes.append("installed + op ran")
+    return checks
+
+
+def print_checks(checks: list[Check]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="fuselet-build verify")
+    for col in ("package", "build string", "result", "details"):
+        table.add_column(col)
+    for c in checks:
+        table.add_row(c.job.name, c.job.build_string, "[green]ok" if c.ok else "[red]FAILED",
+                      "; ".join(c.problems or c.notes)[:400])
+    Console(width=200).print(table)
