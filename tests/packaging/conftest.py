@@ -1,0 +1,35 @@
+"""Fixtures of the packaging tests: the source tree, ../shared, rendered matrices."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SHARED = ROOT.parent / "shared"
+
+
+def shared_file(rel: str) -> Path:
+    """A file of ../shared; skips (saying so) in a clone without ../shared beside it."""
+    path = SHARED / rel
+    if not path.exists():
+        pytest.skip(f"{path} is absent (a clone without ../shared): nothing to validate against")
+    return path
+
+
+@pytest.fixture(scope="session")
+def matrix_mod():
+    pytest.importorskip("rattler_build", reason="py-rattler-build is not installed (pip install -r requirements/dev.txt)")
+    from fuselet_build import matrix
+
+    return matrix
+
+
+@pytest.fixture(scope="session")
+def offline_jobs(matrix_mod):
+    return matrix_mod.jobs(ROOT / "recipe/recipe.yaml", [ROOT / "variants/offline.yaml"])
+
+
+@pytest.fixture(scope="session")
+def conda_forge_jobs(matrix_mod):
+    return matrix_mod.jobs(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml"])

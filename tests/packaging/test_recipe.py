@@ -1,0 +1,104 @@
+"""The recipe and the variant matrices: schema, render counts (additive build cost),
+build strings and pins, from rattler-build's own render."""
+from __future__ import annotations
+
+import itertools
+import json
+import re
+
+import pytest
+import yaml
+
+from tests.packaging.conftest import ROOT, shared_file
+
+
+def test_recipe_validates_against_the_schema():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(shared_file("schemas/recipe.schema.json").read_text())
+    recipe = yaml.safe_load((ROOT / "recipe/recipe.yaml").read_text())
+    errors = [f"{list(e.path)}: {e.message}" for e in jsonschema.validators.validator_for(schema)(schema).iter_errors(recipe)]
+    assert errors == []
+
+
+def test_recipe_names_the_schema_for_editors():
+    assert (ROOT / "recipe/recipe.yaml").read_text().startswith("# yaml-language-server: $schema=")
+
+
+def _variants(name):
+    return yaml.safe_load((ROOT / "variants" / name).read_text())
+
+
+def _by_name(jobs):
+    out = {}
+    for j in jobs:
+        out.setdefault(j.name, []).append(j)
+    return out
+
+
+def test_offline_matrix_is_additive(offline_jobs):
+    v = _variants("offline.yaml")
+    cuda, python, torch, jaxlib = (len(v[k]) for k in ("cuda_compiler_version", "python", "pytorch", "jaxlib"))
+    jobs = _by_name(offline_jobs)
+    # cuda and pytorch are zipped here (cpu + 2.13, cuda 13.0 + 2.14): one torch per cuda flavor.
+    assert len(jobs["fuselet-torch"]) == cuda * python
+    assert len(jobs["fuselet-jax"]) == cuda * python * jaxlib  # not x pytorch
+    assert len(jobs["libfuselet"]) == cuda  # the core: once per CUDA variant, not per python/framework
+    assert len(jobs["fuselet"]) == 1  # noarch
+    assert torch == 2
+
+
+def test_conda_forge_matrix_counts(conda_forge_jobs):
+    v = _variants("conda-forge.yaml")
+    cudas = [str(c) for c in v["cuda_compiler_version"]]
+    jobs = _by_name(conda_forge_jobs)
+    expected_torch = {(c, p, t) for c, p, t in itertools.product(cudas, v["python"], v["pytorch"])
+                      if not (c == "13.0" and t == "2.12")}  # pruned: no pytorch 2.12 for CUDA 13
+    got_torch = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["pytorch"])
+                 for j in jobs["fuselet-torch"]}
+    assert got_torch == expected_torch
+    expected_jax = {(c, p, j) for c, p, j in itertools.product(cudas, v["python"], v["jaxlib"]) if p != "3.10"}
+    got_jax = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]}
+    assert got_jax == expected_jax
+    assert len(jobs["libfuselet"]) == len(cudas)
+    assert all("pytorch" not in j.variant for j in jobs["fuselet-jax"])
+    assert all("jaxlib" not in j.variant for j in jobs["fuselet-torch"])
+
+
+def test_conda_forge_matrix_follows_the_global_pins():
+    pins = yaml.safe_load(re.sub(r"#.*", "", shared_file("anchors/conda-forge-pinning.yaml").read_text()))
+    ours = _variants("conda-forge.yaml")
+    assert {str(p).split(".*")[0] for p in pins["python"] if "3.14" not in str(p)} == set(ours["python"])
+    assert str(pins["pytorch"][0]) in ours["pytorch"]
+    assert set(map(str, pins["cuda_compiler_version"])) <= set(map(str, ours["cuda_compiler_version"]))
+
+
+def test_build_strings_say_what_is_inside(offline_jobs):
+    strings = {j.name: [] for j in offline_jobs}
+    for j in offline_jobs:
+        strings[j.name].append(j.build_string)
+    assert any(re.fullmatch(r"cpu_torch213_py311_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
+    assert any(re.fullmatch(r"cuda130_torch214_py311_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
+    assert {s.split("_py")[0] for s in strings["fuselet-jax"]} == {"cpu_ffi02", "cpu_ffi03", "cuda130_ffi02", "cuda130_ffi03"}
+    assert {s.split("_h")[0] for s in strings["libfuselet"]} == {"cpu", "cuda130"}
+
+
+def test_framework_packages_pin_the_core_of_their_own_flavor(offline_jobs):
+    cores = {j.variant["cuda_compiler_version"]: j.build_string for j in offline_jobs if j.name == "libfuselet"}
+    for j in offline_jobs:
+        if j.name in ("fuselet-torch", "fuselet-jax"):
+            assert j.variant["libfuselet"] == f"0.1.0 {cores[j.variant['cuda_compiler_version']]}"
+
+
+def test_rendered_run_requirements_pin_abi(matrix_mod):
+    rendered = matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants/offline.yaml"])
+    for r in rendered:
+        job = matrix_mod.job_of(r)
+        run = [str(s) for s in r.recipe.requirements.run]
+        if job.name == "fuselet-torch":
+            flavor = "cpu" if job.variant["cuda_compiler_version"] == "None" else "cuda130"
+            assert f"pytorch * {flavor}*" in run, run
+            assert any(s.startswith("pin_compatible") or s.startswith("pytorch >=") or "pytorch" in s for s in run)
+        if job.name == "fuselet-jax":
+            assert f"jaxlib >={job.variant['jaxlib']}" in run, run
+        if job.variant.get("cuda_compiler_version") == "13.0" and job.name != "fuselet":
+            assert "__cuda" in run and any(s.startswith("cuda-version >=13.0,<14") for s in run), run
