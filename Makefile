@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test core-test cuda-build gpu-test bench clean
+.PHONY: help venv build demo test core-test cuda-build gpu-test bench lint matrix packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -28,6 +28,15 @@ gpu-test:        ## on a GPU machine: build with CUDA into its python, run all t
 
 bench:           ## benchmarks: tables + ratios against the frameworks' own ops
 	scripts/bench.sh
+
+lint:            ## ruff + bash -n
+	scripts/lint.sh
+
+matrix:          ## the conda packages of variants/offline.yaml (pass ARGS="--variants variants/conda-forge.yaml")
+	scripts/matrix.sh $(ARGS)
+
+packages:        ## seed the offline channel, build + verify the conda packages of variants/offline.yaml
+	scripts/packages.sh $(ARGS)
 
 clean:           ## remove build outputs (keeps .venv)
 	rm -rf build output

@@ -53,10 +53,9 @@ def table(title: str, rows: list[tuple]) -> None:
 
 
 def bench_torch(device: str, shapes, dtypes, repeats: int) -> None:
+    import fuselet.torch as ft
     import torch
     import torch.nn.functional as F
-
-    import fuselet.torch as ft
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
@@ -84,10 +83,9 @@ def bench_torch(device: str, shapes, dtypes, repeats: int) -> None:
 
 
 def bench_jax(device: str, shapes, dtypes, repeats: int) -> None:
+    import fuselet.jax as fj
     import jax
     import jax.numpy as jnp
-
-    import fuselet.jax as fj
 
     dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
 

@@ -2,6 +2,7 @@
 # Create a virtual environment from PyPI (skipped when already up to date):
 #   scripts/bootstrap.sh [VENV [REQUIREMENTS]]   default: .venv with requirements/dev.txt
 source "$(dirname "$0")/env.sh"
+[[ -n "${FUSELET_NO_BOOTSTRAP:-}" ]] && exit 0
 venv="${1:-$VENV}"
 requirements="${2:-$ROOT/requirements/dev.txt}"
 stamp="$venv/.fuselet-requirements"

@@ -1,7 +1,6 @@
 """A short demo: fuselet's norms next to the frameworks' own, in PyTorch and in JAX."""
-import numpy as np
-
 import fuselet
+import numpy as np
 
 fuselet.info()
 rng = np.random.default_rng(0)
@@ -9,9 +8,8 @@ x_np = rng.standard_normal((4, 1024), dtype=np.float32)
 w_np = rng.standard_normal(1024, dtype=np.float32)
 
 try:
-    import torch
-
     import fuselet.torch as ft
+    import torch
 except ImportError as exc:
     print(f"\ntorch demo skipped: {exc}")
 else:
@@ -24,10 +22,9 @@ else:
           f"{(y - ref).abs().max().item():.2e}; grad of weight computed, norm {w.grad.norm().item():.3f}")
 
 try:
+    import fuselet.jax as fj
     import jax
     import jax.numpy as jnp
-
-    import fuselet.jax as fj
 except ImportError as exc:
     print(f"\njax demo skipped: {exc}")
 else:

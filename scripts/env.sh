@@ -1,7 +1,13 @@
 # Sourced by the other scripts: the project's paths and the .venv they use.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-VENV="${FUSELET_VENV:-$ROOT/.venv}"
+# Under pixi the active environment already holds everything: use it, bootstrap nothing.
+if [[ -n "${PIXI_ENVIRONMENT_NAME:-}" && -n "${CONDA_PREFIX:-}" ]]; then
+  VENV="$CONDA_PREFIX"
+  export FUSELET_NO_BOOTSTRAP=1
+else
+  VENV="${FUSELET_VENV:-$ROOT/.venv}"
+fi
 PY="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"
 # Bytecode of the tests stays out of the tree; rattler's cache stays inside it.

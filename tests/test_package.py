@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 import fuselet
+import pytest
 from fuselet import _guard
+
 from tests.conftest import import_layer
 
 PACKAGE = Path(fuselet.__file__).resolve().parent

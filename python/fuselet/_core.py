@@ -20,7 +20,7 @@ def library_candidates() -> list[Path]:
     return found
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load() -> ctypes.CDLL:
     """The loaded libfuselet; ImportError naming every place looked at if there is none."""
     tried = library_candidates()
