@@ -1,0 +1,75 @@
+"""PEP 517 backend of fuselet: scikit-build-core, plus build requirements that name the exact
+framework versions to compile against.
+
+With build isolation, pip builds in a fresh environment that has no torch or jax, and a
+static `requires = ["torch"]` would put *some* torch there (not the user's: measured, a
+2.14.1 CUDA build instead of the 2.13 CPU one in the target env), so the extension would be
+compiled against the wrong ABI. Here the framework versions come from the environment:
+
+    FUSELET_FRAMEWORK=torch FUSELET_TORCH_VERSION=2.13.0 pip install .
+    FUSELET_FRAMEWORK=jax   FUSELET_JAX_VERSION=0.10.2  pip install .
+
+A framework requested without a version in an isolated build fails at once and says both
+fixes. Without isolation (`pip install --no-build-isolation .`) the installed frameworks are
+used as they are and nothing is added.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+from scikit_build_core import build as _skbuild
+from scikit_build_core.build import (  # noqa: F401  (the PEP 517 hooks re-exported as they are)
+    build_editable,
+    build_sdist,
+    build_wheel,
+    get_requires_for_build_sdist,
+    prepare_metadata_for_build_editable,
+    prepare_metadata_for_build_wheel,
+)
+
+VERSION_ENV = {"torch": "FUSELET_TORCH_VERSION", "jax": "FUSELET_JAX_VERSION"}
+PACKAGES = {"torch": ["torch=={v}"], "jax": ["jax=={v}", "jaxlib=={v}"]}
+
+
+class FrameworkRequirementError(RuntimeError):
+    pass
+
+
+def requested_frameworks(framework: str) -> list[str]:
+    if framework not in ("auto", "torch", "jax", "all", "none"):
+        raise FrameworkRequirementError(
+            f"FUSELET_FRAMEWORK must be one of auto, torch, jax, all, none; got {framework!r}")
+    if framework == "all":
+        return ["torch", "jax"]
+    if framework == "auto":
+        # auto: the frameworks given a version, plus those already importable here.
+        return [f for f in ("torch", "jax") if os.environ.get(VERSION_ENV[f]) or importlib.util.find_spec(f)]
+    return [] if framework == "none" else [framework]
+
+
+def framework_requirements(environ=os.environ) -> list[str]:
+    """Extra build requirements: the exact framework versions to compile against."""
+    reqs = []
+    for fw in requested_frameworks(environ.get("FUSELET_FRAMEWORK", "auto")):
+        version = environ.get(VERSION_ENV[fw])
+        if version:
+            reqs += [p.format(v=version) for p in PACKAGES[fw]]
+        elif importlib.util.find_spec(fw) is None:
+            raise FrameworkRequirementError(
+                f"fuselet: FUSELET_FRAMEWORK asks for the {fw} extension, but the build environment "
+                f"({sys.executable}) has no {fw} and no version was given, so the extension would be "
+                f"compiled against whatever {fw} pip picks, not yours. Fix either way:\n"
+                f"  1. build against the {fw} you have installed:  pip install --no-build-isolation .\n"
+                f"  2. name the version to build against:         {VERSION_ENV[fw]}=<version> pip install ."
+            )
+    return reqs
+
+
+def get_requires_for_build_wheel(config_settings=None):
+    return _skbuild.get_requires_for_build_wheel(config_settings) + framework_requirements()
+
+
+def get_requires_for_build_editable(config_settings=None):
+    return _skbuild.get_requires_for_build_editable(config_settings) + framework_requirements()

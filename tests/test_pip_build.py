@@ -1,0 +1,92 @@
+"""pip builds never compile against the wrong framework (backend/fuselet_backend.py), and an
+sdist installs the pure core where no framework is present."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "backend"))
+import fuselet_backend  # noqa: E402
+
+
+def pip(*args, env=None, cwd=None, timeout=900):
+    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, cwd=cwd,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+@pytest.mark.parametrize("environ, expected", [
+    ({"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"}, ["torch==2.13.0"]),
+    ({"FUSELET_FRAMEWORK": "jax", "FUSELET_JAX_VERSION": "0.8.3"}, ["jax==0.8.3", "jaxlib==0.8.3"]),
+    ({"FUSELET_FRAMEWORK": "all", "FUSELET_TORCH_VERSION": "2.13.0", "FUSELET_JAX_VERSION": "0.10.2"},
+     ["torch==2.13.0", "jax==0.10.2", "jaxlib==0.10.2"]),
+    ({"FUSELET_FRAMEWORK": "none", "FUSELET_TORCH_VERSION": "2.13.0"}, []),
+    ({"FUSELET_FRAMEWORK": "auto", "FUSELET_TORCH_VERSION": "2.13.0"}, ["torch==2.13.0"]),
+])
+def test_framework_versions_become_build_requirements(environ, expected):
+    assert fuselet_backend.framework_requirements(environ) == expected
+
+
+def test_installed_framework_needs_no_requirement():
+    """--no-build-isolation: torch is importable, so nothing is added (the installed one is used)."""
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed here")
+    assert fuselet_backend.framework_requirements({"FUSELET_FRAMEWORK": "torch"}) == []
+
+
+def test_framework_without_version_where_it_is_missing_fails(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(fuselet_backend.FrameworkRequirementError) as err:
+        fuselet_backend.framework_requirements({"FUSELET_FRAMEWORK": "jax"})
+    assert "--no-build-isolation" in str(err.value) and "FUSELET_JAX_VERSION=<version>" in str(err.value)
+
+
+def test_unknown_framework_is_named():
+    with pytest.raises(fuselet_backend.FrameworkRequirementError, match="got 'pytorch'"):
+        fuselet_backend.framework_requirements({"FUSELET_FRAMEWORK": "pytorch"})
+
+
+def test_isolated_build_without_version_fails_at_once(tmp_path):
+    proc = pip("wheel", "--no-deps", "-w", str(tmp_path), str(ROOT), env={"FUSELET_FRAMEWORK": "torch"}, timeout=300)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "FUSELET_TORCH_VERSION=<version> pip install ." in out and "pip install --no-build-isolation ." in out
+
+
+def test_isolated_build_compiles_against_the_named_torch(tmp_path):
+    """With isolation, FUSELET_TORCH_VERSION puts exactly that torch into the build env."""
+    proc = pip("wheel", "--no-deps", "-w", str(tmp_path), str(ROOT),
+               env={"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = tmp_path.glob("fuselet-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        info = json.loads(z.read("fuselet/torch/_build_info.json"))
+        names = z.namelist()
+    assert info["version"].startswith("2.13.0") and info["cuda"] is None
+    assert "fuselet/jax/_build_info.json" not in names  # jax was not asked for
+
+
+def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path), str(ROOT)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (sdist,) = tmp_path.glob("fuselet-*.tar.gz")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = str(venv / "bin" / "python")
+    install = subprocess.run([py, "-m", "pip", "install", "-q", str(sdist)], capture_output=True, text=True,
+                             timeout=900, env={**os.environ, "FUSELET_FRAMEWORK": "auto"})
+    assert install.returncode == 0, install.stderr[-3000:]
+    info = subprocess.run([py, "-m", "fuselet"], capture_output=True, text=True, cwd=tmp_path)
+    assert info.returncode == 0, info.stderr
+    assert "libfuselet 0.1.0" in info.stdout and "torch: not built" in info.stdout
+    for layer in ("torch", "jax"):
+        imp = subprocess.run([py, "-c", f"import fuselet.{layer}"], capture_output=True, text=True, cwd=tmp_path)
+        assert imp.returncode != 0 and f"fuselet.{layer} needs" in imp.stderr, imp.stderr
