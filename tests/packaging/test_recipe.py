@@ -102,3 +102,23 @@ def test_rendered_run_requirements_pin_abi(matrix_mod):
             assert f"jaxlib >={job.variant['jaxlib']}" in run, run
         if job.variant.get("cuda_compiler_version") == "13.0" and job.name != "fuselet":
             assert "__cuda" in run and any(s.startswith("cuda-version >=13.0,<14") for s in run), run
+
+
+def test_nightly_packages_pin_the_exact_prerelease(matrix_mod):
+    """variants/nightly.yaml over conda-forge.yaml: dev builds, exact pins, a `dev` build-string tag."""
+    rendered = matrix_mod.render(ROOT / "recipe/recipe.yaml",
+                                 [ROOT / "variants/conda-forge.yaml", ROOT / "variants/nightly.yaml"])
+    nightly = yaml.safe_load((ROOT / "variants/nightly.yaml").read_text())
+    seen = set()
+    for r in rendered:
+        job = matrix_mod.job_of(r)
+        run = [str(s) for s in r.recipe.requirements.run]
+        if job.name == "fuselet-torch":
+            assert "torch215dev_py312" in job.build_string
+            assert "{'pin_compatible': {'name': 'pytorch', 'exact': True}}" in run, run
+            seen.add(job.name)
+        if job.name == "fuselet-jax":
+            assert "_ffi04dev_py312" in job.build_string
+            assert f"jaxlib =={nightly['jaxlib'][0]}" in run, run
+            seen.add(job.name)
+    assert seen == {"fuselet-torch", "fuselet-jax"}
