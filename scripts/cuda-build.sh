@@ -11,7 +11,8 @@ fi
 # nvcc may be a wrapper script exec'ing the real toolkit's nvcc: find the toolkit root.
 real_nvcc="$(grep -o '/[^ "]*/bin/nvcc' "$nvcc_bin" 2>/dev/null | head -1 || true)"
 toolkit="$(dirname "$(dirname "${real_nvcc:-$(readlink -f "$nvcc_bin")}")")"
-cuda_venv="${FUSELET_CUDA_VENV:-$ROOT/.venv-cuda}"
+# Under pixi the active (cuda) environment is the one; else .venv-cuda from requirements/cuda.txt.
+if [[ -n "${FUSELET_NO_BOOTSTRAP:-}" ]]; then cuda_venv="$VENV"; else cuda_venv="${FUSELET_CUDA_VENV:-$ROOT/.venv-cuda}"; fi
 "$ROOT/scripts/bootstrap.sh" "$cuda_venv" "$ROOT/requirements/cuda.txt"
 py="$cuda_venv/bin/python"
 build="$ROOT/build/cuda"
