@@ -57,6 +57,17 @@ def cmd_verify(args) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def cmd_index(args) -> int:
+    from fuselet_build import channel
+
+    target = Path(args.channel_dir)
+    if not target.is_dir():
+        raise UserError(f"channel_dir: no such folder: {target}")
+    channel.index(target)
+    print(f"indexed {target}")
+    return 0
+
+
 def cmd_seed(args) -> int:
     from fuselet_build import seed
 
@@ -95,6 +106,10 @@ def parser() -> argparse.ArgumentParser:
     common(sp)
     sp.add_argument("--no-install", action="store_true", help="only check metadata and provenance")
     sp.set_defaults(func=cmd_verify)
+
+    sp = sub.add_parser("index", help="(re)write the repodata of a local channel folder (py-rattler)")
+    sp.add_argument("channel_dir", help="a folder with noarch/ and linux-64/ subfolders of packages")
+    sp.set_defaults(func=cmd_index)
 
     try:
         from fuselet_build import seed

@@ -129,7 +129,7 @@ def test_channel_job_collects_indexes_and_verifies(packages):
     download = [s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/download-artifact")]
     assert download and download[0]["with"] == {"pattern": "pkg-*", "merge-multiple": True, "path": "channel"}
     runs = " ".join(s.get("run", "") for s in job["steps"])
-    assert "fuselet_build.channel import index" in runs
+    assert "python -m fuselet_build index channel" in runs
     assert "python -m fuselet_build verify" in runs
 
 
