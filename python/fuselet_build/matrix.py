@@ -98,6 +98,7 @@ def print_table(job_list: list[Job], title: str) -> None:
         table.add_row(j.name, j.build_string, j.subdir, "cpu" if cuda == "None" else cuda,
                       a.get("python", ""), a.get("pytorch", ""), jax)
     console = Console()
+    console.width = max(console.width, 150)  # build strings stay whole in CI logs and pipes
     console.print(table)
     console.print("packages per output: " + ", ".join(f"{k} {v}" for k, v in counts(job_list).items()))
 
