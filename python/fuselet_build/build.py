@@ -7,6 +7,8 @@ failed. Already-built packages are skipped. The output channel's index is rebuil
 """
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -57,7 +59,33 @@ class _Log:
         pass
 
     def close(self) -> None:
-        self.file.close()
+        if not self.file.closed:
+            self.file.close()
+
+
+def pinned_siblings(rendered) -> list:
+    """The sibling outputs rattler-build may use to resolve this variant's pin_subpackage.
+
+    py-rattler-build 0.73 resolves `pin_subpackage('libfuselet', exact=True)` against every
+    rendered sibling by name, so a CUDA fuselet-torch could be pinned to the CPU libfuselet.
+    Keep only the libfuselet this variant was rendered against (its `libfuselet` variant key).
+    """
+    want = rendered.variant.get("libfuselet")
+    keep, seen = [], set()
+    for s in rendered._siblings:
+        job = matrix.job_of(s)
+        if job.name == "libfuselet" and want and f"{job.version} {job.build_string}" != want:
+            continue
+        if job.key not in seen:
+            seen.add(job.key)
+            keep.append(s)
+    return keep
+
+
+def _has_cuda_driver() -> bool:
+    import rattler
+
+    return any("cuda" in str(v).lower() for v in rattler.VirtualPackage.detect())
 
 
 def existing_package(output: Path, job: matrix.Job) -> Path | None:
@@ -90,23 +118,36 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
     check_space(output)
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="local",
+    tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="local" if skip_existing else "none",
                              compression_threads=2, use_zstd=True, use_bz2=False)
     results: list[Result] = []
     progress = _progress() if show_progress else None
     try:
         if progress is not None:
             progress.start()
+        failed: set[str] = set()
         for r in rendered:
             job = matrix.job_of(r)
             found = existing_package(output, job) if skip_existing else None
             if found is not None:
                 results.append(Result(job, "exists", path=found))
                 continue
+            core = f"libfuselet-{str(job.variant.get('libfuselet', '')).replace(' ', '-')}"
+            if core in failed:
+                # Never build a framework package against some other core than its pinned one.
+                results.append(Result(job, "failed", reason=f"not built: it pins {core}, which failed"))
+                failed.add(job.key)
+                continue
+            cuda = str(job.variant.get("cuda_compiler_version", "None"))
+            if cuda != "None" and not _has_cuda_driver():
+                # No GPU driver here: declare one (as conda's CONDA_OVERRIDE_CUDA does) so the test
+                # environment of a CUDA package solves; its tests exercise the CPU paths.
+                os.environ["CONDA_OVERRIDE_CUDA"] = cuda
             task = progress.add_task(job.key, step="render", total=None) if progress else None
             log = _Log(logs / f"{job.key}.log", progress, task)
             start = time.monotonic()
             try:
+                r._siblings = pinned_siblings(r)
                 r.run_build(tool_config=tool, output_dir=str(output), channels=channels, progress_callback=log)
                 path = existing_package(output, job)
                 status, reason = ("built", "") if path else ("failed", "rattler-build reported success but wrote no package")
@@ -115,10 +156,13 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
                 raise
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
-                reason = explain_failure(str(exc), r, channels, output, log.errors)
+                log.close()
+                reason = explain_failure(str(exc), r, channels, output, logs / f"{job.key}.log")
             finally:
                 log.close()
             results.append(Result(job, status, time.monotonic() - start, path, reason))
+            if status == "failed":
+                failed.add(job.key)
             if progress is not None:
                 progress.update(task, step=status, completed=1, total=1)
     finally:
@@ -128,15 +172,23 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
     return results
 
 
-def explain_failure(message: str, rendered, channels: list[str], output: Path, errors: list[str]) -> str:
-    """A one-paragraph reason; for unsolvable environments, which package is missing."""
+# Log lines worth quoting when a build fails (compiler, CMake, linker, solver).
+_CULPRITS = re.compile(r"(CMake Error|error:|Error:|FAILED:|undefined reference|nothing provides|cannot be solved|"
+                       r"AssertionError|ImportError|ModuleNotFoundError|Traceback)")
+
+
+def explain_failure(message: str, rendered, channels: list[str], output: Path, log_path: Path) -> str:
+    """A short reason: the solver's explanation for unsolvable environments (which package is
+    missing), else the first telling lines of the build log."""
     first = message.strip().splitlines()[0] if message.strip() else "build failed"
     if "resolve" in message.lower() or "solve" in message.lower():
         reason = channel.why_unsolvable(rendered, channels + [str(output)])
         if reason:
             return f"{first}: {reason}"
-    detail = "; ".join(e.strip().splitlines()[0] for e in errors[-2:] if e.strip())
-    return f"{first}{': ' + detail if detail else ''}"
+    lines = log_path.read_text(errors="replace").splitlines() if log_path.exists() else []
+    culprits = [ln.removeprefix("[info] ").strip() for ln in lines if _CULPRITS.search(ln)]
+    detail = " | ".join(dict.fromkeys(culprits[:3]))
+    return f"{first}{': ' + detail if detail else ''} (log: {log_path})"
 
 
 def _progress():

@@ -41,7 +41,7 @@ def solve(specs: list[str], channels: list[str], virtual_packages: list | None =
     import rattler
 
     async def run():
-        return await rattler.solve(channels=channel_urls(channels), specs=specs,
+        return await rattler.solve(sources=channel_urls(channels), specs=specs,
                                    platforms=["linux-64", "noarch"],
                                    virtual_packages=virtual_packages or [])
 
@@ -67,7 +67,7 @@ def install(prefix: Path, specs: list[str], channels: list[str]) -> None:
     import rattler
 
     async def run():
-        records = await rattler.solve(channels=channel_urls(channels), specs=specs,
+        records = await rattler.solve(sources=channel_urls(channels), specs=specs,
                                       platforms=["linux-64", "noarch"],
                                       virtual_packages=rattler.VirtualPackage.detect())
         await rattler.install(records, target_prefix=str(prefix))

@@ -3,6 +3,7 @@ variant, installs into a fresh prefix from the channels, and runs one op there."
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -101,7 +102,7 @@ def smoke(job: matrix.Job, pkg_path: Path, channels: list[str], workdir: Path) -
     if cuda != "None":
         # No GPU driver here: declare one so the CUDA package installs; its CPU path still runs.
         virtual = list(virtual) + [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"),
-                                                                 rattler.Version(cuda), "0")]
+                                                                 rattler.Version(cuda), rattler.BuildString("0"))]
     try:
         records = channel.solve([spec, "python 3.11.*"], channels, virtual_packages=virtual)
         import asyncio
@@ -109,10 +110,17 @@ def smoke(job: matrix.Job, pkg_path: Path, channels: list[str], workdir: Path) -
         asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))
     except Exception as exc:
         return [f"cannot install {spec}: {str(exc).strip()[:500]}"]
-    proc = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600,
+                          cwd=workdir, env=clean_env())
     if proc.returncode != 0:
-        return [f"smoke test failed in {prefix}: {proc.stderr.strip()[-800:]}"]
+        last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
+        return [f"smoke test failed in {prefix}: {last}"]
     return []
+
+
+def clean_env() -> dict:
+    """The caller's environment without what would make a prefix's python import other code."""
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
 
 
 def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,

@@ -1,0 +1,115 @@
+"""End to end, offline: seed the local channel, build variants/offline.yaml with rattler-build,
+then install the packages with py-rattler and use them as a user would.
+
+Slow the first time (seed + every variant compiled); later runs reuse build/offline-channel
+and output/ (the build skips packages that exist). FUSELET_SKIP_PACKAGE_BUILD=1 uses what is
+already in output/ without building.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.packaging.conftest import ROOT
+
+rattler = pytest.importorskip("rattler", reason="py-rattler is not installed (pip install -r requirements/dev.txt)")
+pytest.importorskip("rattler_build", reason="py-rattler-build is not installed")
+
+from fuselet_build import channel, paths  # noqa: E402
+
+OUTPUT = ROOT / paths.OUTPUT
+OFFLINE = ROOT / paths.OFFLINE_CHANNEL
+CHANNELS = [str(OUTPUT), str(OFFLINE)]
+
+
+def fuselet_build(*args) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "fuselet_build", *args], cwd=ROOT, text=True,
+                          capture_output=True, env={**os.environ, "FUSELET_ROOT": str(ROOT)})
+    print(proc.stdout[-6000:], proc.stderr[-6000:], sep="\n")
+    return proc
+
+
+@pytest.fixture(scope="session")
+def built():
+    """The offline channel and output/ with every package of variants/offline.yaml."""
+    if not os.environ.get("FUSELET_SKIP_PACKAGE_BUILD"):
+        assert fuselet_build("seed").returncode == 0, "fuselet-build seed failed"
+        assert fuselet_build("build").returncode == 0, "fuselet-build build failed (see output/logs)"
+    packages = sorted(p.name for p in OUTPUT.glob("*/*.conda"))
+    assert packages, f"no packages in {OUTPUT}"
+    return packages
+
+
+def env_with(tmp_path_factory, name: str, specs: list[str]) -> Path:
+    prefix = tmp_path_factory.mktemp(name) / "env"
+    channel.install(prefix, specs, CHANNELS)
+    return prefix
+
+
+def run(prefix: Path, code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600)
+
+
+def test_two_torch_abis_and_two_ffi_levels_are_distinct_packages(built):
+    torch = {p for p in built if p.startswith("fuselet-torch-")}
+    jax = {p for p in built if p.startswith("fuselet-jax-")}
+    assert any("_torch213_" in p for p in torch) and any("_torch214_" in p for p in torch), torch
+    assert any("_ffi02_" in p for p in jax) and any("_ffi03_" in p for p in jax), jax
+    assert len(torch) == 2 and len(jax) == 4, (torch, jax)
+
+
+def test_verify_passes(built):
+    proc = fuselet_build("verify")
+    assert proc.returncode == 0, proc.stdout[-4000:]
+
+
+@pytest.fixture(scope="session")
+def torch213_env(built, tmp_path_factory):
+    return env_with(tmp_path_factory, "torch213", ["fuselet-torch * cpu_torch213*", "python 3.11.*", "numpy"])
+
+
+def test_fuselet_torch_installs_with_torch_213_and_matches_the_reference(torch213_env):
+    proc = run(torch213_env, """
+import numpy as np, torch, fuselet.torch as ft
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((8, 129)), rng.standard_normal(129)
+y = ft.rms_norm(torch.from_numpy(x).float(), torch.from_numpy(w).float(), 1e-6).double().numpy()
+ref = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+assert np.abs(y - ref).max() < 1e-5 * (1 + np.abs(ref).max()), np.abs(y - ref).max()
+print(torch.__version__)
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("2.13.0")
+
+
+def test_solver_refuses_the_213_build_with_torch_2141(built):
+    with pytest.raises(Exception) as err:
+        channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.14.1", "python 3.11.*"], CHANNELS,
+                      virtual_packages=rattler.VirtualPackage.detect())
+    message = str(err.value)
+    assert "pytorch" in message and "fuselet-torch" in message, message
+
+
+def test_forced_mismatch_raises_the_guard_error(torch213_env, tmp_path_factory):
+    """The 2.13-built extension copied next to torch 2.14.1: one clear ImportError, no crash."""
+    cuda = [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version("13.0"), rattler.BuildString("0"))]
+    prefix = tmp_path_factory.mktemp("torch2141") / "env"
+    records = channel.solve(["pytorch ==2.14.1", "python 3.11.*"], CHANNELS,
+                            virtual_packages=list(rattler.VirtualPackage.detect()) + cuda)
+    import asyncio
+
+    asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))
+    site = next(prefix.glob("lib/python3.11/site-packages"))
+    shutil.copytree(next(torch213_env.glob("lib/python3.11/site-packages/fuselet")), site / "fuselet")
+    for lib in torch213_env.glob("lib/libfuselet.so*"):
+        shutil.copy2(lib, prefix / "lib" / lib.name, follow_symlinks=False)
+    proc = run(prefix, "import fuselet.torch")
+    assert proc.returncode == 1 and "Segmentation" not in proc.stderr, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("fuselet._guard.FuseletABIError: fuselet.torch was built against torch 2.13.0"), last
+    assert "found torch 2.14.1" in last and "Fix:" in last

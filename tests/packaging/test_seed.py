@@ -1,0 +1,381 @@
+"""`fuselet-build seed` (python/fuselet_build/seed.py, _wheels.py): the offline conda channel.
+
+Fast tests (no network): wheel metadata -> conda depends (markers, extras, renames, specs),
+build strings, the conda file layout of a wheel, the activation scripts, the failure paths
+(no space, a wheel that has gone, an interrupt: clear message, index untouched).
+One slow end-to-end test seeds a CPU-only channel (or reuses FUSELET_OFFLINE_CHANNEL when it
+points at a seeded channel) and runs torch from an environment made from it alone.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytest.importorskip("rattler_build", reason="py-rattler-build is not installed (pip install -r requirements/dev.txt)")
+pytest.importorskip("rattler", reason="py-rattler is not installed (pip install -r requirements/dev.txt)")
+try:
+    from fuselet_build import _wheels, seed
+except ImportError:  # the source tree, not installed: after everything installed (no shadowing)
+    sys.path.append(str(ROOT / "python"))
+    from fuselet_build import _wheels, seed
+
+T = _wheels.Target(python=(3, 11))
+
+
+def make_wheel(tmp: Path, name: str, version: str, *, requires=(), tag="py3-none-any", files=None,
+               entry_points: str = "", purelib: bool = True) -> Path:
+    """A small wheel file written with zipfile (no network, no build backend)."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    path = tmp / f"{dist}-{tag}.whl"
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: test wheel",
+            "License: MIT", "Requires-Python: >=3.9"] + [f"Requires-Dist: {r}" for r in requires]
+    with zipfile.ZipFile(path, "w") as zf:
+        zf.writestr(f"{dist}.dist-info/METADATA", "\n".join(meta) + "\n")
+        zf.writestr(f"{dist}.dist-info/WHEEL",
+                    f"Wheel-Version: 1.0\nRoot-Is-Purelib: {str(purelib).lower()}\nTag: {tag}\n")
+        zf.writestr(f"{dist}.dist-info/RECORD", "")
+        if entry_points:
+            zf.writestr(f"{dist}.dist-info/entry_points.txt", entry_points)
+        for rel, (data, mode) in (files or {}).items():
+            info = zipfile.ZipInfo(rel.replace("{data}", f"{dist}.data"))
+            info.external_attr = (mode & 0xFFFF) << 16
+            zf.writestr(info, data)
+    return path
+
+
+# --- specs, names, markers, extras ---------------------------------------------------------
+
+@pytest.mark.parametrize("pep440, conda", [
+    (">=1.4.2,<14", ">=1.4.2,<14"),
+    ("~=3.8.0", ">=3.8.0,3.8.*"),
+    ("~=2.1", ">=2.1,2.*"),
+    ("==13.1.1.3.*", "13.1.1.3.*"),
+    ("==2.13.0+cpu", "==2.13.0"),
+    ("!=1.2.*", "!=1.2.*"),
+    ("===1.0", "==1.0"),
+    ("", ""),
+])
+def test_pep440_specifiers_become_conda_match_specs(pep440, conda):
+    assert _wheels.conda_spec(pep440) == conda
+
+
+def test_names_follow_conda_forge():
+    assert _wheels.conda_name("torch") == "pytorch"
+    assert _wheels.conda_name("Typing_Extensions") == "typing_extensions"
+    assert _wheels.conda_name("ml-dtypes") == "ml_dtypes"
+    assert _wheels.conda_name("scikit_build_core") == "scikit-build-core"
+    assert _wheels.conda_name("Jinja2") == "jinja2"
+    assert _wheels.conda_version("2.13.0+cpu") == "2.13.0"
+
+
+def test_depends_evaluate_markers_drop_extras_and_rename(tmp_path):
+    whl = make_wheel(tmp_path, "demo", "1.0", requires=[
+        "torch>=2.13", "typing-extensions>=4.10", "numpy; python_version >= '3.10'",
+        "tomli; python_version < '3.11'", "pywin32; sys_platform == 'win32'",
+        "pytest; extra == 'test'", "sympy>=1.13,<1.15", "sympy!=1.13.1",
+        "nvidia-nccl-cu13==2.30.7; platform_system == 'Linux' and platform_machine == 'x86_64'"])
+    info = _wheels.read_wheel(whl)
+    deps = _wheels.conda_depends(info, T)
+    assert deps == ["pytorch >=2.13", "typing_extensions >=4.10", "numpy", "sympy >=1.13,<1.15,!=1.13.1",
+                    "nvidia-nccl-cu13 ==2.30.7"]
+
+
+def test_extras_expand_to_what_they_stand_for(tmp_path):
+    """torch 2.14 needs cuda-toolkit[cublas,cudart]: the extras' own requirements become depends."""
+    torch = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+                                          purelib=False, requires=[
+                                              'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"']))
+    toolkit = _wheels.read_wheel(make_wheel(tmp_path, "cuda-toolkit", "13.0.3.0", requires=[
+        "nvidia-cublas==13.1.1.3.*; sys_platform == 'linux' and extra == 'cublas'",
+        "nvidia-cuda-runtime==13.0.96.*; sys_platform == 'linux' and extra == 'cudart'",
+        "nvidia-npp==13.0.1.2.*; sys_platform == 'linux' and extra == 'npp'",
+        "nvidia-cublas==13.1.1.3.*; sys_platform == 'win32' and extra == 'cudart'"]))
+    warnings = []
+    deps = _wheels.conda_depends(torch, T, {"cuda-toolkit": [toolkit]}, warnings.append)
+    assert deps == ["cuda-toolkit ==13.0.3", "nvidia-cublas 13.1.1.3.*", "nvidia-cuda-runtime 13.0.96.*"]
+    assert not warnings
+    # without the extra's metadata: the package alone, and a warning naming what was dropped
+    deps = _wheels.conda_depends(torch, T, {}, warnings.append)
+    assert deps == ["cuda-toolkit ==13.0.3"] and "cublas" in warnings[0]
+
+
+# --- build strings and layout --------------------------------------------------------------
+
+def test_build_strings(tmp_path):
+    pure = _wheels.read_wheel(make_wheel(tmp_path, "pure", "1.0"))
+    cp = _wheels.read_wheel(make_wheel(tmp_path, "ext", "1.0", tag="cp311-cp311-manylinux_2_28_x86_64", purelib=False))
+    cpu = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.13.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64",
+                                        purelib=False, files={"torch/version.py": ("cuda = None\n", 0o644)}))
+    cuda = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+                                         purelib=False, files={"torch/version.py": (
+                                             "cuda: Optional[str] = '13.0'\n", 0o644)}))
+    jaxlib = _wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
+                                           purelib=False))
+    plans = {k: seed.plan_wheel(i, T, {}) for k, i in
+             {"pure": pure, "cp": cp, "cpu": cpu, "cuda": cuda, "jaxlib": jaxlib}.items()}
+    assert plans["pure"].build.startswith("pyh") and plans["pure"].build.endswith("_0")
+    assert plans["pure"].subdir == "noarch" and plans["pure"].noarch == "python"
+    assert plans["pure"].depends == ["python >=3.9"]
+    assert plans["cp"].build.startswith("py311h") and plans["cp"].subdir == "linux-64"
+    assert plans["cp"].depends == ["python >=3.11,<3.12.0a0", "python_abi 3.11.* *_cp311"]
+    assert plans["cpu"].name == "pytorch" and plans["cpu"].version == "2.13.0"
+    assert plans["cpu"].build.startswith("cpu_py311_h") and plans["cpu"].build.endswith("_0")
+    assert "numpy" in plans["cpu"].depends      # the wheel does not declare it; conda-forge's does
+    assert plans["cuda"].build.startswith("cuda130_py311_h") and plans["cuda"].build.endswith("_200")
+    assert plans["cuda"].build_number == 200 and "cuda-version >=13.0,<14" in plans["cuda"].depends
+    assert plans["jaxlib"].build.startswith("cpu_py311_h")
+    for p in plans.values():  # h + 7 hex digits, and the file name conda expects
+        assert len(p.build.split("h")[-1].split("_")[0]) == 7
+        assert p.filename == f"{p.name}-{p.version}-{p.build}.conda"
+    # the hash follows the wheel's content
+    assert seed.plan_wheel(pure, T, {}).build == plans["pure"].build
+    pure.sha256 = "0" * 64
+    assert seed.plan_wheel(pure, T, {}).build != plans["pure"].build
+
+
+def test_wheel_layout_scripts_and_entry_points(tmp_path):
+    whl = make_wheel(tmp_path, "tool", "2.0", tag="py3-none-manylinux_2_17_x86_64", purelib=False,
+                     entry_points="[console_scripts]\ntool-cli = toolmod.cli:main\ntool-bin = toolmod:other\n",
+                     files={"toolmod/__init__.py": ("def other():\n    return 0\n", 0o644),
+                            "toolmod/cli.py": ("import sys\ndef main():\n    print('cli', sys.argv[1:])\n", 0o644),
+                            "{data}/scripts/tool-bin": (b"\x7fELF-not-really", 0o755),
+                            "{data}/scripts/tool-py": ("#!python\nprint('script ran')\n", 0o755),
+                            "{data}/data/share/tool/data.txt": ("x", 0o644)})
+    info = _wheels.read_wheel(whl)
+    out = tmp_path / "pkg"
+    _wheels.stage_wheel(info, out, T)
+    sp = out / "lib/python3.11/site-packages"
+    assert (sp / "toolmod/cli.py").exists() and (out / "share/tool/data.txt").exists()
+    assert (sp / "tool-2.0.dist-info/INSTALLER").read_text() == "conda\n"
+    assert (out / "bin/tool-bin").read_bytes() == b"\x7fELF-not-really"  # the wheel's own program wins
+    for script in ("tool-cli", "tool-py", "tool-bin"):
+        assert os.access(out / "bin" / script, os.X_OK), script
+    # the launchers run with the python next to them, whatever the prefix is
+    os.symlink(sys.executable, out / "bin" / "python")
+    env = {**os.environ, "PYTHONPATH": str(sp)}
+    run = subprocess.run([str(out / "bin/tool-cli"), "a", "b"], capture_output=True, text=True, env=env)
+    assert run.stdout.strip() == "cli ['a', 'b']", run.stderr
+    run = subprocess.run([str(out / "bin/tool-py")], capture_output=True, text=True, env=env)
+    assert run.stdout.strip() == "script ran", run.stderr
+    # a pure wheel: noarch python layout
+    pure = _wheels.read_wheel(make_wheel(tmp_path, "puretool", "1.0", entry_points="[console_scripts]\npt = p:m\n",
+                                         files={"p.py": ("def m(): pass\n", 0o644)}))
+    _wheels.stage_wheel(pure, tmp_path / "noarch", T)
+    assert (tmp_path / "noarch/site-packages/p.py").exists()
+    assert (tmp_path / "noarch/python-scripts/pt").exists()
+
+
+# --- host toolchain ------------------------------------------------------------------------
+
+HOST = seed.HostToolchain(
+    gcc_version="12.2.0", triplet="x86_64-linux-gnu", glibc="2.36",
+    tools={"CC": "/usr/bin/gcc", "CXX": "/usr/bin/g++", "GXX": "/usr/bin/g++", "AR": "/usr/bin/ar"},
+    cuda_root=Path("/opt/cuda-13.0"), nvcc_version="13.0.88", cudart_version="13.0.96")
+
+
+def test_host_packages_are_what_compiler_and_stdlib_ask_for():
+    pkgs = {p.name: p for p in seed.host_packages(HOST, T)}
+    assert set(pkgs) == {"python_abi", "gcc_linux-64", "gxx_linux-64", "sysroot_linux-64", "cuda-version",
+                         "cuda-nvcc_linux-64", "cuda-cudart", "cuda-cudart-dev"}
+    assert pkgs["gxx_linux-64"].version == "12.2.0"             # matches `gxx_linux-64 12.*`
+    assert pkgs["gxx_linux-64"].depends == ["gcc_linux-64 ==12.2.0"]
+    assert pkgs["sysroot_linux-64"].version == "2.36" and pkgs["sysroot_linux-64"].subdir == "noarch"
+    assert pkgs["cuda-nvcc_linux-64"].version == "13.0.88"     # matches `cuda-nvcc_linux-64 13.0.*`
+    assert "cuda-version >=13.0,<13.1.0a0" in pkgs["cuda-nvcc_linux-64"].depends
+    assert pkgs["cuda-version"].constrains[0] == "__cuda >=13"
+    assert pkgs["python_abi"].build == "0_cp311"
+    assert pkgs["python_abi"].constrains == ["python 3.11.* *_cpython"]
+    assert pkgs["gcc_linux-64"].build.startswith("h") and pkgs["gcc_linux-64"].filename.endswith("_0.conda")
+    no_cuda = seed.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
+    assert not [p for p in seed.host_packages(no_cuda, T) if p.name.startswith("cuda")]
+
+
+def test_cuda_wheels_get_their_cuda_version_even_without_nvcc(tmp_path):
+    cuda = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+                                         purelib=False, files={"torch/version.py": ("cuda = '13.0'\n", 0o644)}))
+    plans = [seed.plan_wheel(cuda, T, {})]
+    no_cuda = seed.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
+    extra = seed.cuda_version_packages(plans, seed.host_packages(no_cuda, T))
+    assert [(p.name, p.version) for p in extra] == [("cuda-version", "13.0")]
+    assert seed.cuda_version_packages(plans, seed.host_packages(HOST, T)) == []
+
+
+def test_activation_scripts_export_and_restore(tmp_path):
+    pkgs = {p.name: p for p in seed.host_packages(HOST, T)}
+    act, deact = pkgs["cuda-nvcc_linux-64"].scripts()
+    assert "export CUDACXX=/opt/cuda-13.0/bin/nvcc" in act
+    assert "export CUDAToolkit_ROOT=/opt/cuda-13.0" in act
+    gxx_act, _ = pkgs["gxx_linux-64"].scripts()
+    assert "export CXX=/usr/bin/g++" in gxx_act
+    (tmp_path / "a.sh").write_text(act)
+    (tmp_path / "d.sh").write_text(deact)
+    script = (f"export CMAKE_ARGS=-DFOO=1; unset CUDA_HOME; export CUDACXX=old; . {tmp_path}/a.sh; "
+              f'echo "$CUDACXX|$CUDA_HOME|$CMAKE_ARGS"; . {tmp_path}/d.sh; '
+              f'echo "$CUDACXX|${{CUDA_HOME-unset}}|$CMAKE_ARGS"')
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert out[0] == ("/opt/cuda-13.0/bin/nvcc|/opt/cuda-13.0|-DFOO=1 -DCUDAToolkit_ROOT=/opt/cuda-13.0 "
+                      "-DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda-13.0 -DCMAKE_CUDA_COMPILER=/opt/cuda-13.0/bin/nvcc")
+    assert out[1] == "old|unset|-DFOO=1"
+
+
+def test_cuda_root_is_found_through_a_wrapper_script(tmp_path):
+    real = tmp_path / "cuda-13.0" / "bin" / "nvcc"
+    real.parent.mkdir(parents=True)
+    real.write_text("#!/bin/sh\n")
+    wrapper = tmp_path / "bin" / "nvcc"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    assert seed.find_cuda_root(str(wrapper)) == tmp_path / "cuda-13.0"
+    assert seed.find_cuda_root(str(real)) == tmp_path / "cuda-13.0"
+
+
+# --- failures: clear message, partial results kept, index never broken ---------------------
+
+@pytest.fixture
+def old_channel(tmp_path):
+    chan = tmp_path / "channel"
+    for sub in ("noarch", "linux-64"):
+        (chan / sub).mkdir(parents=True)
+        (chan / sub / "repodata.json").write_text('{"sentinel": true}')
+    return chan
+
+
+@pytest.mark.parametrize("failure, expected", [
+    (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device while making the `python`"),
+    (KeyboardInterrupt(), "interrupted while making the `python` package"),
+])
+def test_failure_keeps_the_index_and_says_what_failed(monkeypatch, tmp_path, old_channel, failure, expected):
+    def fail(*args, **kwargs):
+        raise failure
+
+    monkeypatch.setattr(seed, "make_python_package", fail)
+    monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
+    monkeypatch.setattr(seed, "python_package_key", lambda target: "0000000")
+    with pytest.raises(seed.SeedError) as err:
+        seed.seed(old_channel, tmp_path / "cache", with_cuda=False, progress=False, groups={})
+    assert expected in str(err.value)
+    assert "channel index" in str(err.value) and "unchanged" in str(err.value)
+    for sub in ("noarch", "linux-64"):
+        assert (old_channel / sub / "repodata.json").read_text() == '{"sentinel": true}'
+    assert not (tmp_path / "cache" / "tmp").exists()
+
+
+def test_not_enough_space_is_said_before_any_work(monkeypatch, tmp_path, old_channel):
+    whl = make_wheel(tmp_path, "big", "1.0", files={"big/data.bin": (b"0" * 4096, 0o644)})
+    plan = seed.plan_wheel(_wheels.read_wheel(whl), T, {})
+    cache = seed.Cache(tmp_path / "cache")
+    monkeypatch.setattr(seed.shutil, "disk_usage", lambda p: type("U", (), {"free": 100})())
+    with pytest.raises(seed.SeedError, match="not enough free disk space"):
+        seed.check_space(cache, old_channel, [plan], py_cached=True)
+
+
+def test_a_wheel_that_has_gone_is_named(tmp_path):
+    cache = seed.Cache(tmp_path / "cache")
+    gone = seed.ResolvedWheel("lostpkg", "1.0", (tmp_path / "lostpkg-1.0-py3-none-any.whl").as_uri(), None)
+    with pytest.raises(seed.SeedError, match="lostpkg 1.0: .* has gone"):
+        seed.fetch_wheels(cache, [gone], seed._Ui(False))
+
+
+def test_one_seed_per_cache(tmp_path):
+    cache = seed.Cache(tmp_path / "cache")
+    with cache.lock():
+        with pytest.raises(seed.SeedError, match="another `fuselet-build seed` is using the cache"):
+            seed.seed(tmp_path / "channel", tmp_path / "cache", progress=False, groups={})
+
+
+def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
+    """seed() with no wheels and a stand-in python: activation packages, index, warm no-op."""
+    import rattler_build
+
+    def fake_python(cache, target, opts, key):
+        work = cache.workdir("fakepy")
+        (work / "files").mkdir()
+        out = rattler_build.assemble_package("python", platform.python_version(), "linux-64", f"h{key}_0_cpython",
+                                             work / "out", files_dir=work / "files", depends=[])
+        return cache.store(out.path, "linux-64")
+
+    monkeypatch.setattr(seed, "make_python_package", fake_python)
+    monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
+    monkeypatch.setattr(seed, "python_package_key", lambda target: "0000000")
+    chan, cache = tmp_path / "channel", tmp_path / "cache"
+    report = seed.seed(chan, cache, with_cuda=True, progress=False, groups={})
+    names = {p.name for p in report.packages}
+    assert {"python", "python_abi", "gcc_linux-64", "gxx_linux-64", "sysroot_linux-64"} <= names
+    assert report.indexed and all(p.stat().st_mode & 0o777 == 0o644 for p in chan.glob("*/*.conda"))
+    repodata = {sub: json.loads((chan / sub / "repodata.json").read_text()) for sub in ("noarch", "linux-64")}
+    indexed = {n for r in repodata.values() for n in r["packages.conda"]}
+    assert indexed == {p.name for p in chan.glob("*/*.conda")}
+    again = seed.seed(chan, cache, with_cuda=True, progress=False, groups={})
+    assert not again.indexed and all(p.cached for p in again.packages)
+    code = ("import asyncio, os, sys, rattler\n"
+            "r = asyncio.run(rattler.solve(sources=[rattler.Channel(sys.argv[1])], specs=sys.argv[2:],"
+            " platforms=['linux-64', 'noarch'], virtual_packages=[]))\n"
+            "print(' '.join(sorted(f'{x.name.normalized}={x.version}' for x in r))); sys.stdout.flush(); os._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-c", code, str(chan), "gxx_linux-64 12.*", "sysroot_linux-64 2.36.*",
+                           "python 3.11.*", "python_abi 3.11.* *_cp311"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "gcc_linux-64=" in proc.stdout and "python_abi=3.11" in proc.stdout
+
+
+# --- end to end (slow): a CPU channel from PyPI + the host, torch from it ------------------
+
+@pytest.fixture(scope="session")
+def cpu_channel(tmp_path_factory):
+    """FUSELET_OFFLINE_CHANNEL if it points at a seeded channel, else a CPU-only seed into a
+    session tmp dir (~1 min cold on 2 cores; FUSELET_SEED_CACHE keeps its cache between runs)."""
+    env = os.environ.get("FUSELET_OFFLINE_CHANNEL")
+    if env and (Path(env) / "noarch" / "repodata.json").exists():
+        return Path(env), None, None
+    base = tmp_path_factory.mktemp("seed")
+    cache = Path(os.environ.get("FUSELET_SEED_CACHE") or base / "cache")
+    os.environ.setdefault("RATTLER_CACHE_DIR", str(base / "rattler"))
+    t = time.monotonic()
+    report = seed.seed(base / "channel", cache, with_cuda=False, progress=False)
+    print(f"cold seed: {time.monotonic() - t:.1f} s; {report.summary()}")
+    return base / "channel", cache, report
+
+
+def solve_and_run(channel: Path, prefix: Path, specs: list[str], code: str) -> subprocess.CompletedProcess:
+    """A fresh env from `channel` only (py-rattler, in a subprocess), then `code` in its python."""
+    script = ("import asyncio, os, sys, rattler\n"
+              "async def main():\n"
+              "    r = await rattler.solve(sources=[rattler.Channel(sys.argv[1])], specs=sys.argv[3:],"
+              " platforms=['linux-64', 'noarch'], virtual_packages=rattler.VirtualPackage.detect())\n"
+              "    await rattler.install(r, target_prefix=sys.argv[2], show_progress=False)\n"
+              "asyncio.run(main()); sys.stdout.flush(); os._exit(0)\n")
+    made = subprocess.run([sys.executable, "-c", script, str(channel), str(prefix), *specs],
+                          capture_output=True, text=True, timeout=900)
+    assert made.returncode == 0, f"solve/install of {specs} failed:\n{made.stdout}\n{made.stderr}"
+    return subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_seeded_channel_runs_torch_cpu(cpu_channel, tmp_path):
+    channel, cache, report = cpu_channel
+    if report is not None:
+        builds = [p.build for p in report.find("pytorch")]
+        assert any(b.startswith("cpu_py311_h") for b in builds), builds
+    prefix = tmp_path / "env"
+    run = solve_and_run(channel, prefix, ["python 3.11.*", "pytorch 2.13.* cpu*", "numpy", "pip"],
+                        "import torch, numpy; print(torch.__version__, float(torch.ones(3).numpy().sum()))")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["2.13.0+cpu", "3.0"]
+    sp = prefix / "lib/python3.11/site-packages"
+    assert (sp / "torch/share/cmake/Torch/TorchConfig.cmake").exists()
+    pip = subprocess.run([str(prefix / "bin/pip"), "--version"], capture_output=True, text=True)
+    assert pip.returncode == 0 and str(sp) in pip.stdout, pip.stderr
+    if report is not None:  # nothing changed: the second seed is a no-op
+        t = time.monotonic()
+        again = seed.seed(channel, cache, with_cuda=False, progress=False)
+        assert time.monotonic() - t < 30 and not again.indexed
+        assert all(p.cached for p in again.packages)
