@@ -11,6 +11,6 @@ fi
 PY="$VENV/bin/python"
 export PATH="$VENV/bin:$PATH"
 # Bytecode of the tests stays out of the tree; rattler's cache stays inside it.
-export PYTHONDONTWRITEBYTECODE=1
+export PYTHONDONTWRITEBYTECODE=1 FUSELET_ROOT="$ROOT"
 export RATTLER_CACHE_DIR="${RATTLER_CACHE_DIR:-$ROOT/.rattler-cache}"
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite: core C++ tests, CUDA compile check, then pytest against the
-# fuselet built into .venv. Extra arguments go to pytest.
+# The whole test suite: core C++ tests, CUDA compile check, the conda packages of
+# variants/offline.yaml (seeded, built, verified: scripts/packages.sh), then pytest against
+# the fuselet built into .venv and those packages. Extra arguments go to pytest.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/build.sh"
 "$ROOT/scripts/core-test.sh"
 "$ROOT/scripts/cuda-build.sh"
+"$ROOT/scripts/packages.sh"
 log "pytest"
+# The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
+export FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel"
 cd "$ROOT"
 "$PY" -m pytest tests -p no:cacheprovider "$@"
