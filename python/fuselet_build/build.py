@@ -210,4 +210,8 @@ def print_summary(results: list[Result]) -> None:
         style = {"built": "green", "exists": "cyan", "failed": "red"}[r.status]
         table.add_row(r.job.name, r.job.build_string, f"[{style}]{r.status}", f"{r.seconds:.0f}", size,
                       r.reason[:300])
-    Console(width=200).print(table)
+    console = Console(width=200)
+    console.print(table)
+    for r in results:  # whole, unwrapped: what a CI log search or a bug report needs
+        if r.status == "failed":
+            console.print(f"FAILED {r.job.key}: {r.reason}", soft_wrap=True, markup=False, highlight=False)

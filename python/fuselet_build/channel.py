@@ -52,7 +52,8 @@ def why_unsolvable(rendered, channels: list[str]) -> str:
     """Ask rattler's solver why the build/host environment of a rendered variant fails."""
     req = rendered.recipe.requirements
     for env_name, specs in (("host", req.host), ("build", req.build)):
-        specs = [str(s) for s in specs if not str(s).startswith("__")]
+        # Pins to the recipe's own outputs render as {'pin_subpackage': ...}: not channel specs.
+        specs = [str(s) for s in specs if not str(s).startswith(("__", "{"))]
         if not specs:
             continue
         try:

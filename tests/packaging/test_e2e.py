@@ -113,3 +113,16 @@ def test_forced_mismatch_raises_the_guard_error(torch213_env, tmp_path_factory):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("fuselet._guard.FuseletABIError: fuselet.torch was built against torch 2.13.0"), last
     assert "found torch 2.14.1" in last and "Fix:" in last
+
+
+def test_unsolvable_variant_names_the_missing_package(built, tmp_path):
+    import yaml
+
+    variants = yaml.safe_load((ROOT / "variants/offline.yaml").read_text())
+    variants.update(cuda_compiler_version=["None"], pytorch=["2.99"])
+    bad = tmp_path / "no-such-torch.yaml"
+    bad.write_text(yaml.safe_dump(variants))
+    proc = fuselet_build("build", "--variants", str(bad), "--select", "fuselet-torch", "--output", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert "No candidates were found for pytorch 2.99.* cpu*" in proc.stdout, proc.stdout[-3000:]
+    assert (tmp_path / "out" / "noarch" / "repodata.json").exists()  # the output channel stays indexed
