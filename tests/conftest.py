@@ -27,7 +27,7 @@ FRAMEWORKS = ("torch", "jax")
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped (with the reason) where there is none")
-    config.addinivalue_line("markers", "slow: builds or seeds conda packages (minutes when cold); `-m 'not slow'` leaves them out")
+    config.addinivalue_line("markers", "slow: seeds or builds conda packages (minutes when cold)")
     # torch.library.opcheck still uses torch.jit internally.
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
