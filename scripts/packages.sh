@@ -14,5 +14,5 @@ log "built in $(( $(date +%s) - start )) s"
 start=$(date +%s)
 "$PY" -m fuselet_build verify || status=$?
 log "verified in $(( $(date +%s) - start )) s"
-log "install one: conda install -c $ROOT/output -c <the channel the rest comes from> fuselet-torch"
+log "install one: conda install -c $ROOT/output -c $ROOT/build/offline-channel fuselet-torch"
 exit "$status"
