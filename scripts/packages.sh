@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # The conda packages of variants/offline.yaml: seed the offline channel if needed, build every
 # variant into output/ (skipping those already built), verify them, print the tables.
-# Extra arguments go to `fuselet-build build` (e.g. --select fuselet-torch).
+# Where no nvcc exists the CUDA variants are left out (said so). Extra arguments go to
+# `fuselet-build build` (e.g. --select fuselet-torch).
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/build.sh" >&2
+seed_args=() select=()
+if ! command -v nvcc >/dev/null; then
+  log "packages: no nvcc on PATH: the CUDA variants are left out (CPU packages only)"
+  seed_args=(--no-cuda) select=(--select -cpu_ --select -pyh)
+fi
 start=$(date +%s)
-"$PY" -m fuselet_build seed
+"$PY" -m fuselet_build seed "${seed_args[@]}"
 log "seeded in $(( $(date +%s) - start )) s"
 start=$(date +%s)
 status=0
-"$PY" -m fuselet_build build "$@" || status=$?
+"$PY" -m fuselet_build build "${select[@]}" "$@" || status=$?
 log "built in $(( $(date +%s) - start )) s"
 start=$(date +%s)
-"$PY" -m fuselet_build verify || status=$?
+"$PY" -m fuselet_build verify "${select[@]}" || status=$?
 log "verified in $(( $(date +%s) - start )) s"
 log "install one: conda install -c $ROOT/output -c $ROOT/build/offline-channel fuselet-torch"
 exit "$status"

@@ -109,12 +109,7 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
           show_progress: bool = True) -> list[Result]:
     from rattler_build import ToolConfiguration
 
-    rendered = matrix.render(recipe, variant_files)
-    if select:
-        rendered = [r for r in rendered if any(s in matrix.job_of(r).key for s in select)]
-        if not rendered:
-            raise UserError(f"--select: {select} matches none of the rendered packages "
-                            f"(see `fuselet-build matrix`)")
+    rendered = matrix.select(matrix.render(recipe, variant_files), select, key=lambda r: matrix.job_of(r).key)
     check_space(output)
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)

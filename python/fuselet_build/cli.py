@@ -52,7 +52,7 @@ def cmd_verify(args) -> int:
     from fuselet_build import verify
 
     checks = verify.verify(paths.under_root(args.recipe), _variants(args), paths.under_root(args.output),
-                           _channels(args), install=not args.no_install)
+                           _channels(args), install=not args.no_install, select=args.select)
     verify.print_checks(checks)
     return 0 if all(c.ok for c in checks) else 1
 
@@ -105,6 +105,7 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("verify", help="check pins + provenance of built packages, install and run them")
     common(sp)
     sp.add_argument("--no-install", action="store_true", help="only check metadata and provenance")
+    sp.add_argument("--select", action="append", help="only packages whose id contains this text (repeatable)")
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("index", help="(re)write the repodata of a local channel folder (py-rattler)")

@@ -77,6 +77,16 @@ def jobs(recipe: Path, variant_files: list[Path], target_platform: str = "linux-
     return [job_of(r) for r in render(recipe, variant_files, target_platform)]
 
 
+def select(items: list, select_: list[str] | None, key=lambda x: x.key) -> list:
+    """The items whose job id contains one of the `select_` texts (all of them if none given)."""
+    if not select_:
+        return items
+    chosen = [i for i in items if any(s in key(i) for s in select_)]
+    if not chosen:
+        raise UserError(f"--select: {select_} matches none of the rendered packages (see `fuselet-build matrix`)")
+    return chosen
+
+
 def counts(job_list: list[Job]) -> dict[str, int]:
     out: dict[str, int] = {}
     for j in job_list:

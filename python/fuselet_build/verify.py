@@ -124,13 +124,13 @@ def clean_env() -> dict:
 
 
 def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
-           install: bool = True) -> list[Check]:
+           install: bool = True, select: list[str] | None = None) -> list[Check]:
     from rattler_build import Package
 
     checks = []
     with tempfile.TemporaryDirectory(prefix="fuselet-verify-") as tmp:
         work = Path(tmp)
-        for job in matrix.jobs(recipe, variant_files):
+        for job in matrix.select(matrix.jobs(recipe, variant_files), select):
             check = Check(job)
             checks.append(check)
             path = build_mod.existing_package(output, job)
