@@ -8,7 +8,7 @@ source "$(dirname "$0")/env.sh"
 seed_args=() select=()
 if ! command -v nvcc >/dev/null; then
   log "packages: no nvcc on PATH: the CUDA variants are left out (CPU packages only)"
-  seed_args=(--no-cuda) select=(--select -cpu_ --select -pyh)
+  seed_args=(--no-cuda) select=(--select=-cpu_ --select=-pyh)
 fi
 start=$(date +%s)
 "$PY" -m fuselet_build seed "${seed_args[@]}"

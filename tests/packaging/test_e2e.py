@@ -37,7 +37,7 @@ def fuselet_build(*args) -> subprocess.CompletedProcess:
 HAS_NVCC = shutil.which("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="no nvcc on PATH: the CUDA variants of offline.yaml "
                                                      "(torch 2.14.1 cuda130) cannot be built here")
-CPU_ONLY = [] if HAS_NVCC else ["--select", "-cpu_", "--select", "-pyh"]
+CPU_ONLY = [] if HAS_NVCC else ["--select=-cpu_", "--select=-pyh"]
 
 
 @pytest.fixture(scope="session")
