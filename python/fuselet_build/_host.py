@@ -1,0 +1,195 @@
+"""The host toolchain facts and the activation packages made from them (compilers, stdlib, CUDA)."""
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fuselet_build import _wheels
+from fuselet_build._seed_common import SeedError
+from fuselet_build._wheels import Target
+
+# --- host facts ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class HostToolchain:
+    """The host compilers the activation packages point at."""
+
+    gcc_version: str                  # "12.2.0"
+    triplet: str                      # "x86_64-linux-gnu"
+    tools: dict[str, str]             # CC, CXX, AR, ... -> absolute paths
+    glibc: str                        # "2.36"
+    cuda_root: Path | None = None     # the toolkit root (resolved through a wrapper script)
+    nvcc_version: str | None = None   # "13.0.88"
+    cudart_version: str | None = None  # "13.0.96"
+
+    @property
+    def cuda_major_minor(self) -> str | None:
+        return ".".join(self.nvcc_version.split(".")[:2]) if self.nvcc_version else None
+
+
+_GCC_TOOLS = {"CC": "gcc", "CPP": "cpp", "GCC": "gcc", "AR": "ar", "AS": "as", "LD": "ld", "NM": "nm",
+              "OBJCOPY": "objcopy", "OBJDUMP": "objdump", "RANLIB": "ranlib", "READELF": "readelf",
+              "SIZE": "size", "STRINGS": "strings", "STRIP": "strip", "GCC_AR": "gcc-ar",
+              "GCC_NM": "gcc-nm", "GCC_RANLIB": "gcc-ranlib", "CXX": "g++", "GXX": "g++", "CXXFILT": "c++filt"}
+
+
+def _out(cmd: list[str]) -> str:
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def find_cuda_root(nvcc: str | None = None) -> Path | None:
+    """The CUDA toolkit root of the `nvcc` on PATH (CUDA_HOME first): the `nvcc` may be a
+    wrapper script exec'ing the real one (scripts/cuda-build.sh does the same)."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if nvcc is None and home and (Path(home) / "bin" / "nvcc").exists():
+        nvcc = str(Path(home) / "bin" / "nvcc")
+    nvcc = nvcc or shutil.which("nvcc")
+    if not nvcc:
+        return None
+    path = Path(nvcc)
+    try:
+        head = path.read_bytes()[:4096]
+    except OSError:
+        return None
+    if head.startswith(b"#!"):
+        m = re.search(rb"(/[^\s\"']*/bin/nvcc)\b", head)
+        if m:
+            path = Path(m.group(1).decode())
+    path = path.resolve()
+    root = path.parent.parent
+    return root if (root / "bin" / "nvcc").exists() else None
+
+
+def detect_host(with_cuda: bool = True) -> HostToolchain:
+    gcc = shutil.which("gcc")
+    gxx = shutil.which("g++")
+    if not gcc or not gxx:
+        raise SeedError("no host C/C++ compiler: `gcc` and `g++` must be on PATH for the compiler "
+                        "activation packages (apt-get install g++)")
+    tools = {var: p for var, exe in _GCC_TOOLS.items() if (p := shutil.which(exe))}
+    glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0").split()[-1]
+    host = dict(gcc_version=_out([gcc, "-dumpfullversion"]), triplet=_out([gcc, "-dumpmachine"]),
+                tools=tools, glibc=glibc)
+    root = find_cuda_root() if with_cuda else None
+    if root is not None:
+        m = re.search(r"V(\d+\.\d+\.\d+)", _out([str(root / "bin" / "nvcc"), "--version"]))
+        nvcc_version = m.group(1) if m else None
+        cudart = None
+        for d in sorted((root / "dist-info").glob("nvidia_cuda_runtime-*.dist-info")) if (root / "dist-info").is_dir() else []:
+            cudart = d.name.removesuffix(".dist-info").split("-")[1]
+        host.update(cuda_root=root, nvcc_version=nvcc_version, cudart_version=cudart or nvcc_version)
+    return HostToolchain(**host)
+
+
+def activation_scripts(package: str, env: dict[str, str], append: dict[str, str] | None = None,
+                       note: str = "") -> tuple[str, str]:
+    """(activate.sh, deactivate.sh) exporting `env` (and appending `append` to existing
+    values, e.g. CMAKE_ARGS); deactivation restores what was there before."""
+    tag = re.sub(r"\W", "_", package).upper()
+    act = [f"# {package}: {note}".rstrip(), "# Written by `fuselet-build seed` (fuselet_build/seed.py)."]
+    deact = list(act)
+    for var in [*env, *(append or {})]:
+        bak = f"_FUSELET_{tag}_BACKUP_{var}"
+        act.append(f'if [ -n "${{{var}+x}}" ]; then export {bak}="${{{var}}}"; fi')
+        deact.append(f'if [ -n "${{{bak}+x}}" ]; then export {var}="${{{bak}}}"; unset {bak}; '
+                     f"else unset {var}; fi")
+    for var, value in env.items():
+        act.append(f"export {var}={shlex.quote(value)}")
+    for var, value in (append or {}).items():
+        if re.search(r"[\s\"'$`\\]", value.replace(" -D", "-D")):
+            raise ValueError(f"{var}: {value!r} needs quoting; keep appended values simple")
+        act.append(f'export {var}="${{{var}:+${var} }}{value}"')
+    return "\n".join(act) + "\n", "\n".join(deact) + "\n"
+
+
+@dataclass
+class HostPackage:
+    """A package made from metadata (+ activation scripts) only."""
+
+    name: str
+    version: str
+    subdir: str                       # "linux-64" or "noarch" (noarch: generic)
+    depends: list[str] = field(default_factory=list)
+    constrains: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    append: dict[str, str] = field(default_factory=dict)
+    summary: str = ""
+    build_string: str | None = None   # fixed build string (python_abi: 0_cp311), else h<hash>_0
+
+    def scripts(self) -> tuple[str, str] | None:
+        if not self.env and not self.append:
+            return None
+        return activation_scripts(self.name, self.env, self.append, self.summary)
+
+    @property
+    def build(self) -> str:
+        if self.build_string:
+            return self.build_string
+        digest = _wheels.short_hash(_wheels.CONVERTER_VERSION, self.name, self.version, self.depends,
+                                    self.constrains, self.scripts(), self.summary)
+        return f"h{digest}_0"
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}-{self.version}-{self.build}.conda"
+
+
+def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
+    """Compiler, stdlib and CUDA activation packages for `host` (what compiler('cxx'),
+    compiler('cuda') with cuda_compiler=cuda-nvcc, and stdlib('c') with c_stdlib=sysroot
+    resolve to: gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64)."""
+    t = host.tools
+    gcc_env = {k: t[k] for k in ("CC", "CPP", "GCC", "AR", "AS", "LD", "NM", "OBJCOPY", "OBJDUMP", "RANLIB",
+                                 "READELF", "SIZE", "STRINGS", "STRIP", "GCC_AR", "GCC_NM", "GCC_RANLIB") if k in t}
+    gcc_env.update(HOST=host.triplet, BUILD=host.triplet, CONDA_TOOLCHAIN_HOST=host.triplet,
+                   CONDA_TOOLCHAIN_BUILD=host.triplet)
+    pkgs = [
+        HostPackage("python_abi", target.short, target.subdir, constrains=[f"python {target.short}.* *_cpython"],
+                    summary=f"Metadata: CPython {target.short} ABI (cp{target.nodot})", build_string=f"0_cp{target.nodot}"),
+        HostPackage("gcc_linux-64", host.gcc_version, "linux-64", env=gcc_env,
+                    summary=f"activation of the host GCC {host.gcc_version} ({t['CC']})"),
+        HostPackage("gxx_linux-64", host.gcc_version, "linux-64", depends=[f"gcc_linux-64 =={host.gcc_version}"],
+                    env={k: t[k] for k in ("CXX", "GXX", "CXXFILT") if k in t},
+                    summary=f"activation of the host G++ {host.gcc_version} ({t['CXX']})"),
+        HostPackage("sysroot_linux-64", host.glibc, "noarch",
+                    summary=f"Metadata: the host glibc {host.glibc} is the C standard library"),
+    ]
+    if host.cuda_root is not None and host.nvcc_version:
+        root, mm = str(host.cuda_root), host.cuda_major_minor
+        nxt = f"{mm.split('.')[0]}.{int(mm.split('.')[1]) + 1}"
+        pin = f"cuda-version >={mm},<{nxt}.0a0"
+        pkgs += [
+            _cuda_version_package(mm, root),
+            HostPackage("cuda-nvcc_linux-64", host.nvcc_version, "linux-64",
+                        depends=[pin, f"cuda-cudart-dev {host.cudart_version}"],
+                        env={"CUDA_HOME": root, "CUDA_PATH": root, "CUDAToolkit_ROOT": root,
+                             "CUDACXX": f"{root}/bin/nvcc", "CUDAHOSTCXX": t.get("CXX", "g++")},
+                        append={"CMAKE_ARGS": f"-DCUDAToolkit_ROOT={root} -DCUDA_TOOLKIT_ROOT_DIR={root} "
+                                              f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc"},
+                        summary=f"activation of the host nvcc {host.nvcc_version} ({root}/bin/nvcc)"),
+            HostPackage("cuda-cudart", host.cudart_version, "linux-64", depends=[pin],
+                        summary=f"Metadata: the CUDA runtime of the host toolkit ({root}/lib64)"),
+            HostPackage("cuda-cudart-dev", host.cudart_version, "linux-64",
+                        depends=[pin, f"cuda-cudart =={host.cudart_version}"],
+                        summary=f"Metadata: CUDA runtime headers + libraries of the host toolkit ({root})"),
+        ]
+    return pkgs
+
+
+def _cuda_version_package(mm: str, root: str | None) -> HostPackage:
+    where = f"the host toolkit at {root}" if root else "no host toolkit: what the CUDA wheels were built for"
+    return HostPackage("cuda-version", mm, "noarch", constrains=[f"__cuda >={mm.split('.')[0]}", f"cudatoolkit {mm}|{mm}.*"],
+                       summary=f"Metadata: CUDA {mm} ({where})")
+
+
+def cuda_version_packages(plans: list, hosts: list[HostPackage]) -> list[HostPackage]:
+    """`cuda-version` for the CUDA wheels' versions (pytorch cuda130 needs cuda-version 13.0)
+    that the host toolkit did not already give (e.g. a machine without nvcc)."""
+    have = {p.version for p in hosts if p.name == "cuda-version"}
+    wanted = {".".join(p.info.torch_cuda.split(".")[:2]) for p in plans if p.info.torch_cuda}
+    return [_cuda_version_package(mm, None) for mm in sorted(wanted - have)]
