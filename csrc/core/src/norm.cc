@@ -13,8 +13,7 @@
 namespace fuselet {
 namespace {
 
-// Independent accumulators so that GCC/Clang vectorize the float reductions without
-// -ffast-math (the order of additions is fixed, so results are deterministic).
+// Lanes of independent float accumulators in every row reduction (see lane_reduce).
 constexpr int kLanes = 16;
 
 // Rows per task: enough elements that a task outweighs the cost of waking a worker.
@@ -32,66 +31,40 @@ const float* row_as_float(const T* src, float* buf, int64_t n) {
   }
 }
 
-inline float lane_sum(const float (&acc)[kLanes]) {
+// sum(term(i)) for i in [0, n), one accumulator per lane so that GCC vectorizes it without
+// -ffast-math (the order of additions is fixed, so results are deterministic).
+template <typename Term>
+inline float lane_reduce(int64_t n, Term term) {
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) acc[l] += term(i + l);
+  for (int l = 0; i < n; ++i, ++l) acc[l] += term(i);
   float s = 0.f;
   for (int l = 0; l < kLanes; ++l) s += acc[l];
   return s;
 }
 
-// sum(x^2) over n elements.
 float sum_squares(const float* x, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l] * x[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += x[i] * x[i];
-  return lane_sum(acc);
+  return lane_reduce(n, [=](int64_t i) { return x[i] * x[i]; });
 }
 
-// sum(x) over n elements.
 float sum(const float* x, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += x[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += x[i];
-  return lane_sum(acc);
+  return lane_reduce(n, [=](int64_t i) { return x[i]; });
 }
 
-// sum((x - c)^2) over n elements.
 float sum_squared_deviations(const float* x, int64_t n, float c) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) {
-      const float d = x[i + l] - c;
-      acc[l] += d * d;
-    }
-  for (int l = 0; i < n; ++i, ++l) {
-    const float d = x[i] - c;
-    acc[l] += d * d;
-  }
-  return lane_sum(acc);
+  return lane_reduce(n, [=](int64_t i) { return (x[i] - c) * (x[i] - c); });
 }
 
-// sum(a * b * (x - c)) over n elements (c = 0: a plain triple product).
+// sum(a * b * (x - c)).
 float sum_products(const float* a, const float* b, const float* x, int64_t n, float c) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l] * (x[i + l] - c);
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i] * (x[i] - c);
-  return lane_sum(acc);
+  return lane_reduce(n, [=](int64_t i) { return a[i] * b[i] * (x[i] - c); });
 }
 
-// sum(a * b) over n elements.
+// sum(a * b).
 float sum_products(const float* a, const float* b, int64_t n) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  return lane_sum(acc);
+  return lane_reduce(n, [=](int64_t i) { return a[i] * b[i]; });
 }
 
 // Mean and biased variance with two passes over the (cache-resident) row: exact, and each
