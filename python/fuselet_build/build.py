@@ -37,7 +37,6 @@ class _Log:
     def __init__(self, log_path: Path, progress, task):
         self.file = log_path.open("w")
         self.progress, self.task = progress, task
-        self.errors: list[str] = []
 
     def on_build_step(self, event) -> None:
         self.file.write(f"== {event.step_name}: {event.message}\n")
@@ -46,8 +45,6 @@ class _Log:
 
     def on_log(self, event) -> None:
         self.file.write(f"[{event.level}] {event.message}\n")
-        if event.level == "error":
-            self.errors.append(event.message)
 
     def on_download_start(self, event) -> None:
         self.file.write(f"download {event.url}\n")
@@ -80,12 +77,6 @@ def pinned_siblings(rendered) -> list:
             seen.add(job.key)
             keep.append(s)
     return keep
-
-
-def _has_cuda_driver() -> bool:
-    import rattler
-
-    return any("cuda" in str(v).lower() for v in rattler.VirtualPackage.detect())
 
 
 def existing_package(output: Path, job: matrix.Job) -> Path | None:
@@ -134,7 +125,7 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
                 failed.add(job.key)
                 continue
             cuda = str(job.variant.get("cuda_compiler_version", "None"))
-            if cuda != "None" and not _has_cuda_driver():
+            if cuda != "None" and not channel.has_cuda_driver():
                 # No GPU driver here: declare one (as conda's CONDA_OVERRIDE_CUDA does) so the test
                 # environment of a CUDA package solves; its tests exercise the CPU paths.
                 os.environ["CONDA_OVERRIDE_CUDA"] = cuda

@@ -63,14 +63,28 @@ def why_unsolvable(rendered, channels: list[str]) -> str:
     return ""
 
 
-def install(prefix: Path, specs: list[str], channels: list[str]) -> None:
+def has_cuda_driver() -> bool:
+    """Whether this machine reports a `__cuda` virtual package (an NVIDIA driver)."""
+    import rattler
+
+    return any("cuda" in str(v).lower() for v in rattler.VirtualPackage.detect())
+
+
+def virtual_packages(cuda: str | None = None) -> list:
+    """This machine's virtual packages; with `cuda`, a `__cuda` of that version is declared
+    where no driver reports one, so CUDA packages install (their CPU paths still run)."""
+    import rattler
+
+    detected = list(rattler.VirtualPackage.detect())
+    if cuda and not has_cuda_driver():
+        detected.append(rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda),
+                                                      rattler.BuildString("0")))
+    return detected
+
+
+def install(prefix: Path, specs: list[str], channels: list[str], *, cuda: str | None = None) -> None:
     """A fresh environment at `prefix` from `channels` (py-rattler solve + install)."""
     import rattler
 
-    async def run():
-        records = await rattler.solve(sources=channel_urls(channels), specs=specs,
-                                      platforms=["linux-64", "noarch"],
-                                      virtual_packages=rattler.VirtualPackage.detect())
-        await rattler.install(records, target_prefix=str(prefix))
-
-    asyncio.run(run())
+    records = solve(specs, channels, virtual_packages=virtual_packages(cuda))
+    asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))

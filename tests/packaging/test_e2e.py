@@ -107,13 +107,8 @@ def test_solver_refuses_the_213_build_with_torch_2141(built):
 @needs_nvcc
 def test_forced_mismatch_raises_the_guard_error(torch213_env, tmp_path_factory):
     """The 2.13-built extension copied next to torch 2.14.1: one clear ImportError, no crash."""
-    cuda = [rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version("13.0"), rattler.BuildString("0"))]
     prefix = tmp_path_factory.mktemp("torch2141") / "env"
-    records = channel.solve(["pytorch ==2.14.1", "python 3.11.*"], CHANNELS,
-                            virtual_packages=list(rattler.VirtualPackage.detect()) + cuda)
-    import asyncio
-
-    asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))
+    channel.install(prefix, ["pytorch ==2.14.1", "python 3.11.*"], CHANNELS, cuda="13.0")
     site = next(prefix.glob("lib/python3.11/site-packages"))
     shutil.copytree(next(torch213_env.glob("lib/python3.11/site-packages/fuselet")), site / "fuselet")
     for lib in torch213_env.glob("lib/libfuselet.so*"):
