@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite: core C++ tests, CUDA compile check, the conda packages of
 # variants/offline.yaml (seeded, built, verified: scripts/packages.sh), then pytest against
-# the fuselet built into .venv and those packages. Extra arguments go to pytest.
+# the fuselet built into .venv and those packages: the library's tests and the configuration
+# checks (tests/) and the packaging tool's (tools/fuselet-build/tests). Extra arguments go to pytest.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/build.sh"
 "$ROOT/scripts/core-test.sh"
@@ -11,4 +12,4 @@ log "pytest"
 # The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
 export FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel"
 cd "$ROOT"
-"$PY" -m pytest tests -p no:cacheprovider "$@"
+"$PY" -m pytest tests tools/fuselet-build/tests -p no:cacheprovider "$@"

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -60,17 +61,40 @@ def test_isolated_build_without_version_fails_at_once(tmp_path):
     assert "FUSELET_TORCH_VERSION=<version> pip install ." in out and "pip install --no-build-isolation ." in out
 
 
-def test_isolated_build_compiles_against_the_named_torch(tmp_path):
-    """With isolation, FUSELET_TORCH_VERSION puts exactly that torch into the build env."""
-    proc = pip("wheel", "--no-deps", "-w", str(tmp_path), str(ROOT),
+@pytest.fixture(scope="module")
+def torch_wheel(tmp_path_factory) -> Path:
+    """The wheel an isolated `pip wheel .` makes with FUSELET_TORCH_VERSION=2.13.0."""
+    out = tmp_path_factory.mktemp("wheel")
+    proc = pip("wheel", "--no-deps", "-w", str(out), str(ROOT),
                env={"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (wheel,) = tmp_path.glob("fuselet-*.whl")
-    with zipfile.ZipFile(wheel) as z:
+    (wheel,) = out.glob("fuselet-*.whl")
+    return wheel
+
+
+def test_isolated_build_compiles_against_the_named_torch(torch_wheel):
+    """With isolation, FUSELET_TORCH_VERSION puts exactly that torch into the build env."""
+    with zipfile.ZipFile(torch_wheel) as z:
         info = json.loads(z.read("fuselet/torch/_build_info.json"))
         names = z.namelist()
     assert info["version"].startswith("2.13.0") and info["cuda"] is None
     assert "fuselet/jax/_build_info.json" not in names  # jax was not asked for
+
+
+def test_the_wheel_holds_the_library_and_nothing_else(torch_wheel):
+    """The Python package, its version module, libfuselet and the torch op library, and the
+    dist-info: no packaging tool, no console script, no tests."""
+    with zipfile.ZipFile(torch_wheel) as z:
+        names = set(z.namelist())
+        entry_points = [n for n in names if n.endswith("entry_points.txt")]
+    python = {str(p.relative_to(ROOT / "python")) for p in (ROOT / "python/fuselet").rglob("*.py")}
+    binaries = {n for n in names if n.endswith(".so") or ".so." in n}
+    dist_info = {n for n in names if ".dist-info/" in n}
+    assert names - python - binaries - dist_info == {"fuselet/_version.py", "fuselet/torch/_build_info.json"}
+    assert python <= names
+    assert {Path(n).name for n in binaries} == {"libfuselet.so", "libfuselet_torch.so"}, sorted(binaries)
+    assert {Path(n).name for n in dist_info} <= {"METADATA", "WHEEL", "RECORD", "LICENSE"}, sorted(dist_info)
+    assert entry_points == [] and not any(n.startswith("fuselet_build") for n in names)
 
 
 def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
@@ -78,6 +102,13 @@ def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sdist,) = tmp_path.glob("fuselet-*.tar.gz")
+    with tarfile.open(sdist) as tar:
+        top = {Path(n).parts[1] for n in tar.getnames() if len(Path(n).parts) > 1}
+        tests = {Path(n).parts[2] for n in tar.getnames() if len(Path(n).parts) > 2 and Path(n).parts[1] == "tests"}
+    # the library's sources and tests, no packaging tool nor its configuration
+    assert not top & {"tools", "recipe", "variants", ".github", "pixi.toml"}, sorted(top)
+    assert {"csrc", "python", "backend", "CMakeLists.txt", "pyproject.toml"} <= top, sorted(top)
+    assert "config" not in tests and {"torch", "jax", "core"} <= tests, sorted(tests)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")

@@ -80,7 +80,7 @@ class SeedReport:
 
 # --- progress ------------------------------------------------------------------------------
 
-class _Ui:
+class ProgressUi:
     """rich progress (an overall bar, plus one bar per package being made) or nothing."""
 
     def __init__(self, enabled: bool):

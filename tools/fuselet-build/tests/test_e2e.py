@@ -10,28 +10,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+import rattler
+from fuselet_build import channel, paths
 
-from tests.packaging.conftest import ROOT
-
-rattler = pytest.importorskip("rattler", reason="py-rattler is not installed (pip install -r requirements/dev.txt)")
-pytest.importorskip("rattler_build", reason="py-rattler-build is not installed")
-
-from fuselet_build import channel, paths  # noqa: E402
-
+ROOT = paths.root()
 OUTPUT = ROOT / paths.OUTPUT
 OFFLINE = ROOT / paths.OFFLINE_CHANNEL
 CHANNELS = [str(OUTPUT), str(OFFLINE)]
-
-
-def fuselet_build(*args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "fuselet_build", *args], cwd=ROOT, text=True,
-                          capture_output=True, env={**os.environ, "FUSELET_ROOT": str(ROOT)})
-    print(proc.stdout[-6000:], proc.stderr[-6000:], sep="\n")
-    return proc
 
 
 HAS_NVCC = shutil.which("nvcc") is not None
@@ -41,12 +29,12 @@ CPU_ONLY = [] if HAS_NVCC else ["--select=-cpu_", "--select=-pyh"]
 
 
 @pytest.fixture(scope="session")
-def built():
+def built(cli):
     """The offline channel and output/ with every package of variants/offline.yaml (the CPU
     ones only, where no nvcc exists)."""
     if not os.environ.get("FUSELET_SKIP_PACKAGE_BUILD"):
-        assert fuselet_build("seed", *([] if HAS_NVCC else ["--no-cuda"])).returncode == 0, "fuselet-build seed failed"
-        assert fuselet_build("build", *CPU_ONLY).returncode == 0, "fuselet-build build failed (see output/logs)"
+        assert cli("seed", *([] if HAS_NVCC else ["--no-cuda"])).returncode == 0, "fuselet-build seed failed"
+        assert cli("build", *CPU_ONLY).returncode == 0, "fuselet-build build failed (see output/logs)"
     packages = sorted(p.name for p in OUTPUT.glob("*/*.conda"))
     assert packages, f"no packages in {OUTPUT}"
     return packages
@@ -71,8 +59,8 @@ def test_two_torch_abis_and_two_ffi_levels_are_distinct_packages(built):
     assert len(torch) == 2 and len(jax) == 4, (torch, jax)
 
 
-def test_verify_passes(built):
-    proc = fuselet_build("verify", *CPU_ONLY)
+def test_verify_passes(built, cli):
+    proc = cli("verify", *CPU_ONLY)
     assert proc.returncode == 0, proc.stdout[-4000:]
 
 
@@ -120,14 +108,14 @@ def test_forced_mismatch_raises_the_guard_error(torch213_env, tmp_path_factory):
     assert "found torch 2.14.1" in last and "Fix:" in last
 
 
-def test_unsolvable_variant_names_the_missing_package(built, tmp_path):
+def test_unsolvable_variant_names_the_missing_package(built, cli, tmp_path):
     import yaml
 
     variants = yaml.safe_load((ROOT / "variants/offline.yaml").read_text())
     variants.update(cuda_compiler_version=["None"], pytorch=["2.99"])
     bad = tmp_path / "no-such-torch.yaml"
     bad.write_text(yaml.safe_dump(variants))
-    proc = fuselet_build("build", "--variants", str(bad), "--select", "fuselet-torch", "--output", str(tmp_path / "out"))
+    proc = cli("build", "--variants", str(bad), "--select", "fuselet-torch", "--output", str(tmp_path / "out"))
     assert proc.returncode == 1
     assert "No candidates were found for pytorch 2.99.* cpu*" in proc.stdout, proc.stdout[-3000:]
     assert (tmp_path / "out" / "noarch" / "repodata.json").exists()  # the output channel stays indexed

@@ -16,7 +16,7 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     tomllib = pytest.importorskip("tomli", reason="reading pixi.toml needs Python >= 3.11 (tomllib) or tomli")
 
-from tests.packaging.conftest import ROOT, shared_file
+from tests.config.conftest import ROOT, shared_file
 
 # Commands a task may start with besides a script of the tree.
 KNOWN_TOOLS = {"python", "pytest", "bash", "cmake", "ctest", "ruff", "rattler-build", "fuselet-build"}
@@ -176,13 +176,16 @@ def test_cpu_frameworks_are_cpu_builds(pixi):
     assert pixi["feature"]["jax"]["dependencies"]["jaxlib"]["build"] == "cpu*"
 
 
+def _tool_paths():
+    return pytest.importorskip("fuselet_build.paths", reason="fuselet-build is not installed here "
+                                                            "(pip install -e tools/fuselet-build)")
+
+
 def test_the_offline_feature_points_at_the_seeded_channel(pixi):
-    """The offline channel `fuselet-build seed` writes (python/fuselet_build/paths.py)."""
-    paths_src = (ROOT / "python/fuselet_build/paths.py").read_text()
-    offline = re.search(r'^OFFLINE_CHANNEL = "([^"]+)"', paths_src, re.M).group(1)
-    output = re.search(r'^OUTPUT = "([^"]+)"', paths_src, re.M).group(1)
+    """The offline channel `fuselet-build seed` writes and the output channel of its builds."""
+    paths = _tool_paths()
     channels = [c["channel"] if isinstance(c, dict) else c for c in pixi["feature"]["offline"]["channels"]]
-    assert f"./{offline}" in channels and f"./{output}" in channels
+    assert f"./{paths.OFFLINE_CHANNEL}" in channels and f"./{paths.OUTPUT}" in channels
 
 
 # --- tasks ----------------------------------------------------------------------------------------
@@ -273,7 +276,7 @@ def test_the_package_is_built_from_the_recipe_by_rattler_build(pixi):
     assert build["backend"]["name"] == "pixi-build-rattler-build"
     recipe = build["config"]["recipe"]
     assert (ROOT / recipe).is_file(), f"[package.build.config] recipe = {recipe!r} does not exist"
-    assert recipe == re.search(r'^RECIPE = "([^"]+)"', (ROOT / "python/fuselet_build/paths.py").read_text(), re.M).group(1)
+    assert recipe == _tool_paths().RECIPE
 
 
 def test_build_variant_files_exist(pixi):

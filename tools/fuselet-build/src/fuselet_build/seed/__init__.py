@@ -3,12 +3,12 @@
 No conda channel is reachable on the build machine, so the channel that rattler-build solves
 against is made here, from three sources:
   1. the interpreter's own prefix (sys.base_prefix of a standalone CPython such as pyenv's):
-     `python` (a small rattler-build recipe, seed_recipes/python) + a metadata-only `python_abi`;
+     `python` (a small rattler-build recipe, recipes/python) + a metadata-only `python_abi`;
   2. the host toolchain: activation packages for `${{ compiler('c'/'cxx'/'cuda') }}` and
      `${{ stdlib('c') }}` (gcc_linux-64, gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64,
      cuda-version, cuda-cudart(-dev)) whose etc/conda/activate.d scripts point at /usr/bin/gcc,
      /usr/bin/g++ and the host CUDA toolkit;
-  3. PyPI wheels (resolved by pip, converted by fuselet_build._wheels with
+  3. PyPI wheels (resolved by pip, converted by fuselet_build.seed.wheels with
      rattler_build.assemble_package): pytorch 2.13 cpu, pytorch 2.14.1 cuda 13.0 and its
      nvidia-* wheels, jax/jaxlib 0.8.3 and 0.10.2, numpy, scipy, cmake, ninja, ... and the
      whole dependency closure.
@@ -17,10 +17,14 @@ moved in at the very end): an interrupted or failed seed leaves the previous ind
 every finished package in the cache. Everything is cached by content (wheel sha256, host
 toolchain facts), so a second seed with nothing changed does no conversion and no indexing.
 
-The parts live in their own modules: _host (the host toolchain and its activation packages),
-_seed_pip (resolving and downloading wheels), _seed_make (making packages), _seed_channel
-(placing, indexing, space checks), _seed_common (SeedError, the cache), _seed_report (the
-report and progress bars). This module runs them in order and is the CLI entry.
+This package runs the steps in order and is the CLI entry; each concern has its module:
+  host     the host toolchain, its activation packages, `python` from the interpreter
+  wheels   wheels -> conda packages (metadata mapping, layout, assemble_package)
+  pip      resolving and downloading the wheels
+  channel  placing packages in the channel, its manifest, disk space
+  cache    SeedError, the cache (downloads, resolutions, finished packages), packing options
+  report   the summary table and the progress bars
+Indexing is fuselet_build.channel.index, shared with `fuselet-build build`.
 """
 from __future__ import annotations
 
@@ -35,57 +39,30 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from fuselet_build import _wheels
-from fuselet_build._host import (
-    HostPackage,
-    HostToolchain,
-    activation_scripts,
+from fuselet_build import channel as channel_index
+from fuselet_build import paths
+from fuselet_build.seed import wheels
+from fuselet_build.seed.cache import SUBDIRS, Cache, Options, SeedError, atomic_write
+from fuselet_build.seed.channel import (
+    MANIFEST,
+    check_space,
+    disk_error,
+    is_enospc,
+    place_in_channel,
+    read_manifest,
+)
+from fuselet_build.seed.host import (
+    check_interpreter,
     cuda_version_packages,
     detect_host,
-    find_cuda_root,
     host_packages,
-)
-from fuselet_build._seed_channel import (
-    INDEX_FILES,
-    MANIFEST,
-    _disk_error,
-    _is_enospc,
-    _place_in_channel,
-    _read_manifest,
-    check_space,
-    index_channel,
-    space_needed,
-)
-from fuselet_build._seed_common import SUBDIRS, Cache, SeedError, UserError, _atomic_write
-from fuselet_build._seed_make import (
-    CUDA_BUILD_NUMBER,
-    EXTRA_DEPENDS,
-    FLAVORED,
-    PYTHON_BUILD_BYTES,
-    RECIPES,
-    Options,
-    WheelPlan,
-    check_interpreter,
-    convert_wheel,
     make_host_package,
     make_python_package,
-    plan_wheel,
     python_package_key,
 )
-from fuselet_build._seed_pip import ResolvedWheel, fetch_wheels, resolve_group
-from fuselet_build._seed_report import PackageResult, SeedReport, _Ui
-from fuselet_build._wheels import Target, WheelInfo
-
-# The names this module has always offered (seed, run, main and the CLI's add_arguments; the
-# rest is used by tests/packaging/test_seed.py and kept importable from here).
-__all__ = [
-    "CUDA_BUILD_NUMBER", "CUDA_GROUPS", "EXTRA_DEPENDS", "FLAVORED", "GROUPS", "INDEX_FILES", "MANIFEST",
-    "PYTHON_BUILD_BYTES", "RECIPES", "SUBDIRS", "Cache", "HostPackage", "HostToolchain", "Options", "PackageResult",
-    "ResolvedWheel", "SeedError", "SeedReport", "UserError", "WheelPlan", "activation_scripts", "add_arguments",
-    "check_interpreter", "check_space", "convert_wheel", "cuda_version_packages", "detect_host", "fetch_wheels",
-    "find_cuda_root", "host_packages", "index_channel", "main", "make_host_package", "make_python_package",
-    "plan_wheel", "python_package_key", "resolve_group", "run", "seed", "space_needed",
-]
+from fuselet_build.seed.pip import ResolvedWheel, fetch_wheels, resolve_group
+from fuselet_build.seed.report import PackageResult, ProgressUi, SeedReport
+from fuselet_build.seed.wheels import Target, WheelInfo, WheelPlan, convert_wheel, plan_wheel
 
 # What the channel must hold, as pip requirement groups. Each group is resolved by pip on its
 # own (jax 0.8.3 and 0.10.2 cannot share one resolution); the channel gets the union.
@@ -129,7 +106,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     os.environ.setdefault("RATTLER_CACHE_DIR", str(cache.root / "rattler"))
     target = Target(python=sys.version_info[:2])
     report = SeedReport(channel=channel)
-    ui = _Ui(sys.stderr.isatty() if progress is None else progress)
+    ui = ProgressUi(sys.stderr.isatty() if progress is None else progress)
     cache.clean_tmp()
     for sub in SUBDIRS:
         (channel / sub).mkdir(parents=True, exist_ok=True)
@@ -146,7 +123,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         key = python_package_key(target)
         py_file = f"python-{platform.python_version()}-h{key}_0_cpython.conda"
         t_res = time.monotonic()
-        wheels: dict[str, ResolvedWheel] = {}
+        fetched: dict[str, ResolvedWheel] = {}
         for group, reqs in (GROUPS if groups is None else groups).items():
             if group in CUDA_GROUPS and not with_cuda:
                 continue
@@ -155,9 +132,9 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
             doing = f"fetching the wheels of group '{group}'"
             fetch_wheels(cache, resolved, ui)
             for w in resolved:
-                wheels.setdefault(str(w.path), w)
+                fetched.setdefault(str(w.path), w)
         doing = "reading the wheels' metadata"
-        infos = [_wheels.read_wheel(w.path, cache.sha256(w.path)) for w in wheels.values()]
+        infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in fetched.values()]
         closure: dict[str, list[WheelInfo]] = {}
         for info in infos:
             closure.setdefault(info.key, []).append(info)
@@ -183,17 +160,17 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
             produced.append(_make(cache, plan.subdir, plan.filename, plan.info.path.name, ui,
                                   f"{plan.name} {plan.version}",
                                   lambda upd, plan=plan: convert_wheel(cache, plan, target, opts, upd),
-                                  lambda plan=plan: _wheels.uncompressed_size(plan.info)))
+                                  lambda plan=plan: wheels.uncompressed_size(plan.info)))
         # 3. the channel: files in, index, stale files out
         doing = f"placing the packages in {channel}"
         files = sorted({f"{sub}/{path.name}" for sub, path, _ in produced})
-        old = _read_manifest(channel)
+        old = read_manifest(channel)
         # Record what is about to be placed first: an interrupted seed's files stay known.
-        _atomic_write(channel / MANIFEST, json.dumps({**old, "files": sorted({*old.get("files", []), *files})},
+        atomic_write(channel / MANIFEST, json.dumps({**old, "files": sorted({*old.get("files", []), *files})},
                                                      indent=1))
         for sub, path, _ in produced:
-            _place_in_channel(path, channel, sub)
-        stamp = _wheels.short_hash(files, [(channel / f).stat().st_size for f in files])
+            place_in_channel(path, channel, sub)
+        stamp = wheels.short_hash(files, [(channel / f).stat().st_size for f in files])
         fresh = all((channel / s / "repodata.json").exists() for s in SUBDIRS)
         others = sorted(f"{s}/{p.name}" for s in SUBDIRS for p in (channel / s).glob("*.conda")
                         if f"{s}/{p.name}" not in old.get("files", []) and f"{s}/{p.name}" not in files)
@@ -202,13 +179,13 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
             t_idx = time.monotonic()
             with ui.package("indexing (py-rattler)", None) as upd:
                 upd(stage="index_fs")
-                index_channel(channel, files + others, incremental=bool(old.get("stamp")))
+                channel_index.index(channel, files + others, incremental=bool(old.get("stamp")))
             report.index_seconds, report.indexed = time.monotonic() - t_idx, True
         stale = [f for f in old.get("files", []) if f not in files]
         for rel in stale:
             (channel / rel).unlink(missing_ok=True)
         report.removed = stale
-        _atomic_write(channel / MANIFEST, json.dumps({"stamp": stamp, "files": files, "others": others,
+        atomic_write(channel / MANIFEST, json.dumps({"stamp": stamp, "files": files, "others": others,
                                                       "with_cuda": with_cuda}, indent=1))
         report.packages = [r for _, _, r in produced]
     except KeyboardInterrupt:
@@ -221,8 +198,8 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         raise
     except BaseException as exc:
         ui.close()
-        if _is_enospc(exc):
-            raise _disk_error(exc, doing, cache, channel) from exc
+        if is_enospc(exc):
+            raise disk_error(exc, doing, cache, channel) from exc
         raise SeedError(f"failed while {doing}: {type(exc).__name__}: {exc}. Finished packages are kept in "
                         f"{cache.pkgs}; the channel index of {channel} is unchanged.") from exc
     finally:
@@ -240,7 +217,7 @@ def _check_flavors(plans: list[WheelPlan], with_cuda: bool, warnings: list[str])
         warnings.append(f"no CUDA pytorch among the wheels pip chose ({builds})")
 
 
-def _make(cache: Cache, subdir: str, filename: str, source: str, ui: _Ui, label: str,
+def _make(cache: Cache, subdir: str, filename: str, source: str, ui: ProgressUi, label: str,
           build: Callable[[Callable[..., None]], Path],
           total: Callable[[], int] | None = None) -> tuple[str, Path, PackageResult]:
     """One package: from the cache when its content-named file is there, else built."""
@@ -263,14 +240,9 @@ def _make(cache: Cache, subdir: str, filename: str, source: str, ui: _Ui, label:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `fuselet-build seed` (cli.py registers the subcommand)."""
-    try:
-        from fuselet_build import paths
-        chan, cache = paths.OFFLINE_CHANNEL, paths.SEED_CACHE
-    except ImportError:  # pragma: no cover
-        chan, cache = "build/offline-channel", "build/seed-cache"
-    parser.add_argument("--channel-dir", default=chan,
+    parser.add_argument("--channel-dir", default=paths.OFFLINE_CHANNEL,
                         help="the channel folder to make or update (default: %(default)s)")
-    parser.add_argument("--cache", default=cache,
+    parser.add_argument("--cache", default=paths.SEED_CACHE,
                         help="downloads, pip resolutions and finished packages (default: %(default)s)")
     parser.add_argument("--no-cuda", action="store_true",
                         help="leave out the CUDA torch, its nvidia-* wheels and the CUDA activation packages")
@@ -284,17 +256,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run `fuselet-build seed` from parsed arguments; prints the summary table."""
-    try:
-        from fuselet_build.paths import under_root
-    except ImportError:  # pragma: no cover
-        under_root = Path
     missing = [m for m in ("rattler_build", "rattler") if importlib.util.find_spec(m) is None]
     if missing:
-        print(f"fuselet-build seed: error: {' and '.join(missing)} not importable: pip install py-rattler-build "
-              f"py-rattler (requirements/dev.txt)", file=sys.stderr)
+        print(f"fuselet-build seed: error: {' and '.join(missing)} not importable: fuselet-build's own dependencies "
+              f"are missing; reinstall it (pip install ./tools/fuselet-build)", file=sys.stderr)
         return 2
     try:
-        report = seed(under_root(args.channel_dir), under_root(args.cache), with_cuda=not args.no_cuda,
+        report = seed(paths.under_root(args.channel_dir), paths.under_root(args.cache), with_cuda=not args.no_cuda,
                       progress=args.progress, refresh=args.refresh, compression_level=args.compression_level)
     except SeedError as exc:
         print(f"fuselet-build seed: error: {exc}", file=sys.stderr)

@@ -1,17 +1,22 @@
-"""The host toolchain facts and the activation packages made from them (compilers, stdlib, CUDA)."""
+"""The host: its toolchain facts, the activation packages made from them (compilers, stdlib,
+CUDA) and the `python` package made from the running interpreter's prefix."""
 from __future__ import annotations
 
+import errno
 import os
+import platform
 import re
 import shlex
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fuselet_build import _wheels
-from fuselet_build._seed_common import SeedError
-from fuselet_build._wheels import Target
+from fuselet_build.buildlog import BuildLog
+from fuselet_build.seed import wheels
+from fuselet_build.seed.cache import Cache, Options, SeedError, timestamp, tmpdir_env
+from fuselet_build.seed.wheels import Target
 
 # --- host facts ----------------------------------------------------------------------------
 
@@ -91,7 +96,7 @@ def activation_scripts(package: str, env: dict[str, str], append: dict[str, str]
     """(activate.sh, deactivate.sh) exporting `env` (and appending `append` to existing
     values, e.g. CMAKE_ARGS); deactivation restores what was there before."""
     tag = re.sub(r"\W", "_", package).upper()
-    act = [f"# {package}: {note}".rstrip(), "# Written by `fuselet-build seed` (fuselet_build/seed.py)."]
+    act = [f"# {package}: {note}".rstrip(), "# Written by `fuselet-build seed` (fuselet_build.seed.host)."]
     deact = list(act)
     for var in [*env, *(append or {})]:
         bak = f"_FUSELET_{tag}_BACKUP_{var}"
@@ -130,7 +135,7 @@ class HostPackage:
     def build(self) -> str:
         if self.build_string:
             return self.build_string
-        digest = _wheels.short_hash(_wheels.CONVERTER_VERSION, self.name, self.version, self.depends,
+        digest = wheels.short_hash(wheels.CONVERTER_VERSION, self.name, self.version, self.depends,
                                     self.constrains, self.scripts(), self.summary)
         return f"h{digest}_0"
 
@@ -193,3 +198,84 @@ def cuda_version_packages(plans: list, hosts: list[HostPackage]) -> list[HostPac
     have = {p.version for p in hosts if p.name == "cuda-version"}
     wanted = {".".join(p.info.torch_cuda.split(".")[:2]) for p in plans if p.info.torch_cuda}
     return [_cuda_version_package(mm, None) for mm in sorted(wanted - have)]
+
+
+RECIPES = Path(__file__).parent / "recipes"
+
+PYTHON_BUILD_BYTES = 400 * 2**20    # rattler-build's host prefix + work copy of the interpreter
+
+
+
+# --- packages made from the host ---------------------------------------------------------
+
+def make_host_package(cache: Cache, pkg: HostPackage, opts: Options) -> Path:
+    import rattler_build
+
+    work = cache.workdir(pkg.name)
+    try:
+        files = work / "files"
+        files.mkdir()
+        scripts = pkg.scripts()
+        if scripts:
+            for kind, text in zip(("activate", "deactivate"), scripts):
+                d = files / "etc" / "conda" / f"{kind}.d"
+                d.mkdir(parents=True)
+                (d / f"{pkg.name}.sh").write_text(text)
+        with tmpdir_env(work):
+            out = rattler_build.assemble_package(
+                pkg.name, pkg.version, pkg.subdir, pkg.build, work / "out", files_dir=files,
+                depends=pkg.depends or None, constrains=pkg.constrains or None, summary=pkg.summary,
+                noarch="generic" if pkg.subdir == "noarch" else None, timestamp=timestamp(),
+                compression_level=opts.compression_level, compression_threads=opts.compression_threads,
+                detect_prefix=False)
+        return cache.store(out.path, pkg.subdir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def python_package_key(target: Target) -> str:
+    texts = [p.read_text() for p in sorted((RECIPES / "python").iterdir()) if p.is_file()]
+    exe = Path(sys.base_prefix) / "bin" / f"python{target.short}"
+    st = exe.stat()
+    return wheels.short_hash(texts, sys.base_prefix, sys.version, st.st_size, st.st_mtime_ns)
+
+
+def check_interpreter(target: Target) -> None:
+    base = Path(sys.base_prefix)
+    exe, lib = base / "bin" / f"python{target.short}", base / "lib" / f"python{target.short}"
+    if str(base) in ("/usr", "/"):
+        raise SeedError(f"the interpreter's prefix is {base}, the system's: the `python` package is made "
+                        f"from a standalone prefix (pyenv, python-build-standalone); run seed with one")
+    missing = [p for p in (exe, lib) if not p.exists()]
+    if not list((base / "lib").glob(f"libpython{target.short}*.so*")):
+        missing.append(base / "lib" / f"libpython{target.short}.so")
+    if missing:
+        raise SeedError(f"{base} is not a shared CPython prefix (missing {', '.join(map(str, missing))})")
+
+
+def make_python_package(cache: Cache, target: Target, opts: Options, key: str) -> Path:
+    """`python` from sys.base_prefix with the recipes/python recipe (rattler-build)."""
+    import rattler_build as rb
+
+    work = cache.workdir("python")
+    try:
+        recipe = rb.Stage0Recipe.from_file(RECIPES / "python" / "recipe.yaml")
+        ctx = {"src_prefix": sys.base_prefix, "py_version": platform.python_version(), "py_short": target.short,
+               "py_nodot": target.nodot, "seed_hash": key}
+        variants = recipe.render(rb.VariantConfig(), rb.RenderConfig(
+            platform=rb.PlatformConfig(target_platform=target.subdir), extra_context=ctx))
+        log_path = cache.root / "python-build.log"
+        try:
+            with tmpdir_env(work), BuildLog(log_path) as log:
+                result = variants[0].run_build(
+                    tool_config=rb.ToolConfiguration(compression_threads=opts.compression_threads),
+                    output_dir=work / "out", channels=[], progress_callback=log,
+                    package_format=f"conda:{opts.compression_level}")
+        except Exception as exc:
+            if shutil.disk_usage(cache.root).free < PYTHON_BUILD_BYTES:
+                raise OSError(errno.ENOSPC, f"{exc} (log: {log_path})") from exc
+            raise SeedError(f"building the `python` package from {sys.base_prefix} failed: {exc}\n"
+                            f"  log: {log_path}") from exc
+        return cache.store(Path(result.packages[0]), target.subdir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

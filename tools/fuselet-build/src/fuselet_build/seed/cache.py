@@ -1,23 +1,20 @@
-"""What every part of `fuselet-build seed` shares: SeedError, the channel's subdirs, the cache."""
+"""What every part of `fuselet-build seed` shares: SeedError, the channel's subdirs, the cache
+(downloads, resolutions, finished packages, work folders) and the packing options."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
-from fuselet_build import _wheels
-
-try:
-    from fuselet_build.errors import UserError
-except ImportError:  # pragma: no cover - the module is shared with the CLI
-    class UserError(Exception):  # type: ignore[no-redef]
-        pass
-
-SUBDIRS = ("noarch", "linux-64")
+from fuselet_build.channel import SUBDIRS
+from fuselet_build.errors import UserError
 
 
 class SeedError(UserError):
@@ -74,9 +71,9 @@ class Cache:
         hit = self._hashes.get(key)
         if hit and hit[0] == st.st_size and hit[1] == st.st_mtime_ns:
             return hit[2]
-        digest = _wheels.sha256_file(path)
+        digest = sha256_file(path)
         self._hashes[key] = [st.st_size, st.st_mtime_ns, digest]
-        _atomic_write(self._hashes_path, json.dumps(self._hashes, indent=0))
+        atomic_write(self._hashes_path, json.dumps(self._hashes, indent=0))
         return digest
 
     def store(self, built: Path, subdir: str) -> Path:
@@ -87,7 +84,44 @@ class Cache:
         return dest
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new file, never a part."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+# --- packing -------------------------------------------------------------------------------
+
+@dataclass
+class Options:
+    compression_level: int = 3        # zstd level; 9+ costs minutes on the CUDA libraries
+    compression_threads: int = max(1, os.cpu_count() or 1)
+
+
+def timestamp(when: datetime | None = None) -> datetime:
+    """A package's timestamp: its wheel's, else a fixed one (reproducible packages)."""
+    return when or datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+@contextmanager
+def tmpdir_env(path: Path) -> Iterator[None]:
+    """assemble_package and rattler-build stage every file in a TempDir: keep it inside the
+    cache (same disk, wiped on the next run) instead of /tmp."""
+    old = os.environ.get("TMPDIR")
+    os.environ["TMPDIR"] = str(path)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = old

@@ -15,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fuselet_build import channel, matrix
+from fuselet_build.buildlog import BuildLog
 from fuselet_build.errors import UserError
+from fuselet_build.sibling_pins import pinned_siblings
 
 
 @dataclass
@@ -29,54 +31,6 @@ class Result:
     @property
     def size(self) -> int:
         return self.path.stat().st_size if self.path and self.path.exists() else 0
-
-
-class _Log:
-    """rattler-build progress callback: step names to the progress line, everything to a log."""
-
-    def __init__(self, log_path: Path, progress, task):
-        self.file = log_path.open("w")
-        self.progress, self.task = progress, task
-
-    def on_build_step(self, event) -> None:
-        self.file.write(f"== {event.step_name}: {event.message}\n")
-        if self.progress is not None:
-            self.progress.update(self.task, step=event.step_name)
-
-    def on_log(self, event) -> None:
-        self.file.write(f"[{event.level}] {event.message}\n")
-
-    def on_download_start(self, event) -> None:
-        self.file.write(f"download {event.url}\n")
-
-    def on_download_progress(self, event) -> None:
-        pass
-
-    def on_download_complete(self, event) -> None:
-        pass
-
-    def close(self) -> None:
-        if not self.file.closed:
-            self.file.close()
-
-
-def pinned_siblings(rendered) -> list:
-    """The sibling outputs rattler-build may use to resolve this variant's pin_subpackage.
-
-    py-rattler-build 0.73 resolves `pin_subpackage('libfuselet', exact=True)` against every
-    rendered sibling by name, so a CUDA fuselet-torch could be pinned to the CPU libfuselet.
-    Keep only the libfuselet this variant was rendered against (its `libfuselet` variant key).
-    """
-    want = rendered.variant.get("libfuselet")
-    keep, seen = [], set()
-    for s in rendered._siblings:
-        job = matrix.job_of(s)
-        if job.name == "libfuselet" and want and f"{job.version} {job.build_string}" != want:
-            continue
-        if job.key not in seen:
-            seen.add(job.key)
-            keep.append(s)
-    return keep
 
 
 def existing_package(output: Path, job: matrix.Job) -> Path | None:
@@ -130,7 +84,7 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
                 # environment of a CUDA package solves; its tests exercise the CPU paths.
                 os.environ["CONDA_OVERRIDE_CUDA"] = cuda
             task = progress.add_task(job.key, step="render", total=None) if progress else None
-            log = _Log(logs / f"{job.key}.log", progress, task)
+            log = BuildLog(logs / f"{job.key}.log", on_step=_stepper(progress, task))
             start = time.monotonic()
             try:
                 r._siblings = pinned_siblings(r)
@@ -175,6 +129,13 @@ def explain_failure(message: str, rendered, channels: list[str], output: Path, l
     culprits = [ln.removeprefix("[info] ").strip() for ln in lines if _CULPRITS.search(ln)]
     detail = " | ".join(dict.fromkeys(culprits[:3]))
     return f"{first}{': ' + detail if detail else ''} (log: {log_path})"
+
+
+def _stepper(progress, task):
+    """The progress line's `step` field, told by the build log (None without a display)."""
+    if progress is None:
+        return None
+    return lambda step: progress.update(task, step=step)
 
 
 def _progress():

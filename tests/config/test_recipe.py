@@ -9,7 +9,7 @@ import re
 import pytest
 import yaml
 
-from tests.packaging.conftest import ROOT, shared_file
+from tests.config.conftest import ROOT, shared_file
 
 
 def test_recipe_validates_against_the_schema():
@@ -87,6 +87,7 @@ def test_framework_packages_pin_the_core_of_their_own_flavor(offline_jobs):
     for j in offline_jobs:
         if j.name in ("fuselet-torch", "fuselet-jax"):
             assert j.variant["libfuselet"] == f"0.1.0 {cores[j.variant['cuda_compiler_version']]}"
+
 
 
 def test_rendered_run_requirements_pin_abi(matrix_mod):

@@ -10,9 +10,9 @@ def root() -> Path:
     env = os.environ.get("FUSELET_ROOT")
     if env:
         return Path(env).resolve()
-    here = Path(__file__).resolve().parents[2]
-    if (here / "recipe" / "recipe.yaml").exists():
-        return here
+    for here in Path(__file__).resolve().parents:  # an editable install lives in the tree
+        if (here / "recipe" / "recipe.yaml").exists():
+            return here
     return Path.cwd()
 
 

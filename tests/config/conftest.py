@@ -1,4 +1,4 @@
-"""Fixtures of the packaging tests: the source tree, ../shared, rendered matrices."""
+"""Fixtures of the configuration checks: the source tree, ../shared, rendered matrices."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,10 +19,8 @@ def shared_file(rel: str) -> Path:
 
 @pytest.fixture(scope="session")
 def matrix_mod():
-    pytest.importorskip("rattler_build", reason="py-rattler-build is not installed (pip install -r requirements/dev.txt)")
-    from fuselet_build import matrix
-
-    return matrix
+    return pytest.importorskip("fuselet_build.matrix", reason="fuselet-build is not installed here "
+                                                             "(pip install -e tools/fuselet-build)")
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import sys
 import pytest
 import yaml
 
-from tests.packaging.conftest import ROOT
+from tests.config.conftest import ROOT
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 REUSABLE = "./.github/workflows/build-variant.yml"
@@ -63,7 +63,6 @@ def test_matrix_job_renders_the_jobs_and_exposes_them(packages):
     run = _step(job, "Render the build jobs")["run"]
     assert 'python -m fuselet_build matrix --json --variants "$VARIANTS"' in run
     assert packages["env"]["VARIANTS"].endswith("'variants/conda-forge.yaml' }}")
-    assert packages["env"]["PYTHONPATH"] == "python"
     for output in (*FAN_OUT.values(), "variants"):
         assert job["outputs"][output] == f"${{{{ steps.jobs.outputs.{output} }}}}"
         assert f'echo "{output}=' in run, f"the render step does not write the output {output!r}"
@@ -185,12 +184,17 @@ def test_cuda_variants_get_a_driver_for_their_tests(build_variant):
     assert env["CONDA_OVERRIDE_CUDA"] == "${{ inputs.cuda != 'None' && inputs.cuda || '' }}"
 
 
-def test_packaging_tools_are_the_pyproject_extra():
-    """The pins CI installs are those of `pip install .[packaging]` (which would also build C++)."""
-    tomllib = pytest.importorskip("tomllib")
-    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["packaging"]
+def test_packaging_jobs_install_the_tool_project():
+    """Every job that runs fuselet_build installs it from its own project (tools/fuselet-build,
+    whose pyproject.toml pins rattler-build and rattler), not from the library's tree."""
     for name in ("packages.yml", "build-variant.yml"):
-        assert sorted(_load(name)["env"]["PACKAGING_TOOLS"].split()) == sorted(extra), name
+        workflow = _load(name)
+        tool = workflow["env"]["PACKAGING_TOOL"]
+        assert (ROOT / tool / "pyproject.toml").is_file() and "PYTHONPATH" not in workflow["env"], name
+        for job_name, job in workflow["jobs"].items():
+            runs = [s.get("run", "") for s in job.get("steps", [])]
+            if any("fuselet_build" in r for r in runs):
+                assert "python -m pip install $PACKAGING_TOOL" in runs, f"{name}: job {job_name}"
 
 
 def test_render_step_runs_and_splits_the_matrix_into_waves(packages, tmp_path, conda_forge_jobs):

@@ -112,13 +112,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("channel_dir", help="a folder with noarch/ and linux-64/ subfolders of packages")
     sp.set_defaults(func=cmd_index)
 
-    try:
-        from fuselet_build import seed
-    except ImportError:
-        seed = None
+    from fuselet_build import seed
+
     sp = sub.add_parser("seed", help="make the offline conda channel from PyPI wheels and the host toolchain")
-    if seed is not None:
-        seed.add_arguments(sp)
+    seed.add_arguments(sp)
     sp.set_defaults(func=cmd_seed)
     return p
 
@@ -132,8 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fuselet-build {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"fuselet-build {args.command}: error: {exc}. Install the packaging tools: "
-              f"pip install -r requirements/dev.txt", file=sys.stderr)
+        print(f"fuselet-build {args.command}: error: {exc}. fuselet-build's own dependencies are missing; "
+              f"reinstall it: pip install ./tools/fuselet-build", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"fuselet-build {args.command}: interrupted; finished packages are kept and the channel "

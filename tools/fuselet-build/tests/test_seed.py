@@ -1,4 +1,4 @@
-"""`fuselet-build seed` (python/fuselet_build/seed.py, _wheels.py): the offline conda channel.
+"""`fuselet-build seed` (fuselet_build.seed and its modules): the offline conda channel.
 
 Fast tests (no network): wheel metadata -> conda depends (markers, extras, renames, specs),
 build strings, the conda file layout of a wheel, the activation scripts, the failure paths
@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import time
@@ -19,17 +20,16 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from fuselet_build import paths, seed
+from fuselet_build.seed import host, report, wheels
+from fuselet_build.seed.cache import Cache, SeedError
+from fuselet_build.seed.channel import check_space
+from fuselet_build.seed.pip import ResolvedWheel, fetch_wheels
+from fuselet_build.seed.wheels import plan_wheel
 
-ROOT = Path(__file__).resolve().parents[2]
-pytest.importorskip("rattler_build", reason="py-rattler-build is not installed (pip install -r requirements/dev.txt)")
-pytest.importorskip("rattler", reason="py-rattler is not installed (pip install -r requirements/dev.txt)")
-try:
-    from fuselet_build import _wheels, seed
-except ImportError:  # the source tree, not installed: after everything installed (no shadowing)
-    sys.path.append(str(ROOT / "python"))
-    from fuselet_build import _wheels, seed
+ROOT = paths.root()
 
-T = _wheels.Target(python=(3, 11))
+T = wheels.Target(python=(3, 11))
 
 
 def make_wheel(tmp: Path, name: str, version: str, *, requires=(), tag="py3-none-any", files=None,
@@ -66,16 +66,16 @@ def make_wheel(tmp: Path, name: str, version: str, *, requires=(), tag="py3-none
     ("", ""),
 ])
 def test_pep440_specifiers_become_conda_match_specs(pep440, conda):
-    assert _wheels.conda_spec(pep440) == conda
+    assert wheels.conda_spec(pep440) == conda
 
 
 def test_names_follow_conda_forge():
-    assert _wheels.conda_name("torch") == "pytorch"
-    assert _wheels.conda_name("Typing_Extensions") == "typing_extensions"
-    assert _wheels.conda_name("ml-dtypes") == "ml_dtypes"
-    assert _wheels.conda_name("scikit_build_core") == "scikit-build-core"
-    assert _wheels.conda_name("Jinja2") == "jinja2"
-    assert _wheels.conda_version("2.13.0+cpu") == "2.13.0"
+    assert wheels.conda_name("torch") == "pytorch"
+    assert wheels.conda_name("Typing_Extensions") == "typing_extensions"
+    assert wheels.conda_name("ml-dtypes") == "ml_dtypes"
+    assert wheels.conda_name("scikit_build_core") == "scikit-build-core"
+    assert wheels.conda_name("Jinja2") == "jinja2"
+    assert wheels.conda_version("2.13.0+cpu") == "2.13.0"
 
 
 def test_depends_evaluate_markers_drop_extras_and_rename(tmp_path):
@@ -84,44 +84,44 @@ def test_depends_evaluate_markers_drop_extras_and_rename(tmp_path):
         "tomli; python_version < '3.11'", "pywin32; sys_platform == 'win32'",
         "pytest; extra == 'test'", "sympy>=1.13,<1.15", "sympy!=1.13.1",
         "nvidia-nccl-cu13==2.30.7; platform_system == 'Linux' and platform_machine == 'x86_64'"])
-    info = _wheels.read_wheel(whl)
-    deps = _wheels.conda_depends(info, T)
+    info = wheels.read_wheel(whl)
+    deps = wheels.conda_depends(info, T)
     assert deps == ["pytorch >=2.13", "typing_extensions >=4.10", "numpy", "sympy >=1.13,<1.15,!=1.13.1",
                     "nvidia-nccl-cu13 ==2.30.7"]
 
 
 def test_extras_expand_to_what_they_stand_for(tmp_path):
     """torch 2.14 needs cuda-toolkit[cublas,cudart]: the extras' own requirements become depends."""
-    torch = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+    torch = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
                                           purelib=False, requires=[
                                               'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"']))
-    toolkit = _wheels.read_wheel(make_wheel(tmp_path, "cuda-toolkit", "13.0.3.0", requires=[
+    toolkit = wheels.read_wheel(make_wheel(tmp_path, "cuda-toolkit", "13.0.3.0", requires=[
         "nvidia-cublas==13.1.1.3.*; sys_platform == 'linux' and extra == 'cublas'",
         "nvidia-cuda-runtime==13.0.96.*; sys_platform == 'linux' and extra == 'cudart'",
         "nvidia-npp==13.0.1.2.*; sys_platform == 'linux' and extra == 'npp'",
         "nvidia-cublas==13.1.1.3.*; sys_platform == 'win32' and extra == 'cudart'"]))
     warnings = []
-    deps = _wheels.conda_depends(torch, T, {"cuda-toolkit": [toolkit]}, warnings.append)
+    deps = wheels.conda_depends(torch, T, {"cuda-toolkit": [toolkit]}, warnings.append)
     assert deps == ["cuda-toolkit ==13.0.3", "nvidia-cublas 13.1.1.3.*", "nvidia-cuda-runtime 13.0.96.*"]
     assert not warnings
     # without the extra's metadata: the package alone, and a warning naming what was dropped
-    deps = _wheels.conda_depends(torch, T, {}, warnings.append)
+    deps = wheels.conda_depends(torch, T, {}, warnings.append)
     assert deps == ["cuda-toolkit ==13.0.3"] and "cublas" in warnings[0]
 
 
 # --- build strings and layout --------------------------------------------------------------
 
 def test_build_strings(tmp_path):
-    pure = _wheels.read_wheel(make_wheel(tmp_path, "pure", "1.0"))
-    cp = _wheels.read_wheel(make_wheel(tmp_path, "ext", "1.0", tag="cp311-cp311-manylinux_2_28_x86_64", purelib=False))
-    cpu = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.13.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64",
+    pure = wheels.read_wheel(make_wheel(tmp_path, "pure", "1.0"))
+    cp = wheels.read_wheel(make_wheel(tmp_path, "ext", "1.0", tag="cp311-cp311-manylinux_2_28_x86_64", purelib=False))
+    cpu = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.13.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64",
                                         purelib=False, files={"torch/version.py": ("cuda = None\n", 0o644)}))
-    cuda = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+    cuda = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
                                          purelib=False, files={"torch/version.py": (
                                              "cuda: Optional[str] = '13.0'\n", 0o644)}))
-    jaxlib = _wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
+    jaxlib = wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
                                            purelib=False))
-    plans = {k: seed.plan_wheel(i, T, {}) for k, i in
+    plans = {k: plan_wheel(i, T, {}) for k, i in
              {"pure": pure, "cp": cp, "cpu": cpu, "cuda": cuda, "jaxlib": jaxlib}.items()}
     assert plans["pure"].build.startswith("pyh") and plans["pure"].build.endswith("_0")
     assert plans["pure"].subdir == "noarch" and plans["pure"].noarch == "python"
@@ -138,9 +138,9 @@ def test_build_strings(tmp_path):
         assert len(p.build.split("h")[-1].split("_")[0]) == 7
         assert p.filename == f"{p.name}-{p.version}-{p.build}.conda"
     # the hash follows the wheel's content
-    assert seed.plan_wheel(pure, T, {}).build == plans["pure"].build
+    assert plan_wheel(pure, T, {}).build == plans["pure"].build
     pure.sha256 = "0" * 64
-    assert seed.plan_wheel(pure, T, {}).build != plans["pure"].build
+    assert plan_wheel(pure, T, {}).build != plans["pure"].build
 
 
 def test_wheel_layout_scripts_and_entry_points(tmp_path):
@@ -151,9 +151,9 @@ def test_wheel_layout_scripts_and_entry_points(tmp_path):
                             "{data}/scripts/tool-bin": (b"\x7fELF-not-really", 0o755),
                             "{data}/scripts/tool-py": ("#!python\nprint('script ran')\n", 0o755),
                             "{data}/data/share/tool/data.txt": ("x", 0o644)})
-    info = _wheels.read_wheel(whl)
+    info = wheels.read_wheel(whl)
     out = tmp_path / "pkg"
-    _wheels.stage_wheel(info, out, T)
+    wheels.stage_wheel(info, out, T)
     sp = out / "lib/python3.11/site-packages"
     assert (sp / "toolmod/cli.py").exists() and (out / "share/tool/data.txt").exists()
     assert (sp / "tool-2.0.dist-info/INSTALLER").read_text() == "conda\n"
@@ -168,23 +168,23 @@ def test_wheel_layout_scripts_and_entry_points(tmp_path):
     run = subprocess.run([str(out / "bin/tool-py")], capture_output=True, text=True, env=env)
     assert run.stdout.strip() == "script ran", run.stderr
     # a pure wheel: noarch python layout
-    pure = _wheels.read_wheel(make_wheel(tmp_path, "puretool", "1.0", entry_points="[console_scripts]\npt = p:m\n",
+    pure = wheels.read_wheel(make_wheel(tmp_path, "puretool", "1.0", entry_points="[console_scripts]\npt = p:m\n",
                                          files={"p.py": ("def m(): pass\n", 0o644)}))
-    _wheels.stage_wheel(pure, tmp_path / "noarch", T)
+    wheels.stage_wheel(pure, tmp_path / "noarch", T)
     assert (tmp_path / "noarch/site-packages/p.py").exists()
     assert (tmp_path / "noarch/python-scripts/pt").exists()
 
 
 # --- host toolchain ------------------------------------------------------------------------
 
-HOST = seed.HostToolchain(
+HOST = host.HostToolchain(
     gcc_version="12.2.0", triplet="x86_64-linux-gnu", glibc="2.36",
     tools={"CC": "/usr/bin/gcc", "CXX": "/usr/bin/g++", "GXX": "/usr/bin/g++", "AR": "/usr/bin/ar"},
     cuda_root=Path("/opt/cuda-13.0"), nvcc_version="13.0.88", cudart_version="13.0.96")
 
 
 def test_host_packages_are_what_compiler_and_stdlib_ask_for():
-    pkgs = {p.name: p for p in seed.host_packages(HOST, T)}
+    pkgs = {p.name: p for p in host.host_packages(HOST, T)}
     assert set(pkgs) == {"python_abi", "gcc_linux-64", "gxx_linux-64", "sysroot_linux-64", "cuda-version",
                          "cuda-nvcc_linux-64", "cuda-cudart", "cuda-cudart-dev"}
     assert pkgs["gxx_linux-64"].version == "12.2.0"             # matches `gxx_linux-64 12.*`
@@ -196,22 +196,22 @@ def test_host_packages_are_what_compiler_and_stdlib_ask_for():
     assert pkgs["python_abi"].build == "0_cp311"
     assert pkgs["python_abi"].constrains == ["python 3.11.* *_cpython"]
     assert pkgs["gcc_linux-64"].build.startswith("h") and pkgs["gcc_linux-64"].filename.endswith("_0.conda")
-    no_cuda = seed.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
-    assert not [p for p in seed.host_packages(no_cuda, T) if p.name.startswith("cuda")]
+    no_cuda = host.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
+    assert not [p for p in host.host_packages(no_cuda, T) if p.name.startswith("cuda")]
 
 
 def test_cuda_wheels_get_their_cuda_version_even_without_nvcc(tmp_path):
-    cuda = _wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+    cuda = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
                                          purelib=False, files={"torch/version.py": ("cuda = '13.0'\n", 0o644)}))
-    plans = [seed.plan_wheel(cuda, T, {})]
-    no_cuda = seed.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
-    extra = seed.cuda_version_packages(plans, seed.host_packages(no_cuda, T))
+    plans = [plan_wheel(cuda, T, {})]
+    no_cuda = host.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
+    extra = host.cuda_version_packages(plans, host.host_packages(no_cuda, T))
     assert [(p.name, p.version) for p in extra] == [("cuda-version", "13.0")]
-    assert seed.cuda_version_packages(plans, seed.host_packages(HOST, T)) == []
+    assert host.cuda_version_packages(plans, host.host_packages(HOST, T)) == []
 
 
 def test_activation_scripts_export_and_restore(tmp_path):
-    pkgs = {p.name: p for p in seed.host_packages(HOST, T)}
+    pkgs = {p.name: p for p in host.host_packages(HOST, T)}
     act, deact = pkgs["cuda-nvcc_linux-64"].scripts()
     assert "export CUDACXX=/opt/cuda-13.0/bin/nvcc" in act
     assert "export CUDAToolkit_ROOT=/opt/cuda-13.0" in act
@@ -235,8 +235,8 @@ def test_cuda_root_is_found_through_a_wrapper_script(tmp_path):
     wrapper = tmp_path / "bin" / "nvcc"
     wrapper.parent.mkdir()
     wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
-    assert seed.find_cuda_root(str(wrapper)) == tmp_path / "cuda-13.0"
-    assert seed.find_cuda_root(str(real)) == tmp_path / "cuda-13.0"
+    assert host.find_cuda_root(str(wrapper)) == tmp_path / "cuda-13.0"
+    assert host.find_cuda_root(str(real)) == tmp_path / "cuda-13.0"
 
 
 # --- failures: clear message, partial results kept, index never broken ---------------------
@@ -261,7 +261,7 @@ def test_failure_keeps_the_index_and_says_what_failed(monkeypatch, tmp_path, old
     monkeypatch.setattr(seed, "make_python_package", fail)
     monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
     monkeypatch.setattr(seed, "python_package_key", lambda target: "0000000")
-    with pytest.raises(seed.SeedError) as err:
+    with pytest.raises(SeedError) as err:
         seed.seed(old_channel, tmp_path / "cache", with_cuda=False, progress=False, groups={})
     assert expected in str(err.value)
     assert "channel index" in str(err.value) and "unchanged" in str(err.value)
@@ -272,24 +272,24 @@ def test_failure_keeps_the_index_and_says_what_failed(monkeypatch, tmp_path, old
 
 def test_not_enough_space_is_said_before_any_work(monkeypatch, tmp_path, old_channel):
     whl = make_wheel(tmp_path, "big", "1.0", files={"big/data.bin": (b"0" * 4096, 0o644)})
-    plan = seed.plan_wheel(_wheels.read_wheel(whl), T, {})
-    cache = seed.Cache(tmp_path / "cache")
-    monkeypatch.setattr(seed.shutil, "disk_usage", lambda p: type("U", (), {"free": 100})())
-    with pytest.raises(seed.SeedError, match="not enough free disk space"):
-        seed.check_space(cache, old_channel, [plan], py_cached=True)
+    plan = plan_wheel(wheels.read_wheel(whl), T, {})
+    cache = Cache(tmp_path / "cache")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: type("U", (), {"free": 100})())
+    with pytest.raises(SeedError, match="not enough free disk space"):
+        check_space(cache, old_channel, [plan], py_cached=True)
 
 
 def test_a_wheel_that_has_gone_is_named(tmp_path):
-    cache = seed.Cache(tmp_path / "cache")
-    gone = seed.ResolvedWheel("lostpkg", "1.0", (tmp_path / "lostpkg-1.0-py3-none-any.whl").as_uri(), None)
-    with pytest.raises(seed.SeedError, match="lostpkg 1.0: .* has gone"):
-        seed.fetch_wheels(cache, [gone], seed._Ui(False))
+    cache = Cache(tmp_path / "cache")
+    gone = ResolvedWheel("lostpkg", "1.0", (tmp_path / "lostpkg-1.0-py3-none-any.whl").as_uri(), None)
+    with pytest.raises(SeedError, match="lostpkg 1.0: .* has gone"):
+        fetch_wheels(cache, [gone], report.ProgressUi(False))
 
 
 def test_one_seed_per_cache(tmp_path):
-    cache = seed.Cache(tmp_path / "cache")
+    cache = Cache(tmp_path / "cache")
     with cache.lock():
-        with pytest.raises(seed.SeedError, match="another `fuselet-build seed` is using the cache"):
+        with pytest.raises(SeedError, match="another `fuselet-build seed` is using the cache"):
             seed.seed(tmp_path / "channel", tmp_path / "cache", progress=False, groups={})
 
 

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fuselet_build.seed.cache import Cache, Options, sha256_file, timestamp, tmpdir_env
+
 try:
     from packaging.requirements import Requirement
     from packaging.specifiers import SpecifierSet
@@ -45,6 +47,13 @@ CONDA_NAMES = {
     "opt-einsum": "opt_einsum",
     "typing-extensions": "typing_extensions",
 }
+
+
+# Extra depends conda-forge's builds have and the wheels lack (the torch wheel does not
+# declare numpy; a CUDA build needs a cuda-version it was built for).
+EXTRA_DEPENDS = {"pytorch": ["numpy"]}
+FLAVORED = {"pytorch", "jaxlib"}      # build strings cpu_py311_h..._0 / cuda130_py311_h..._200
+CUDA_BUILD_NUMBER = 200               # conda-forge: CUDA builds +200 so the solver prefers them
 
 
 @dataclass(frozen=True)
@@ -124,14 +133,6 @@ class WheelInfo:
     def cpython_abi(self) -> bool:
         """Built for one CPython ABI (cp311-cp311-...), not abi3 nor `none`."""
         return any(re.match(r"cp\d+-cp\d+", t) for t in self.tags)
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def read_wheel(path: Path, sha256: str | None = None) -> WheelInfo:
@@ -426,3 +427,69 @@ def stage_wheel(info: WheelInfo, dest: Path, target: Target,
 def uncompressed_size(info: WheelInfo) -> int:
     with zipfile.ZipFile(info.path) as zf:
         return sum(i.file_size for i in zf.infolist())
+
+
+# --- wheel -> conda package ------------------------------------------------------------------
+
+@dataclass
+class WheelPlan:
+    """One wheel's conversion, decided before any work (so the cache can be checked)."""
+
+    info: WheelInfo
+    name: str
+    version: str
+    subdir: str
+    build: str
+    build_number: int
+    depends: list[str]
+    noarch: str | None
+
+    @property
+    def filename(self) -> str:
+        return f"{self.name}-{self.version}-{self.build}.conda"
+
+
+def plan_wheel(info: WheelInfo, target: Target, closure: dict[str, list[WheelInfo]],
+               warn: Callable[[str], None] | None = None) -> WheelPlan:
+    name = info.conda_name
+    depends = python_depends(info, target) + conda_depends(info, target, closure, warn)
+    depends += EXTRA_DEPENDS.get(name, [])
+    flavor, number = None, 0
+    if name in FLAVORED:
+        flavor = "cpu"
+        if info.torch_cuda:
+            flavor = "cuda" + info.torch_cuda.replace(".", "")
+            major, minor = info.torch_cuda.split(".")[:2]
+            depends.append(f"cuda-version >={major}.{minor},<{int(major) + 1}")
+            number = CUDA_BUILD_NUMBER
+    depends = merge_specs(depends)
+    digest = short_hash(CONVERTER_VERSION, info.sha256, target, depends, flavor, number)
+    return WheelPlan(info=info, name=name, version=info.conda_version,
+                     subdir="noarch" if info.pure else target.subdir,
+                     build=build_string(info, target, digest, number, flavor), build_number=number,
+                     depends=depends, noarch="python" if info.pure else None)
+
+
+def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
+                  update: Callable[..., None]) -> Path:
+    import rattler_build
+
+    info = plan.info
+    work = cache.workdir(plan.name)
+    try:
+        files = work / "files"
+        update(stage="extracting")
+        stage_wheel(info, files, target, on_bytes=lambda n: update(advance=n))
+        update(stage=f"packing (zstd {opts.compression_level})")
+        with tmpdir_env(work):
+            out = rattler_build.assemble_package(
+                plan.name, plan.version, plan.subdir, plan.build, work / "out", files_dir=files,
+                depends=plan.depends, build_number=plan.build_number, noarch=plan.noarch,
+                summary=info.summary, license=info.license, homepage=info.homepage,
+                description=f"Converted by `fuselet-build seed` from the wheel {info.path.name} "
+                            f"(sha256 {info.sha256}).",
+                timestamp=timestamp(info.timestamp), compression_level=opts.compression_level,
+                compression_threads=opts.compression_threads, detect_prefix=False)
+        return cache.store(out.path, plan.subdir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuselet_build import _wheels
-from fuselet_build._seed_common import Cache, SeedError, _atomic_write
-from fuselet_build._seed_report import _Ui
+from fuselet_build.seed.cache import Cache, SeedError, atomic_write
+from fuselet_build.seed.report import ProgressUi
+from fuselet_build.seed.wheels import short_hash
 
 # --- resolving and downloading wheels ------------------------------------------------------
 
@@ -56,7 +56,7 @@ def resolve_group(cache: Cache, group: str, requirements: list[str], refresh: bo
     """pip's resolution of one group for this interpreter (linux, this python), remembered in
     cache/resolve/<group>.json; reused while the requirements are unchanged (refresh=True
     asks pip again)."""
-    key = _wheels.short_hash(requirements, sys.version_info[:2], platform.machine())
+    key = short_hash(requirements, sys.version_info[:2], platform.machine())
     lock = cache.resolve / f"{group}.json"
     if not refresh and lock.exists():
         try:
@@ -81,7 +81,7 @@ def resolve_group(cache: Cache, group: str, requirements: list[str], refresh: bo
         wheels.append(ResolvedWheel(name=item["metadata"]["name"], version=item["metadata"]["version"],
                                     url=info["url"], sha256=sha, group=group))
     shutil.rmtree(report.parent, ignore_errors=True)
-    _atomic_write(lock, json.dumps({"key": key, "requirements": requirements, "wheels": [
+    atomic_write(lock, json.dumps({"key": key, "requirements": requirements, "wheels": [
         {**w.__dict__, "path": None} for w in wheels]}, indent=1))
     return wheels
 
@@ -92,7 +92,7 @@ def _local_path(url: str) -> Path | None:
     return None
 
 
-def fetch_wheels(cache: Cache, wheels: list[ResolvedWheel], ui: _Ui) -> None:
+def fetch_wheels(cache: Cache, wheels: list[ResolvedWheel], ui: ProgressUi) -> None:
     """Give every wheel a verified local path: file:// wheels are used where they lie, the
     others are downloaded by pip into cache/wheels (sha256-checked)."""
     missing = []

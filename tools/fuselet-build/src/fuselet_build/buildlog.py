@@ -1,0 +1,43 @@
+"""The one adapter between rattler-build's progress callbacks and fuselet-build: every event
+goes to a log file, and the step names to an optional progress display."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+
+class BuildLog:
+    """A `progress_callback` for rattler-build's `run_build`: writes each build step and log
+    line to `path`; `on_step(step_name)` (optional) is told each new step."""
+
+    def __init__(self, path: Path, on_step: Callable[[str], None] | None = None):
+        self.path = Path(path)
+        self.file = self.path.open("w")
+        self.on_step = on_step
+
+    def on_build_step(self, event) -> None:
+        self.file.write(f"== {event.step_name}: {event.message}\n")
+        if self.on_step is not None:
+            self.on_step(event.step_name)
+
+    def on_log(self, event) -> None:
+        self.file.write(f"[{event.level}] {event.message}\n")
+
+    def on_download_start(self, event) -> None:
+        self.file.write(f"download {event.url}\n")
+
+    def on_download_progress(self, event) -> None:
+        pass
+
+    def on_download_complete(self, event) -> None:
+        pass
+
+    def close(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+
+    def __enter__(self) -> BuildLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""Conda channel helpers over py-rattler: index, solve (and explain), install."""
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from fuselet_build.errors import UserError
+
+SUBDIRS = ("noarch", "linux-64")
+INDEX_FILES = ("repodata_shards.msgpack.zst", "repodata.json.zst", "repodata.json")
+
+# py-rattler's index_fs, run in a child process: py-rattler 0.28 can abort at interpreter exit
+# after indexing, and that must take down neither the caller nor the index.
+_INDEX_FS = ("import asyncio, inspect, os, sys\n"
+             "from rattler.index import index_fs\n"
+             "try:\n"
+             "    r = index_fs(sys.argv[1])\n"
+             "    if inspect.isawaitable(r): asyncio.run(r)\n"
+             "except BaseException as e:\n"
+             "    print(f'{type(e).__name__}: {e}', file=sys.stderr); sys.stderr.flush(); os._exit(1)\n"
+             "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
+
+
+def index(channel_dir: Path, files: list[str] | None = None, *, incremental: bool = False) -> None:
+    """(Re)write the repodata of a local channel with py-rattler, atomically.
+
+    `files` (subdir/name.conda) are the packages to list; default: every package in the
+    subdirs. They are indexed in a staging folder and the repodata is moved in at the end
+    (shards first, repodata.json last): the channel's index is the old one or the new one,
+    never a broken one. `incremental` starts from the current repodata.json (rattler then
+    reads only the packages it lacks; safe where file names are content hashes).
+    """
+    channel_dir = Path(channel_dir)
+    for sub in SUBDIRS:
+        (channel_dir / sub).mkdir(parents=True, exist_ok=True)
+    if files is None:
+        files = sorted(f"{sub}/{p.name}" for sub in SUBDIRS for ext in ("*.conda", "*.tar.bz2")
+                       for p in (channel_dir / sub).glob(ext))
+    staging = channel_dir / ".index-staging"
+    shutil.rmtree(staging, ignore_errors=True)
+    for sub in SUBDIRS:
+        (staging / sub).mkdir(parents=True)
+        if incremental and (channel_dir / sub / "repodata.json").exists():
+            shutil.copyfile(channel_dir / sub / "repodata.json", staging / sub / "repodata.json")
+    for rel in files:
+        sub, name = rel.split("/", 1)
+        try:
+            os.link(channel_dir / rel, staging / sub / name)
+        except OSError:
+            shutil.copyfile(channel_dir / rel, staging / sub / name)
+    proc = subprocess.run([sys.executable, "-c", _INDEX_FS, str(staging)], capture_output=True, text=True)
+    if proc.returncode != 0 or not all((staging / s / "repodata.json").exists() for s in SUBDIRS):
+        shutil.rmtree(staging, ignore_errors=True)
+        raise UserError(f"indexing {channel_dir} with py-rattler failed (the previous index is kept): "
+                        f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+    for sub in SUBDIRS:
+        shards = staging / sub / "shards"
+        if shards.is_dir():
+            (channel_dir / sub / "shards").mkdir(exist_ok=True)
+            for f in shards.iterdir():
+                os.replace(f, channel_dir / sub / "shards" / f.name)
+        for name in INDEX_FILES:
+            if (staging / sub / name).exists():
+                os.replace(staging / sub / name, channel_dir / sub / name)
+            else:
+                (channel_dir / sub / name).unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def channel_urls(channels: list[str]) -> list[str]:
+    out = []
+    for c in channels:
+        p = Path(c)
+        out.append(p.resolve().as_uri() if p.exists() else c)
+    return out
+
+
+def solve(specs: list[str], channels: list[str], virtual_packages: list | None = None):
+    """rattler.solve for linux-64 (+noarch); raises the solver's own explanation."""
+    import rattler
+
+    async def run():
+        return await rattler.solve(sources=channel_urls(channels), specs=specs,
+                                   platforms=["linux-64", "noarch"],
+                                   virtual_packages=virtual_packages or [])
+
+    return asyncio.run(run())
+
+
+def why_unsolvable(rendered, channels: list[str]) -> str:
+    """Ask rattler's solver why the build/host environment of a rendered variant fails."""
+    req = rendered.recipe.requirements
+    for env_name, specs in (("host", req.host), ("build", req.build)):
+        # Pins to the recipe's own outputs render as {'pin_subpackage': ...}: not channel specs.
+        specs = [str(s) for s in specs if not str(s).startswith(("__", "{"))]
+        if not specs:
+            continue
+        try:
+            solve(specs, channels)
+        except Exception as exc:  # the solver's message names the missing package
+            return f"the {env_name} environment cannot be solved: {str(exc).strip()}"
+    return ""
+
+
+def has_cuda_driver() -> bool:
+    """Whether this machine reports a `__cuda` virtual package (an NVIDIA driver)."""
+    import rattler
+
+    return any("cuda" in str(v).lower() for v in rattler.VirtualPackage.detect())
+
+
+def virtual_packages(cuda: str | None = None) -> list:
+    """This machine's virtual packages; with `cuda`, a `__cuda` of that version is declared
+    where no driver reports one, so CUDA packages install (their CPU paths still run)."""
+    import rattler
+
+    detected = list(rattler.VirtualPackage.detect())
+    if cuda and not has_cuda_driver():
+        detected.append(rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda),
+                                                      rattler.BuildString("0")))
+    return detected
+
+
+def install(prefix: Path, specs: list[str], channels: list[str], *, cuda: str | None = None) -> None:
+    """A fresh environment at `prefix` from `channels` (py-rattler solve + install)."""
+    import rattler
+
+    records = solve(specs, channels, virtual_packages=virtual_packages(cuda))
+    asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))
