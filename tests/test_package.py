@@ -45,6 +45,13 @@ def test_import_needs_no_framework():
     assert out.stdout.split() == [fuselet.__version__, "[]"]
 
 
+def test_version_is_the_version_file():
+    """fuselet.__version__, the wheel's metadata and libfuselet all come from VERSION."""
+    version = (Path(__file__).resolve().parents[1] / "VERSION").read_text().strip()
+    assert fuselet.__version__ == version == importlib.metadata.version("fuselet")
+    assert fuselet.report()["core"]["version"] == version
+
+
 def test_python_m_fuselet():
     out = python(None, "-m", "fuselet")
     assert out.returncode == 0, out.stderr

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+VERSION = (ROOT / "VERSION").read_text().strip()
 sys.path.insert(0, str(ROOT / "backend"))
 import fuselet_backend  # noqa: E402
 
@@ -87,6 +88,7 @@ def test_the_wheel_holds_the_library_and_nothing_else(torch_wheel):
     with zipfile.ZipFile(torch_wheel) as z:
         names = set(z.namelist())
         entry_points = [n for n in names if n.endswith("entry_points.txt")]
+        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     python = {str(p.relative_to(ROOT / "python")) for p in (ROOT / "python/fuselet").rglob("*.py")}
     binaries = {n for n in names if n.endswith(".so") or ".so." in n}
     dist_info = {n for n in names if ".dist-info/" in n}
@@ -95,6 +97,7 @@ def test_the_wheel_holds_the_library_and_nothing_else(torch_wheel):
     assert {Path(n).name for n in binaries} == {"libfuselet.so", "libfuselet_torch.so"}, sorted(binaries)
     assert {Path(n).name for n in dist_info} <= {"METADATA", "WHEEL", "RECORD", "LICENSE"}, sorted(dist_info)
     assert entry_points == [] and not any(n.startswith("fuselet_build") for n in names)
+    assert f"Version: {VERSION}\n" in metadata
 
 
 def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
@@ -107,7 +110,7 @@ def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
         tests = {Path(n).parts[2] for n in tar.getnames() if len(Path(n).parts) > 2 and Path(n).parts[1] == "tests"}
     # the library's sources and tests, no packaging tool nor its configuration
     assert not top & {"tools", "recipe", "variants", ".github", "pixi.toml"}, sorted(top)
-    assert {"csrc", "python", "backend", "CMakeLists.txt", "pyproject.toml"} <= top, sorted(top)
+    assert {"csrc", "python", "backend", "CMakeLists.txt", "VERSION", "pyproject.toml"} <= top, sorted(top)
     assert "config" not in tests and {"torch", "jax", "core"} <= tests, sorted(tests)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -117,7 +120,8 @@ def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
     assert install.returncode == 0, install.stderr[-3000:]
     info = subprocess.run([py, "-m", "fuselet"], capture_output=True, text=True, cwd=tmp_path)
     assert info.returncode == 0, info.stderr
-    assert "libfuselet 0.1.0" in info.stdout and "torch: not built" in info.stdout
+    assert f"fuselet {VERSION} " in info.stdout and f"libfuselet {VERSION}," in info.stdout
+    assert "torch: not built" in info.stdout
     for layer in ("torch", "jax"):
         imp = subprocess.run([py, "-c", f"import fuselet.{layer}"], capture_output=True, text=True, cwd=tmp_path)
         assert imp.returncode != 0 and f"fuselet.{layer} needs" in imp.stderr, imp.stderr

@@ -11,6 +11,8 @@ import yaml
 
 from tests.config.conftest import ROOT, shared_file
 
+VERSION = (ROOT / "VERSION").read_text().strip()
+
 
 def test_recipe_validates_against_the_schema():
     jsonschema = pytest.importorskip("jsonschema")
@@ -86,8 +88,15 @@ def test_framework_packages_pin_the_core_of_their_own_flavor(offline_jobs):
     cores = {j.variant["cuda_compiler_version"]: j.build_string for j in offline_jobs if j.name == "libfuselet"}
     for j in offline_jobs:
         if j.name in ("fuselet-torch", "fuselet-jax"):
-            assert j.variant["libfuselet"] == f"0.1.0 {cores[j.variant['cuda_compiler_version']]}"
+            assert j.variant["libfuselet"] == f"{VERSION} {cores[j.variant['cuda_compiler_version']]}"
 
+
+def test_every_package_has_the_version_of_the_version_file(offline_jobs, conda_forge_jobs):
+    """VERSION is the one version: the recipe reads it (and CMake, pyproject.toml, fuselet.__version__)."""
+    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION)
+    assert {j.version for j in offline_jobs + conda_forge_jobs} == {VERSION}
+    for path in ("recipe/recipe.yaml", "CMakeLists.txt", "pyproject.toml", "python/fuselet/__init__.py"):
+        assert VERSION not in (ROOT / path).read_text(), f"{path} repeats the version instead of reading VERSION"
 
 
 def test_rendered_run_requirements_pin_abi(matrix_mod):

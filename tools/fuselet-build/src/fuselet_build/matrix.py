@@ -54,7 +54,9 @@ def render(recipe: Path, variant_files: list[Path], target_platform: str = "linu
     variants = load_variants(variant_files)
     try:
         stage0 = Stage0Recipe.from_file(str(recipe))
-        rendered = stage0.render(variants, RenderConfig(platform=PlatformConfig(target_platform=target_platform)))
+        # experimental: the recipe reads fuselet's version from VERSION with load_from_file.
+        rendered = stage0.render(variants, RenderConfig(platform=PlatformConfig(target_platform=target_platform,
+                                                                                experimental=True)))
     except Exception as exc:
         raise UserError(f"cannot render {recipe} with {', '.join(map(str, variant_files))}: {exc}") from exc
     unique, seen = [], set()

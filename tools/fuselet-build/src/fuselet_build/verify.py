@@ -46,7 +46,7 @@ def expected_pins(job: matrix.Job) -> list[str]:
     flavor = "cpu" if cuda == "None" else "cuda" + cuda.replace(".", "")
     pins = []
     if job.name in ("fuselet-torch", "fuselet-jax"):
-        pins.append(r"^libfuselet ==?0\.1\.0 " + re.escape(str(v.get("libfuselet", "")).split(" ")[-1]) + "$")
+        pins.append(rf"^libfuselet ==?{re.escape(job.version)} " + re.escape(str(v.get("libfuselet", "")).split(" ")[-1]) + "$")
     if job.name == "fuselet-torch":
         major, minor = str(v["pytorch"]).split(".")[:2]
         pins.append(rf"^pytorch >={major}\.{minor}\.\d+,<{major}\.{int(minor) + 1}\.0a0$")
