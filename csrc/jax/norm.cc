@@ -43,87 +43,104 @@ Error workspace(const Where& at, const fuselet_tensor& x, void** ws, size_t* byt
 }
 #endif
 
-Error RmsNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, float eps, Result<AnyBuffer> y, Result<AnyBuffer> rstd) {
+// A parameter buffer with no elements stands for an absent parameter (x's hidden size is > 0,
+// so a present one never has 0 elements): NULL for the core.
+fuselet_tensor* param(fuselet_tensor* v) { return v->ndim == 1 && v->shape[0] == 0 ? nullptr : v; }
+
+Error RmsNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, float eps, int32_t flags,
+                 Result<AnyBuffer> y, Result<AnyBuffer> rstd) {
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vw, weight, "weight");
   FUSELET_JAX_VIEW(vy, *y, "y");
   FUSELET_JAX_VIEW(vr, *rstd, "rstd");
+  const uint32_t f = static_cast<uint32_t>(flags);
 #ifdef FUSELET_JAX_CUDA
-  if (at.stream) return to_error(fuselet_rms_norm_fwd_cuda(&vx, &vw, eps, &vy, &vr, at.stream));
+  if (at.stream) return to_error(fuselet_rms_norm_fwd_cuda(&vx, param(&vw), eps, f, &vy, &vr, at.stream));
 #endif
-  return to_error(fuselet_rms_norm_fwd(&vx, &vw, eps, &vy, &vr));
+  return to_error(fuselet_rms_norm_fwd(&vx, param(&vw), eps, f, &vy, &vr));
 }
 
-Error RmsNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer rstd, Result<AnyBuffer> dx,
-                 Result<AnyBuffer> dweight) {
+Error RmsNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer rstd,
+                 int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dweight) {
   FUSELET_JAX_VIEW(vdy, dy, "dy");
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vw, weight, "weight");
   FUSELET_JAX_VIEW(vr, rstd, "rstd");
   FUSELET_JAX_VIEW(vdx, *dx, "dx");
   FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
+  const uint32_t f = static_cast<uint32_t>(flags);
 #ifdef FUSELET_JAX_CUDA
   if (at.stream) {
     void* ws;
     size_t bytes;
     if (Error e = workspace(at, vx, &ws, &bytes); e.failure()) return e;
-    return to_error(fuselet_rms_norm_bwd_cuda(&vdy, &vx, &vw, &vr, &vdx, &vdw, ws, bytes, at.stream));
+    return to_error(
+        fuselet_rms_norm_bwd_cuda(&vdy, &vx, param(&vw), &vr, f, &vdx, param(&vdw), ws, bytes, at.stream));
   }
 #endif
-  return to_error(fuselet_rms_norm_bwd(&vdy, &vx, &vw, &vr, &vdx, &vdw));
+  return to_error(fuselet_rms_norm_bwd(&vdy, &vx, param(&vw), &vr, f, &vdx, param(&vdw)));
 }
 
-Error LayerNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, AnyBuffer bias, float eps, Result<AnyBuffer> y,
-                   Result<AnyBuffer> mean, Result<AnyBuffer> rstd) {
+Error LayerNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, AnyBuffer bias, float eps,
+                   int32_t flags, Result<AnyBuffer> y, Result<AnyBuffer> mean, Result<AnyBuffer> rstd) {
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vw, weight, "weight");
   FUSELET_JAX_VIEW(vb, bias, "bias");
   FUSELET_JAX_VIEW(vy, *y, "y");
   FUSELET_JAX_VIEW(vm, *mean, "mean");
   FUSELET_JAX_VIEW(vr, *rstd, "rstd");
+  const uint32_t f = static_cast<uint32_t>(flags);
 #ifdef FUSELET_JAX_CUDA
-  if (at.stream) return to_error(fuselet_layer_norm_fwd_cuda(&vx, &vw, &vb, eps, &vy, &vm, &vr, at.stream));
+  if (at.stream)
+    return to_error(fuselet_layer_norm_fwd_cuda(&vx, param(&vw), param(&vb), eps, f, &vy, &vm, &vr, at.stream));
 #endif
-  return to_error(fuselet_layer_norm_fwd(&vx, &vw, &vb, eps, &vy, &vm, &vr));
+  return to_error(fuselet_layer_norm_fwd(&vx, param(&vw), param(&vb), eps, f, &vy, &vm, &vr));
 }
 
-Error LayerNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer mean, AnyBuffer rstd,
-                   Result<AnyBuffer> dx, Result<AnyBuffer> dweight, Result<AnyBuffer> dbias) {
+// bias is read for its presence and dtype only (dbias is computed when it is present).
+Error LayerNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer bias,
+                   AnyBuffer mean, AnyBuffer rstd, int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dweight,
+                   Result<AnyBuffer> dbias) {
   FUSELET_JAX_VIEW(vdy, dy, "dy");
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vb, bias, "bias");
   FUSELET_JAX_VIEW(vm, mean, "mean");
   FUSELET_JAX_VIEW(vr, rstd, "rstd");
   FUSELET_JAX_VIEW(vdx, *dx, "dx");
   FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
   FUSELET_JAX_VIEW(vdb, *dbias, "dbias");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  fuselet_tensor* db = param(&vb) ? &vdb : nullptr;
 #ifdef FUSELET_JAX_CUDA
   if (at.stream) {
     void* ws;
     size_t bytes;
     if (Error e = workspace(at, vx, &ws, &bytes); e.failure()) return e;
-    return to_error(fuselet_layer_norm_bwd_cuda(&vdy, &vx, &vw, &vm, &vr, &vdx, &vdw, &vdb, ws, bytes, at.stream));
+    return to_error(fuselet_layer_norm_bwd_cuda(&vdy, &vx, param(&vw), &vm, &vr, f, &vdx, param(&vdw), db, ws,
+                                                bytes, at.stream));
   }
 #endif
-  return to_error(fuselet_layer_norm_bwd(&vdy, &vx, &vw, &vm, &vr, &vdx, &vdw, &vdb));
+  return to_error(fuselet_layer_norm_bwd(&vdy, &vx, param(&vw), &vm, &vr, f, &vdx, param(&vdw), db));
 }
 
-// Argument lists shared by the CPU and CUDA bindings.
+// Argument lists shared by the CPU and CUDA bindings (flags: fuselet_norm_flags).
 template <typename B> auto rms_fwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
-      .template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 template <typename B> auto rms_bwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 template <typename B> auto layer_fwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
-      .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 template <typename B> auto layer_bwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<int32_t>("flags").template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 
 }  // namespace
@@ -132,24 +149,23 @@ template <typename B> auto layer_bwd_args(B b) {
 using namespace fuselet_jax;  // NOLINT: handler definitions below
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_fwd_cpu,
-                              ([](AnyBuffer x, AnyBuffer w, float eps, Result<AnyBuffer> y, Result<AnyBuffer> r) {
-                                return RmsNormFwd(Where{}, x, w, eps, y, r);
-                              }),
+                              ([](AnyBuffer x, AnyBuffer w, float eps, int32_t f, Result<AnyBuffer> y,
+                                  Result<AnyBuffer> r) { return RmsNormFwd(Where{}, x, w, eps, f, y, r); }),
                               rms_fwd_args(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_bwd_cpu,
-                              ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer r, Result<AnyBuffer> dx,
-                                  Result<AnyBuffer> dw) { return RmsNormBwd(Where{}, dy, x, w, r, dx, dw); }),
+                              ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer r, int32_t f, Result<AnyBuffer> dx,
+                                  Result<AnyBuffer> dw) { return RmsNormBwd(Where{}, dy, x, w, r, f, dx, dw); }),
                               rms_bwd_args(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cpu,
-                              ([](AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps, Result<AnyBuffer> y,
+                              ([](AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps, int32_t f, Result<AnyBuffer> y,
                                   Result<AnyBuffer> m, Result<AnyBuffer> r) {
-                                return LayerNormFwd(Where{}, x, w, b, eps, y, m, r);
+                                return LayerNormFwd(Where{}, x, w, b, eps, f, y, m, r);
                               }),
                               layer_fwd_args(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cpu,
-                              ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer m, AnyBuffer r,
-                                  Result<AnyBuffer> dx, Result<AnyBuffer> dw, Result<AnyBuffer> db) {
-                                return LayerNormBwd(Where{}, dy, x, w, m, r, dx, dw, db);
+                              ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer b, AnyBuffer m, AnyBuffer r,
+                                  int32_t f, Result<AnyBuffer> dx, Result<AnyBuffer> dw, Result<AnyBuffer> db) {
+                                return LayerNormBwd(Where{}, dy, x, w, b, m, r, f, dx, dw, db);
                               }),
                               layer_bwd_args(ffi::Ffi::Bind()));
 
@@ -157,28 +173,28 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cpu,
 using Stream = ffi::PlatformStream<cudaStream_t>;
 using Scratch = ffi::ScratchAllocator;
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_fwd_cuda,
-                              ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, float eps, Result<AnyBuffer> y,
-                                  Result<AnyBuffer> r) { return RmsNormFwd(Where{s}, x, w, eps, y, r); }),
+                              ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, float eps, int32_t f, Result<AnyBuffer> y,
+                                  Result<AnyBuffer> r) { return RmsNormFwd(Where{s}, x, w, eps, f, y, r); }),
                               rms_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_bwd_cuda,
                               ([](cudaStream_t s, Scratch scratch, AnyBuffer dy, AnyBuffer x, AnyBuffer w,
-                                  AnyBuffer r, Result<AnyBuffer> dx, Result<AnyBuffer> dw) {
+                                  AnyBuffer r, int32_t f, Result<AnyBuffer> dx, Result<AnyBuffer> dw) {
                                 std::optional<Scratch> sc(std::move(scratch));
-                                return RmsNormBwd(Where{s, &sc}, dy, x, w, r, dx, dw);
+                                return RmsNormBwd(Where{s, &sc}, dy, x, w, r, f, dx, dw);
                               }),
                               rms_bwd_args(ffi::Ffi::Bind().Ctx<Stream>().Ctx<Scratch>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cuda,
-                              ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps,
+                              ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps, int32_t f,
                                   Result<AnyBuffer> y, Result<AnyBuffer> m, Result<AnyBuffer> r) {
-                                return LayerNormFwd(Where{s}, x, w, b, eps, y, m, r);
+                                return LayerNormFwd(Where{s}, x, w, b, eps, f, y, m, r);
                               }),
                               layer_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cuda,
                               ([](cudaStream_t s, Scratch scratch, AnyBuffer dy, AnyBuffer x, AnyBuffer w,
-                                  AnyBuffer m, AnyBuffer r, Result<AnyBuffer> dx, Result<AnyBuffer> dw,
-                                  Result<AnyBuffer> db) {
+                                  AnyBuffer b, AnyBuffer m, AnyBuffer r, int32_t f, Result<AnyBuffer> dx,
+                                  Result<AnyBuffer> dw, Result<AnyBuffer> db) {
                                 std::optional<Scratch> sc(std::move(scratch));
-                                return LayerNormBwd(Where{s, &sc}, dy, x, w, m, r, dx, dw, db);
+                                return LayerNormBwd(Where{s, &sc}, dy, x, w, b, m, r, f, dx, dw, db);
                               }),
                               layer_bwd_args(ffi::Ffi::Bind().Ctx<Stream>().Ctx<Scratch>()));
 #endif

@@ -241,11 +241,11 @@ void run_case(const Case& k, cudaStream_t stream) {
   const std::string name = k.name();
   fuselet_status s;
   if (k.layer_norm) {
-    s = fuselet_layer_norm_fwd(&tx, &tw, &tb, eps, &ty, &tm, &tr);
-    if (s == FUSELET_OK) s = fuselet_layer_norm_bwd(&tdy, &tx, &tw, &tm, &tr, &tdx, &tdw, &tdb);
+    s = fuselet_layer_norm_fwd(&tx, &tw, &tb, eps, 0, &ty, &tm, &tr);
+    if (s == FUSELET_OK) s = fuselet_layer_norm_bwd(&tdy, &tx, &tw, &tm, &tr, 0, &tdx, &tdw, &tdb);
   } else {
-    s = fuselet_rms_norm_fwd(&tx, &tw, eps, &ty, &tr);
-    if (s == FUSELET_OK) s = fuselet_rms_norm_bwd(&tdy, &tx, &tw, &tr, &tdx, &tdw);
+    s = fuselet_rms_norm_fwd(&tx, &tw, eps, 0, &ty, &tr);
+    if (s == FUSELET_OK) s = fuselet_rms_norm_bwd(&tdy, &tx, &tw, &tr, 0, &tdx, &tdw);
   }
   if (s != FUSELET_OK) {
     check(false, name + ": CPU reference failed: " + fuselet_last_error());
@@ -269,8 +269,8 @@ void run_case(const Case& k, cudaStream_t stream) {
   void* st = static_cast<void*>(stream);
 
   // Forward.
-  s = k.layer_norm ? fuselet_layer_norm_fwd_cuda(&gx, &gw, &gb, eps, &gy, &gm, &gr, st)
-                   : fuselet_rms_norm_fwd_cuda(&gx, &gw, eps, &gy, &gr, st);
+  s = k.layer_norm ? fuselet_layer_norm_fwd_cuda(&gx, &gw, &gb, eps, 0, &gy, &gm, &gr, st)
+                   : fuselet_rms_norm_fwd_cuda(&gx, &gw, eps, 0, &gy, &gr, st);
   expect_ok(s, name + " fwd_cuda");
   CUDA_OK(cudaStreamSynchronize(stream));
   compare(name + " y", dy_out.download(dt), y_ref, R, H, S, k.tol);
@@ -282,8 +282,8 @@ void run_case(const Case& k, cudaStream_t stream) {
   // Backward, from the reference statistics; twice, to check it is deterministic.
   HostBuf first_dw(dt, H);
   for (int rep = 0; rep < 2; ++rep) {
-    s = k.layer_norm ? fuselet_layer_norm_bwd_cuda(&gdy, &gx, &gw, &gmr, &grr, &gdx, &gdw, &gdb, ws.p, ws_bytes, st)
-                     : fuselet_rms_norm_bwd_cuda(&gdy, &gx, &gw, &grr, &gdx, &gdw, ws.p, ws_bytes, st);
+    s = k.layer_norm ? fuselet_layer_norm_bwd_cuda(&gdy, &gx, &gw, &gmr, &grr, 0, &gdx, &gdw, &gdb, ws.p, ws_bytes, st)
+                     : fuselet_rms_norm_bwd_cuda(&gdy, &gx, &gw, &grr, 0, &gdx, &gdw, ws.p, ws_bytes, st);
     expect_ok(s, name + " bwd_cuda");
     CUDA_OK(cudaStreamSynchronize(stream));
     const HostBuf got_dw = ddw.download(dt);
@@ -315,14 +315,14 @@ void run_error_checks(cudaStream_t stream) {
           what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming \"" + needle + "\", got " +
               fuselet_status_string(s) + ": \"" + msg + "\"");
   };
-  expect_invalid(fuselet_rms_norm_fwd_cuda(&tx, &tw, 0.f, &ty, &tr, st), "eps", "rms_norm_fwd_cuda eps=0");
-  expect_invalid(fuselet_layer_norm_fwd_cuda(&tx, &tw, &tb, 0.f, &ty, &tm, &tr, st), "eps",
+  expect_invalid(fuselet_rms_norm_fwd_cuda(&tx, &tw, 0.f, 0, &ty, &tr, st), "eps", "rms_norm_fwd_cuda eps=0");
+  expect_invalid(fuselet_layer_norm_fwd_cuda(&tx, &tw, &tb, 0.f, 0, &ty, &tm, &tr, st), "eps",
                  "layer_norm_fwd_cuda eps=0");
   const size_t need = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
   DevBuf ws(need, 0);
-  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, &ty, &tdw, nullptr, need, st), "workspace",
+  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, 0, &ty, &tdw, nullptr, need, st), "workspace",
                  "rms_norm_bwd_cuda workspace=NULL");
-  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, &ty, &tdw, ws.p, need - 1, st), "workspace",
+  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, 0, &ty, &tdw, ws.p, need - 1, st), "workspace",
                  "rms_norm_bwd_cuda workspace too small");
   check(fuselet_norm_bwd_workspace_bytes_cuda(0, H) == 0, "workspace bytes for 0 rows must be 0");
 }
