@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fuselet._checks import check_norm_args
-from fuselet.jax import _load
+from fuselet.jax import _load, _sharding
+from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
 
 
 def _call(op: str, outs, *args, **attrs):
@@ -24,6 +25,22 @@ def _call(op: str, outs, *args, **attrs):
 
     target = _load.target(op, cuda_kernels=bool(BUILD_INFO.get("cuda_kernels")))
     return jax.ffi.ffi_call(target, outs)(*args, **attrs)
+
+
+@functools.cache
+def _op(op: str, in_kinds: tuple, out_kinds: tuple, attrs: tuple):
+    """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...)."""
+    def call(*args):
+        return tuple(_call(op, _sharding.out_types(args, in_kinds, out_kinds), *args, **dict(attrs)))
+    return _sharding.row_partitioned(call, in_kinds, out_kinds)
+
+
+def _row_op(op, in_kinds, out_kinds, args, fold, **attrs):
+    """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like)."""
+    axes = _sharding.varying_axes(*args)
+    fn = _op(op, in_kinds, out_kinds, tuple(sorted(attrs.items())))
+    call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
+    return _batched(call, tuple(k in (ROWS, STATS) for k in in_kinds), fold)(*args)
 
 
 def _batched(fn, row_args: tuple[bool, ...], fold: bool):
@@ -50,14 +67,6 @@ def _batched(fn, row_args: tuple[bool, ...], fold: bool):
     return f
 
 
-def _stats(x):
-    return jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
-
-
-def _like(a):
-    return jax.ShapeDtypeStruct(a.shape, a.dtype)
-
-
 ZERO_CENTERED_GAMMA = 1  # FUSELET_NORM_ZERO_CENTERED_GAMMA of fuselet/norm.h
 
 
@@ -73,14 +82,13 @@ def _flags(zero_centered_gamma: bool) -> np.int32:
 # --- RMSNorm -----------------------------------------------------------------------------
 
 def _rms_fwd_call(x, weight, eps, flags):
-    call = lambda x, w: tuple(  # noqa: E731
-        _call("rms_norm_fwd", (_like(x), _stats(x)), x, w, eps=np.float32(eps), flags=flags))
-    return _batched(call, (True, False), fold=True)(x, _param(weight, x))
+    return _row_op("rms_norm_fwd", (ROWS, PARAM), (ROWS, STATS), (x, _param(weight, x)), True,
+                   eps=np.float32(eps), flags=flags)
 
 
 def _rms_bwd_call(dy, x, weight, rstd, flags):
-    call = lambda dy, x, w, r: tuple(_call("rms_norm_bwd", (_like(x), _like(w)), dy, x, w, r, flags=flags))  # noqa: E731
-    return _batched(call, (True, True, False, True), fold=False)(dy, x, _param(weight, x), rstd)
+    return _row_op("rms_norm_bwd", (ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM), (dy, x, _param(weight, x), rstd),
+                   False, flags=flags)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -107,22 +115,20 @@ def rms_norm(x, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = Fals
 
     weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
     _check(x, eps, zero_centered_gamma, weight=weight)
-    return _rms_norm(x, weight, float(eps), _flags(zero_centered_gamma))
+    axes = _sharding.varying_axes(x)
+    return _rms_norm(x, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
 
 # --- LayerNorm ---------------------------------------------------------------------------
 
 def _layer_fwd_call(x, weight, bias, eps, flags):
-    call = lambda x, w, b: tuple(  # noqa: E731
-        _call("layer_norm_fwd", (_like(x), _stats(x), _stats(x)), x, w, b, eps=np.float32(eps), flags=flags))
-    return _batched(call, (True, False, False), fold=True)(x, _param(weight, x), _param(bias, x))
+    return _row_op("layer_norm_fwd", (ROWS, PARAM, PARAM), (ROWS, STATS, STATS), (x, _param(weight, x), _param(bias, x)),
+                   True, eps=np.float32(eps), flags=flags)
 
 
 def _layer_bwd_call(dy, x, weight, bias, mean, rstd, flags):
-    call = lambda dy, x, w, b, m, r: tuple(  # noqa: E731
-        _call("layer_norm_bwd", (_like(x), _like(w), _like(b)), dy, x, w, b, m, r, flags=flags))
-    return _batched(call, (True, True, False, False, True, True), fold=False)(
-        dy, x, _param(weight, x), _param(bias, x), mean, rstd)
+    return _row_op("layer_norm_bwd", (ROWS, ROWS, PARAM, PARAM, STATS, STATS), (ROWS, PARAM_SUM, PARAM_SUM),
+                   (dy, x, _param(weight, x), _param(bias, x), mean, rstd), False, flags=flags)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -150,6 +156,8 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma
 
     weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
     _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
+    axes = _sharding.varying_axes(x)
+    weight, bias = (_sharding.vary_like(axes, p) for p in (weight, bias))
     return _layer_norm(x, weight, bias, float(eps), _flags(zero_centered_gamma))
 
 
