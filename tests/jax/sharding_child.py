@@ -51,41 +51,36 @@ def inputs(shape, dtype, param_dtype):
     return x, w, b, dy
 
 
+def measure(f, g, fargs, dy, x_sharding, expected) -> dict:
+    """Compiles and runs jit(f)(*fargs) and jit(g)(*fargs, dy); `expected`: (y, grads) unsharded."""
+    jf, jg = jax.jit(f), jax.jit(g)
+    y, grads = jf(*fargs), jg(*fargs, dy)
+    return {
+        "fwd": collectives(jf.lower(*fargs).compile().as_text()),
+        "grad": collectives(jg.lower(*fargs, dy).compile().as_text()),
+        "y_sharding_is_x": y.sharding.is_equivalent_to(x_sharding, y.ndim),
+        "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(x_sharding, y.ndim),
+        "max_diff": max(max_diff(y, expected[0]), max_diff(grads, expected[1])),
+    }
+
+
 def jit_case(norm, mesh, spec, shape, dtype="float32", param_dtype="float32") -> dict:
     x, w, b, dy = inputs(shape, dtype, param_dtype)
     f, g = norm_fn(norm), grad_fn(norm_fn(norm))
-    expected_y, expected_g = f(x, w, b), g(x, w, b, dy)  # unsharded, one device
-    sharded = NamedSharding(mesh, spec)
-    replicated = NamedSharding(mesh, P())
-    xs, dys = jax.device_put(x, sharded), jax.device_put(dy, sharded)
-    ws, bs = jax.device_put(w, replicated), jax.device_put(b, replicated)
-    jf, jg = jax.jit(f), jax.jit(g)
-    y, grads = jf(xs, ws, bs), jg(xs, ws, bs, dys)
-    return {
-        "fwd": collectives(jf.lower(xs, ws, bs).compile().as_text()),
-        "grad": collectives(jg.lower(xs, ws, bs, dys).compile().as_text()),
-        "y_sharding_is_x": y.sharding.is_equivalent_to(xs.sharding, y.ndim),
-        "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(xs.sharding, y.ndim),
-        "max_diff": max(max_diff(y, expected_y), max_diff(grads, expected_g)),
-    }
+    expected = f(x, w, b), g(x, w, b, dy)  # unsharded, one device
+    sharded, replicated = NamedSharding(mesh, spec), NamedSharding(mesh, P())
+    args = (jax.device_put(x, sharded), jax.device_put(w, replicated), jax.device_put(b, replicated))
+    return measure(f, g, args, jax.device_put(dy, sharded), sharded, expected)
 
 
 def shard_map_case(norm, mesh, shape) -> dict:
     x, w, b, dy = inputs(shape, "float32", "float32")
     f = norm_fn(norm)
     sm = jax.shard_map(f, mesh=mesh, in_specs=(P("data", None), P(), P()), out_specs=P("data", None))
-    g, gs = grad_fn(f), grad_fn(sm)
-    xs = jax.device_put(x, NamedSharding(mesh, P("data", None)))
-    dys = jax.device_put(dy, NamedSharding(mesh, P("data", None)))
-    jf, jg = jax.jit(sm), jax.jit(gs)
-    y, grads = jf(xs, w, b), jg(xs, w, b, dys)
-    return {
-        "fwd": collectives(jf.lower(xs, w, b).compile().as_text()),
-        "grad": collectives(jg.lower(xs, w, b, dys).compile().as_text()),
-        "y_sharding_is_x": y.sharding.is_equivalent_to(xs.sharding, y.ndim),
-        "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(xs.sharding, y.ndim),
-        "max_diff": max(max_diff(y, f(x, w, b)), max_diff(grads, g(x, w, b, dy))),
-    }
+    sharded = NamedSharding(mesh, P("data", None))
+    expected = f(x, w, b), grad_fn(f)(x, w, b, dy)
+    args = (jax.device_put(x, sharded), w, b)
+    return measure(sm, grad_fn(sm), args, jax.device_put(dy, sharded), sharded, expected)
 
 
 def main():
