@@ -1,7 +1,8 @@
 // XLA FFI handlers of the normalization family. Target names follow the torch ops:
 // fuselet_rms_norm_fwd <-> fuselet::rms_norm_fwd. Symbols: fuselet_jax_<op>_{cpu,cuda}.
-#include <optional>
-#include <string>
+// The backward's device workspace is its last output (uint8, sized by the Python layer with
+// fuselet_norm_bwd_workspace_bytes_cuda; 0 bytes for the CPU kernels), not a scratch
+// allocation, so every CUDA handler is declared compatible with XLA command buffers.
 #include <utility>
 
 #include "fuselet/norm.h"
@@ -21,27 +22,7 @@ using ffi::Result;
 // stream == nullptr: host buffers and CPU kernels; else device buffers on that stream.
 struct Where {
   void* stream = nullptr;
-  std::optional<ffi::ScratchAllocator>* scratch = nullptr;
 };
-
-#ifdef FUSELET_JAX_CUDA
-// Device workspace of the CUDA backward, from XLA's scratch allocator.
-Error workspace(const Where& at, const fuselet_tensor& x, void** ws, size_t* bytes) {
-  const int64_t hidden = x.ndim ? x.shape[x.ndim - 1] : 0;
-  int64_t rows = 1;
-  for (int32_t d = 0; d + 1 < x.ndim; ++d) rows *= x.shape[d];
-  *bytes = fuselet_norm_bwd_workspace_bytes_cuda(rows, hidden);
-  *ws = nullptr;
-  if (*bytes == 0) return Error::Success();
-  // XLA's scratch allocator accepts alignments up to 16 bytes (its allocations are aligned further).
-  auto mem = (*at.scratch)->Allocate(*bytes, 16);
-  if (!mem.has_value())
-    return Error(ffi::ErrorCode::kResourceExhausted,
-                 "fuselet: XLA could not allocate " + std::to_string(*bytes) + " bytes of device workspace");
-  *ws = *mem;
-  return Error::Success();
-}
-#endif
 
 // A parameter buffer with no elements stands for an absent parameter (x's hidden size is > 0,
 // so a present one never has 0 elements): NULL for the core.
@@ -61,7 +42,8 @@ Error RmsNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, float
 }
 
 Error RmsNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer rstd,
-                 int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dweight) {
+                 int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dweight,
+                 [[maybe_unused]] Result<AnyBuffer> ws) {
   FUSELET_JAX_VIEW(vdy, dy, "dy");
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vw, weight, "weight");
@@ -70,13 +52,9 @@ Error RmsNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer
   FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
   const uint32_t f = static_cast<uint32_t>(flags);
 #ifdef FUSELET_JAX_CUDA
-  if (at.stream) {
-    void* ws;
-    size_t bytes;
-    if (Error e = workspace(at, vx, &ws, &bytes); e.failure()) return e;
-    return to_error(
-        fuselet_rms_norm_bwd_cuda(&vdy, &vx, param(&vw), &vr, f, &vdx, param(&vdw), ws, bytes, at.stream));
-  }
+  if (at.stream)
+    return to_error(fuselet_rms_norm_bwd_cuda(&vdy, &vx, param(&vw), &vr, f, &vdx, param(&vdw), ws->untyped_data(),
+                                              ws->size_bytes(), at.stream));
 #endif
   return to_error(fuselet_rms_norm_bwd(&vdy, &vx, param(&vw), &vr, f, &vdx, param(&vdw)));
 }
@@ -100,7 +78,7 @@ Error LayerNormFwd([[maybe_unused]] Where at, AnyBuffer x, AnyBuffer weight, Any
 // bias is read for its presence and dtype only (dbias is computed when it is present).
 Error LayerNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuffer bias,
                    AnyBuffer mean, AnyBuffer rstd, int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dweight,
-                   Result<AnyBuffer> dbias) {
+                   Result<AnyBuffer> dbias, [[maybe_unused]] Result<AnyBuffer> ws) {
   FUSELET_JAX_VIEW(vdy, dy, "dy");
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vw, weight, "weight");
@@ -113,25 +91,22 @@ Error LayerNormBwd([[maybe_unused]] Where at, AnyBuffer dy, AnyBuffer x, AnyBuff
   const uint32_t f = static_cast<uint32_t>(flags);
   fuselet_tensor* db = param(&vb) ? &vdb : nullptr;
 #ifdef FUSELET_JAX_CUDA
-  if (at.stream) {
-    void* ws;
-    size_t bytes;
-    if (Error e = workspace(at, vx, &ws, &bytes); e.failure()) return e;
-    return to_error(fuselet_layer_norm_bwd_cuda(&vdy, &vx, param(&vw), &vm, &vr, f, &vdx, param(&vdw), db, ws,
-                                                bytes, at.stream));
-  }
+  if (at.stream)
+    return to_error(fuselet_layer_norm_bwd_cuda(&vdy, &vx, param(&vw), &vm, &vr, f, &vdx, param(&vdw), db,
+                                                ws->untyped_data(), ws->size_bytes(), at.stream));
 #endif
   return to_error(fuselet_layer_norm_bwd(&vdy, &vx, param(&vw), &vm, &vr, f, &vdx, param(&vdw), db));
 }
 
-// Argument lists shared by the CPU and CUDA bindings (flags: fuselet_norm_flags).
+// Argument lists shared by the CPU and CUDA bindings (flags: fuselet_norm_flags; the backward's
+// last result is its workspace).
 template <typename B> auto rms_fwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
       .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 template <typename B> auto rms_bwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 template <typename B> auto layer_fwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
@@ -140,7 +115,7 @@ template <typename B> auto layer_fwd_args(B b) {
 template <typename B> auto layer_bwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
       .template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<int32_t>("flags").template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
 
 }  // namespace
@@ -154,7 +129,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_fwd_cpu,
                               rms_fwd_args(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_bwd_cpu,
                               ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer r, int32_t f, Result<AnyBuffer> dx,
-                                  Result<AnyBuffer> dw) { return RmsNormBwd(Where{}, dy, x, w, r, f, dx, dw); }),
+                                  Result<AnyBuffer> dw, Result<AnyBuffer> ws) {
+                                return RmsNormBwd(Where{}, dy, x, w, r, f, dx, dw, ws);
+                              }),
                               rms_bwd_args(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cpu,
                               ([](AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps, int32_t f, Result<AnyBuffer> y,
@@ -164,37 +141,38 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cpu,
                               layer_fwd_args(ffi::Ffi::Bind()));
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cpu,
                               ([](AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer b, AnyBuffer m, AnyBuffer r,
-                                  int32_t f, Result<AnyBuffer> dx, Result<AnyBuffer> dw, Result<AnyBuffer> db) {
-                                return LayerNormBwd(Where{}, dy, x, w, b, m, r, f, dx, dw, db);
+                                  int32_t f, Result<AnyBuffer> dx, Result<AnyBuffer> dw, Result<AnyBuffer> db,
+                                  Result<AnyBuffer> ws) {
+                                return LayerNormBwd(Where{}, dy, x, w, b, m, r, f, dx, dw, db, ws);
                               }),
                               layer_bwd_args(ffi::Ffi::Bind()));
 
 #ifdef FUSELET_JAX_CUDA
 using Stream = ffi::PlatformStream<cudaStream_t>;
-using Scratch = ffi::ScratchAllocator;
+// No allocation, host synchronization or host-side state in any of them: capturable in a
+// command buffer (CUDA graph).
+#define FUSELET_JAX_CUDA_TRAITS {ffi::Traits::kCmdBufferCompatible}
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_fwd_cuda,
                               ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, float eps, int32_t f, Result<AnyBuffer> y,
                                   Result<AnyBuffer> r) { return RmsNormFwd(Where{s}, x, w, eps, f, y, r); }),
-                              rms_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()));
+                              rms_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()), FUSELET_JAX_CUDA_TRAITS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_rms_norm_bwd_cuda,
-                              ([](cudaStream_t s, Scratch scratch, AnyBuffer dy, AnyBuffer x, AnyBuffer w,
-                                  AnyBuffer r, int32_t f, Result<AnyBuffer> dx, Result<AnyBuffer> dw) {
-                                std::optional<Scratch> sc(std::move(scratch));
-                                return RmsNormBwd(Where{s, &sc}, dy, x, w, r, f, dx, dw);
+                              ([](cudaStream_t s, AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer r, int32_t f,
+                                  Result<AnyBuffer> dx, Result<AnyBuffer> dw, Result<AnyBuffer> ws) {
+                                return RmsNormBwd(Where{s}, dy, x, w, r, f, dx, dw, ws);
                               }),
-                              rms_bwd_args(ffi::Ffi::Bind().Ctx<Stream>().Ctx<Scratch>()));
+                              rms_bwd_args(ffi::Ffi::Bind().Ctx<Stream>()), FUSELET_JAX_CUDA_TRAITS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_fwd_cuda,
                               ([](cudaStream_t s, AnyBuffer x, AnyBuffer w, AnyBuffer b, float eps, int32_t f,
                                   Result<AnyBuffer> y, Result<AnyBuffer> m, Result<AnyBuffer> r) {
                                 return LayerNormFwd(Where{s}, x, w, b, eps, f, y, m, r);
                               }),
-                              layer_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()));
+                              layer_fwd_args(ffi::Ffi::Bind().Ctx<Stream>()), FUSELET_JAX_CUDA_TRAITS);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_layer_norm_bwd_cuda,
-                              ([](cudaStream_t s, Scratch scratch, AnyBuffer dy, AnyBuffer x, AnyBuffer w,
-                                  AnyBuffer b, AnyBuffer m, AnyBuffer r, int32_t f, Result<AnyBuffer> dx,
-                                  Result<AnyBuffer> dw, Result<AnyBuffer> db) {
-                                std::optional<Scratch> sc(std::move(scratch));
-                                return LayerNormBwd(Where{s, &sc}, dy, x, w, b, m, r, f, dx, dw, db);
+                              ([](cudaStream_t s, AnyBuffer dy, AnyBuffer x, AnyBuffer w, AnyBuffer b, AnyBuffer m,
+                                  AnyBuffer r, int32_t f, Result<AnyBuffer> dx, Result<AnyBuffer> dw,
+                                  Result<AnyBuffer> db, Result<AnyBuffer> ws) {
+                                return LayerNormBwd(Where{s}, dy, x, w, b, m, r, f, dx, dw, db, ws);
                               }),
-                              layer_bwd_args(ffi::Ffi::Bind().Ctx<Stream>().Ctx<Scratch>()));
+                              layer_bwd_args(ffi::Ffi::Bind().Ctx<Stream>()), FUSELET_JAX_CUDA_TRAITS);
 #endif

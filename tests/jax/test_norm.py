@@ -244,3 +244,46 @@ def test_variant_jit_vmap(norm, variant):
     for i in range(BATCH):
         example = {"x": xs[i], "dy": dys[i], "weight": a["weight"], "bias": a["bias"]}
         check_variant(norm, example, "bfloat16", zc, ys[i], [None if g is None else g[i] for g in grads])
+
+
+# --- XLA command buffers (CUDA graphs) ---------------------------------------------------------
+
+COMMAND_BUFFER_CHILD = """
+import json, sys
+import numpy as np, jax, jax.numpy as jnp
+import fuselet.jax as fj
+norm, hidden = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((64, hidden)), jnp.bfloat16)
+w, b = jnp.asarray(1 + rng.standard_normal(hidden) / 2, jnp.float32), jnp.zeros(hidden, jnp.float32)
+f = (lambda x, w, b: fj.rms_norm(x, w)) if norm == "rms_norm" else fj.layer_norm
+g = jax.jit(jax.grad(lambda x, w, b: jnp.sum(f(x, w, b).astype(jnp.float32) ** 2), argnums=(0, 1, 2)))
+runs = [[np.asarray(a, np.float32).tolist() for a in g(x, w, b)] for _ in range(3)]
+print(json.dumps({"hlo_has_command_buffer": "command_buffer" in g.lower(x, w, b).compile().as_text(),
+                  "grads": runs}))
+"""
+
+
+@pytest.mark.parametrize("jax_device", ["cuda"], indirect=True)
+@pytest.mark.parametrize("hidden", [127, 8192])
+def test_command_buffer(norm, hidden, jax_device):
+    """With XLA command buffers on for custom calls, jit(grad) runs the fuselet calls inside a
+    command buffer (the CUDA handlers declare it; the workspace is an output) and every replay
+    gives the results of a run without command buffers."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def run(flags):
+        env = dict(os.environ, XLA_FLAGS=flags)
+        proc = subprocess.run([sys.executable, "-c", COMMAND_BUFFER_CHILD, norm, str(hidden)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    on = run("--xla_gpu_enable_command_buffer=+CUSTOM_CALL --xla_gpu_graph_min_graph_size=1")
+    off = run("--xla_gpu_enable_command_buffer=")
+    assert on["hlo_has_command_buffer"] and not off["hlo_has_command_buffer"]
+    for replay in on["grads"]:
+        assert replay == off["grads"][0]

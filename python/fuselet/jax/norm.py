@@ -10,11 +10,13 @@ An absent parameter reaches the FFI handlers as an array with no elements.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fuselet import _core
 from fuselet._checks import check_norm_args
 from fuselet.jax import _load, _sharding
 from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
@@ -27,18 +29,32 @@ def _call(op: str, outs, *args, **attrs):
     return jax.ffi.ffi_call(target, outs)(*args, **attrs)
 
 
+def _workspace_bytes(x) -> int:
+    """The CUDA backward's workspace for the rows of x: an output buffer of the FFI call (so that
+    XLA can capture the call in a command buffer); 0 where the CUDA handlers are not registered."""
+    from fuselet.jax import BUILD_INFO
+
+    if not _load.cuda_targets(bool(BUILD_INFO.get("cuda_kernels"))):
+        return 0
+    return _core.norm_bwd_workspace_bytes_cuda(math.prod(x.shape[:-1]), x.shape[-1])
+
+
 @functools.cache
-def _op(op: str, in_kinds: tuple, out_kinds: tuple, attrs: tuple):
-    """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...)."""
+def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tuple):
+    """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...).
+    With `workspace`, the call has one more (uint8) output, its workspace, dropped here."""
     def call(*args):
-        return tuple(_call(op, _sharding.out_types(args, in_kinds, out_kinds), *args, **dict(attrs)))
+        outs = _sharding.out_types(args, in_kinds, out_kinds)
+        if workspace:
+            outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
+        return tuple(_call(op, outs, *args, **dict(attrs)))[:len(out_kinds)]
     return _sharding.row_partitioned(call, in_kinds, out_kinds)
 
 
-def _row_op(op, in_kinds, out_kinds, args, fold, **attrs):
+def _row_op(op, in_kinds, out_kinds, args, fold, workspace=False, **attrs):
     """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like)."""
     axes = _sharding.varying_axes(*args)
-    fn = _op(op, in_kinds, out_kinds, tuple(sorted(attrs.items())))
+    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())))
     call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
     return _batched(call, tuple(k in (ROWS, STATS) for k in in_kinds), fold)(*args)
 
@@ -88,7 +104,7 @@ def _rms_fwd_call(x, weight, eps, flags):
 
 def _rms_bwd_call(dy, x, weight, rstd, flags):
     return _row_op("rms_norm_bwd", (ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM), (dy, x, _param(weight, x), rstd),
-                   False, flags=flags)
+                   False, workspace=True, flags=flags)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -128,7 +144,7 @@ def _layer_fwd_call(x, weight, bias, eps, flags):
 
 def _layer_bwd_call(dy, x, weight, bias, mean, rstd, flags):
     return _row_op("layer_norm_bwd", (ROWS, ROWS, PARAM, PARAM, STATS, STATS), (ROWS, PARAM_SUM, PARAM_SUM),
-                   (dy, x, _param(weight, x), _param(bias, x), mean, rstd), False, flags=flags)
+                   (dy, x, _param(weight, x), _param(bias, x), mean, rstd), False, workspace=True, flags=flags)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
