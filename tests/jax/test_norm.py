@@ -172,9 +172,10 @@ def test_empty_batch(norm, dtype, shape, jax_device):
 VARIANT_SHAPES = [(5, 127), (2, 3, 1030)]
 
 
-def variant_arrays(norm, shape, dtype, variant) -> dict:
+def variant_arrays(norm, shape, dtype, variant, device=None) -> dict:
     """ref.variant_inputs as jax arrays: absent parameters are None (and RMSNorm has no bias)."""
-    a = {k: None if v is None else jnp.asarray(v) for k, v in ref.variant_inputs(shape, dtype, variant).items()}
+    a = {k: None if v is None else jax.device_put(jnp.asarray(v), device)
+         for k, v in ref.variant_inputs(shape, dtype, variant).items()}
     if norm == "rms_norm":
         a["bias"] = None
     return a
@@ -220,8 +221,8 @@ def variant_grad(norm, zc):
 
 @pytest.mark.parametrize("shape", VARIANT_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("variant", ref.VARIANTS)
-def test_variant(norm, dtype, variant, shape):
-    a = variant_arrays(norm, shape, dtype, variant)
+def test_variant(norm, dtype, variant, shape, jax_device):
+    a = variant_arrays(norm, shape, dtype, variant, jax_device)
     zc = ref.VARIANTS[variant][3]
     args = (a["x"], a["weight"], a["bias"])
     y = variant_apply(norm, zc)(*args)
