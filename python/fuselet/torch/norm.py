@@ -49,8 +49,10 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     return ops.layer_norm_fwd(x, weight, bias, float(eps), zero_centered_gamma)[0]
 
 
-def _parameter(hidden, fill, device, dtype):
-    return torch.nn.Parameter(torch.full((hidden,), fill, device=device, dtype=dtype))
+def _add_parameter(module, name, present, hidden, fill, device, dtype):
+    """module.<name>: a Parameter of `hidden` values `fill`, or None (registered, like torch.nn's)."""
+    param = torch.nn.Parameter(torch.full((hidden,), fill, device=device, dtype=dtype)) if present else None
+    module.register_parameter(name, param)
 
 
 class RMSNorm(torch.nn.Module):
@@ -61,10 +63,7 @@ class RMSNorm(torch.nn.Module):
                  zero_centered_gamma: bool = False, device=None, dtype=None):
         super().__init__()
         self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
-        if elementwise_affine:
-            self.weight = _parameter(hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
-        else:
-            self.register_parameter("weight", None)
+        _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, self.eps, self.zero_centered_gamma)
@@ -78,14 +77,8 @@ class LayerNorm(torch.nn.Module):
                  zero_centered_gamma: bool = False, device=None, dtype=None):
         super().__init__()
         self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
-        if elementwise_affine:
-            self.weight = _parameter(hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
-        else:
-            self.register_parameter("weight", None)
-        if elementwise_affine and bias:
-            self.bias = _parameter(hidden, 0.0, device, dtype)
-        else:
-            self.register_parameter("bias", None)
+        _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
+        _add_parameter(self, "bias", elementwise_affine and bias, hidden, 0.0, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.eps, self.zero_centered_gamma)
