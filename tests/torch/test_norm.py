@@ -237,6 +237,18 @@ def test_module_variants():
     torch.testing.assert_close(zc(x), ft.rms_norm(x, torch.ones(8), 1e-6))
 
 
+def test_export_module_variants():
+    """torch.export of the modules without bias, without affine parameters, zero-centered."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), ft.LayerNorm(32, bias=False),
+                                ft.RMSNorm(32, zero_centered_gamma=True), ft.LayerNorm(32, elementwise_affine=False))
+    with torch.no_grad():
+        model[2].weight.add_(0.1 * torch.randn(32))
+    x = torch.randn(4, 16)
+    exported = torch.export.export(model, (x,))
+    torch.testing.assert_close(exported.module()(x), model(x))
+
+
 def test_module_mixed_precision():
     """float32 master weights with bfloat16 activations: y bfloat16, grads float32."""
     module = ft.LayerNorm(64)
