@@ -231,6 +231,8 @@ def test_module_variants():
         module.load_state_dict(ref_module.state_dict())  # strict: the same keys
         x = torch.randn(3, 8)
         torch.testing.assert_close(module(x), ref_module(x), rtol=1e-5, atol=1e-5)
+    with pytest.raises(RuntimeError, match='Unexpected key\\(s\\) in state_dict: "bias"'):
+        ft.LayerNorm(8, bias=False).load_state_dict(torch.nn.LayerNorm(8).state_dict())
     zc = ft.RMSNorm(8, zero_centered_gamma=True)
     assert torch.equal(zc.weight, torch.zeros(8))  # (1 + 0): the identity scale
     x = torch.randn(3, 8)
