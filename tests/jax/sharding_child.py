@@ -92,6 +92,7 @@ def main():
         out[f"{norm}/rows_2d_mesh"] = jit_case(norm, mesh2, P("a", "b", None), (4, 8, 64))
         out[f"{norm}/rows_bf16_x_f32_params"] = jit_case(norm, mesh, P("data", None), (16, 64), "bfloat16")
         out[f"{norm}/hidden"] = jit_case(norm, mesh, P(None, "data"), (16, 64))
+        out[f"{norm}/rows_and_hidden"] = jit_case(norm, mesh2, P("a", "b"), (16, 64))
         out[f"{norm}/shard_map"] = shard_map_case(norm, mesh, (16, 64))
     print(json.dumps(out))
 

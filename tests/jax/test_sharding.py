@@ -44,14 +44,19 @@ def test_row_sharding_has_no_gather(results, norm, case):
     assert 1 <= r["grad"]["all-reduce"] <= 2, r["grad"]
 
 
+@pytest.mark.parametrize("case", ["hidden", "rows_and_hidden"])
 @pytest.mark.parametrize("norm", NORMS)
-def test_hidden_sharding_gathers_x_only(results, norm):
-    r = results[f"{norm}/hidden"]
-    assert r["fwd"] == {**r["fwd"], "all-gather": 1} and others(r["fwd"], "all-gather") == {}, r["fwd"]
-    assert r["grad"]["all-gather"] == 2 and others(r["grad"], "all-gather") == {}, r["grad"]  # x and dy
+def test_hidden_sharding_gathers_x_only(results, norm, case):
+    """x sharded on H (P(None, "data")), or on rows and H (P("a", "b")): x, and dy in the
+    gradient, are gathered along H only; row shards still sum dweight/dbias with an all-reduce."""
+    r = results[f"{norm}/{case}"]
+    reduces = 1 if case == "rows_and_hidden" else 0
+    assert r["fwd"]["all-gather"] == 1 and others(r["fwd"], "all-gather") == {}, r["fwd"]
+    assert r["grad"]["all-gather"] == 2 and r["grad"]["all-reduce"] == reduces, r["grad"]  # x and dy
+    assert others(r["grad"], "all-gather", "all-reduce") == {}, r["grad"]
 
 
-@pytest.mark.parametrize("case", (*ROW_CASES, "hidden"))
+@pytest.mark.parametrize("case", (*ROW_CASES, "hidden", "rows_and_hidden"))
 @pytest.mark.parametrize("norm", NORMS)
 def test_sharded_values_and_layout(results, norm, case):
     r = results[f"{norm}/{case}"]
