@@ -124,7 +124,11 @@ def vary_like(axes: frozenset, a):
     if a is None:
         return None
     missing = tuple(sorted(axes - _vma(a)))
-    return jax.lax.pcast(a, missing, to="varying") if missing else a
+    if not missing:
+        return a
+    if hasattr(jax.lax, "pcast"):  # older jax has only pvary
+        return jax.lax.pcast(a, missing, to="varying")
+    return jax.lax.pvary(a, missing)
 
 
 def varying_axes(*arrays) -> frozenset:
