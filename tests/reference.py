@@ -68,40 +68,74 @@ def _eps(eps: float) -> float:
     return float(np.float32(eps))  # the kernels take eps as a float32
 
 
-def rms_norm_fwd(x, weight, eps):
-    """-> y [..., H], rstd [...] (x.shape[:-1])."""
-    x, weight = to_float64(x), to_float64(weight)
+def _scale(weight, shape, zero_centered=False):
+    """The factor the math applies: weight, 1 + weight (zero-centered), or 1 (no weight)."""
+    if weight is None:
+        return np.ones(shape[-1])
+    return to_float64(weight) + (1.0 if zero_centered else 0.0)
+
+
+def _shift(bias, shape):
+    return np.zeros(shape[-1]) if bias is None else to_float64(bias)
+
+
+def rms_norm_fwd(x, weight, eps, zero_centered=False):
+    """-> y [..., H], rstd [...] (x.shape[:-1]). weight may be None (scale 1)."""
+    x = to_float64(x)
     rstd = 1.0 / np.sqrt(np.mean(x * x, axis=-1) + _eps(eps))
-    return x * rstd[..., None] * weight, rstd
+    return x * rstd[..., None] * _scale(weight, x.shape, zero_centered), rstd
 
 
-def rms_norm_bwd(dy, x, weight, eps):
-    """-> dx [..., H], dweight [H]."""
-    dy, x, weight = to_float64(dy), to_float64(x), to_float64(weight)
+def rms_norm_bwd(dy, x, weight, eps, zero_centered=False):
+    """-> dx [..., H], dweight [H] (None without weight)."""
+    dy, x = to_float64(dy), to_float64(x)
     _, rstd = rms_norm_fwd(x, weight, eps)
     xhat = x * rstd[..., None]
-    g = dy * weight
+    g = dy * _scale(weight, x.shape, zero_centered)
     dx = rstd[..., None] * (g - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
-    dweight = (dy * xhat).reshape(-1, x.shape[-1]).sum(axis=0)
+    dweight = None if weight is None else (dy * xhat).reshape(-1, x.shape[-1]).sum(axis=0)
     return dx, dweight
 
 
-def layer_norm_fwd(x, weight, bias, eps):
-    """-> y [..., H], mean [...], rstd [...]."""
-    x, weight, bias = to_float64(x), to_float64(weight), to_float64(bias)
+def layer_norm_fwd(x, weight, bias, eps, zero_centered=False):
+    """-> y [..., H], mean [...], rstd [...]. weight / bias may be None (scale 1 / shift 0)."""
+    x = to_float64(x)
     mean = np.mean(x, axis=-1)
     centered = x - mean[..., None]
     rstd = 1.0 / np.sqrt(np.mean(centered * centered, axis=-1) + _eps(eps))
-    return centered * rstd[..., None] * weight + bias, mean, rstd
+    return centered * rstd[..., None] * _scale(weight, x.shape, zero_centered) + _shift(bias, x.shape), mean, rstd
 
 
-def layer_norm_bwd(dy, x, weight, eps):
-    """-> dx [..., H], dweight [H], dbias [H]."""
-    dy, x, weight = to_float64(dy), to_float64(x), to_float64(weight)
-    _, mean, rstd = layer_norm_fwd(x, weight, np.zeros_like(weight), eps)
+def layer_norm_bwd(dy, x, weight, eps, zero_centered=False, bias=True):
+    """-> dx [..., H], dweight [H], dbias [H] (None for an absent weight, or bias=False)."""
+    dy, x = to_float64(dy), to_float64(x)
+    _, mean, rstd = layer_norm_fwd(x, None, None, eps)
     xhat = (x - mean[..., None]) * rstd[..., None]
-    g = dy * weight
+    g = dy * _scale(weight, x.shape, zero_centered)
     dx = rstd[..., None] * (g - np.mean(g, axis=-1, keepdims=True)
                             - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
     flat = (-1, x.shape[-1])
-    return dx, (dy * xhat).reshape(flat).sum(axis=0), dy.reshape(flat).sum(axis=0)
+    dweight = None if weight is None else (dy * xhat).reshape(flat).sum(axis=0)
+    return dx, dweight, dy.reshape(flat).sum(axis=0) if bias else None
+
+
+# Parameter configurations beyond "weight and bias in x's dtype": name -> (parameter dtype
+# ("x" or "float32"), has weight, has bias (LayerNorm), zero-centered gamma).
+VARIANTS = {
+    "float32_params": ("float32", True, True, False),
+    "no_bias": ("x", True, False, False),
+    "no_affine": ("x", False, False, False),
+    "bias_only": ("float32", False, True, False),
+    "zero_centered": ("x", True, True, True),
+    "zero_centered_float32_params": ("float32", True, False, True),
+}
+
+
+def variant_inputs(shape, dtype: str, variant: str, seed: int = 0) -> dict:
+    """make_inputs for `variant`: weight / bias None when absent, float32 when it says so."""
+    pdtype, has_w, has_b, _ = VARIANTS[variant]
+    a = make_inputs(shape, dtype, seed)
+    p32 = make_inputs(shape, "float32", seed)  # same values, not rounded to `dtype`
+    for name, present in (("weight", has_w), ("bias", has_b)):
+        a[name] = (p32[name] if pdtype == "float32" else a[name]) if present else None
+    return a

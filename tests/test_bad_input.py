@@ -62,9 +62,41 @@ def test_weight_dtype_differs_from_x(api):
         api.rms_norm(api.array((2, 4)), api.array((4,), "float16"))
 
 
-def test_bias_dtype_differs_from_x(api):
-    with raises(TypeError, "bias: expected dtype bfloat16 (the dtype of x), got float32"):
+def test_float16_weight_with_bfloat16_x(api):
+    """Parameters are in x's dtype or float32, nothing else."""
+    with raises(TypeError, "weight: expected dtype bfloat16 (the dtype of x) or float32, got float16"):
+        api.rms_norm(api.array((2, 4), "bfloat16"), api.array((4,), "float16"))
+
+
+def test_bias_dtype_differs_from_weight(api):
+    with raises(TypeError, "bias: expected dtype bfloat16 (the dtype of weight), got float32"):
         api.layer_norm(api.array((2, 4), "bfloat16"), api.array((4,), "bfloat16"), api.array((4,)))
+
+
+def test_bias_only_dtype(api):
+    with raises(TypeError, "bias: expected dtype bfloat16 (the dtype of x) or float32, got float16"):
+        api.layer_norm(api.array((2, 4), "bfloat16"), None, api.array((4,), "float16"))
+
+
+def test_integer_bias(api):
+    with raises(TypeError, "bias: expected dtype float32, float16 or bfloat16, got int32"):
+        api.layer_norm(api.array((2, 4)), None, api.array((4,), "int32"))
+
+
+def test_zero_centered_gamma_without_weight(api):
+    with raises(ValueError, "zero_centered_gamma: scales by (1 + weight) and needs a weight, got weight=None"):
+        api.layer_norm(api.array((2, 4)), None, None, zero_centered_gamma=True)
+
+
+def test_zero_centered_gamma_not_bool(api):
+    with raises(TypeError, "zero_centered_gamma: expected a bool, got str"):
+        api.rms_norm(api.array((2, 4)), api.array((4,)), zero_centered_gamma="yes")
+
+
+def test_bias_to_rms_norm(api):
+    """RMSNorm has no bias: passing one is an error that names it, never silently ignored."""
+    with pytest.raises(TypeError, match="bias"):
+        api.module.rms_norm(api.array((2, 4)), api.array((4,)), bias=api.array((4,)))
 
 
 def test_weight_hidden_size(api):
@@ -115,6 +147,7 @@ def test_not_an_array(api, argument):
     args = {"x": api.array((2, 4)), "weight": api.array((4,)), "bias": api.array((4,))}
     args[argument] = [1.0, 2.0, 3.0, 4.0]
     kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    kind += "" if argument == "x" else " or None"
     with raises(TypeError, f"{argument}: expected a {kind}, got list"):
         api.layer_norm(args["x"], args["weight"], args["bias"])
 
@@ -155,3 +188,13 @@ def test_torch_op_direct_bad_bias_and_eps(torch):
 def test_torch_op_direct_bad_dtype(torch):
     with raises(TypeError, "x: expected dtype float32, float16 or bfloat16"):
         torch.ops.fuselet.rms_norm_fwd(torch.ones(2, 4, dtype=torch.float64), torch.ones(4, dtype=torch.float64), 1e-6)
+
+
+def test_torch_op_direct_parameter_dtypes(torch):
+    x = torch.ones(2, 4, dtype=torch.bfloat16)
+    with raises(ValueError, "weight: expected dtype bfloat16 (the dtype of x) or float32, got float16"):
+        torch.ops.fuselet.rms_norm_fwd(x, torch.ones(4, dtype=torch.float16), 1e-6)
+    with raises(ValueError, "bias: expected dtype float32 (the dtype of weight), got bfloat16"):
+        torch.ops.fuselet.layer_norm_fwd(x, torch.ones(4), torch.ones(4, dtype=torch.bfloat16), 1e-5)
+    with raises(ValueError, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight"):
+        torch.ops.fuselet.rms_norm_fwd(x, None, 1e-6, True)

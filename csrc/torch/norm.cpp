@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include <optional>
+
 #ifdef FUSELET_TORCH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -37,89 +39,127 @@ Tensor workspace(const Tensor& x) {
 #define FUSELET_DEVICE_GUARD(x) TORCH_CHECK_NOT_IMPLEMENTED(!x.is_cuda(), "fuselet: this fuselet-torch was built without CUDA kernels")
 #endif
 
-std::tuple<Tensor, Tensor> rms_norm_fwd(const Tensor& x_in, const Tensor& weight_in, double eps) {
+using OptTensor = std::optional<Tensor>;
+
+uint32_t norm_flags(bool zero_centered_gamma) { return zero_centered_gamma ? FUSELET_NORM_ZERO_CENTERED_GAMMA : 0; }
+
+// An optional parameter made contiguous (on x's device), and its core view (NULL when absent).
+struct Param {
+  OptTensor t;
+  fuselet_tensor v{};
+  Param(const Tensor& x, const OptTensor& in, const char* name) {
+    if (!in.has_value()) return;
+    check_same_device(x, *in, name);
+    t = in->contiguous();
+    v = view(*t, name);
+  }
+  fuselet_tensor* ptr() { return t.has_value() ? &v : nullptr; }
+  // The gradient of this parameter: like it, or an empty tensor of x's dtype when absent.
+  Tensor grad_like(const Tensor& x) const { return t.has_value() ? at::empty_like(*t) : x.new_empty({0}); }
+};
+
+// View of a gradient output that exists only when its parameter does.
+struct GradView {
+  fuselet_tensor v{};
+  fuselet_tensor* ptr = nullptr;
+  GradView(const Param& param, const Tensor& g, const char* name) {
+    if (!param.t.has_value()) return;
+    v = view(g, name);
+    ptr = &v;
+  }
+};
+
+std::tuple<Tensor, Tensor> rms_norm_fwd(const Tensor& x_in, const OptTensor& weight_in, double eps,
+                                        bool zero_centered_gamma) {
   check_x(x_in);
-  check_same_device(x_in, weight_in, "weight");
   FUSELET_DEVICE_GUARD(x_in);
-  const Tensor x = x_in.contiguous(), weight = weight_in.contiguous();
+  const Tensor x = x_in.contiguous();
+  fuselet_tensor vx = view(x, "x");
+  Param w(x, weight_in, "weight");
   Tensor y = at::empty_like(x), rstd = row_stats(x);
-  fuselet_tensor vx = view(x, "x"), vw = view(weight, "weight"), vy = view(y, "y"), vr = view(rstd, "rstd");
+  fuselet_tensor vy = view(y, "y"), vr = view(rstd, "rstd");
+  const uint32_t flags = norm_flags(zero_centered_gamma);
 #ifdef FUSELET_TORCH_CUDA
   if (x.is_cuda()) {
-    check(fuselet_rms_norm_fwd_cuda(&vx, &vw, static_cast<float>(eps), &vy, &vr, stream_of(x)));
+    check(fuselet_rms_norm_fwd_cuda(&vx, w.ptr(), static_cast<float>(eps), flags, &vy, &vr, stream_of(x)));
     return {y, rstd};
   }
 #endif
-  check(fuselet_rms_norm_fwd(&vx, &vw, static_cast<float>(eps), &vy, &vr));
+  check(fuselet_rms_norm_fwd(&vx, w.ptr(), static_cast<float>(eps), flags, &vy, &vr));
   return {y, rstd};
 }
 
-std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
-                                        const Tensor& rstd_in) {
+std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const OptTensor& weight_in,
+                                        const Tensor& rstd_in, bool zero_centered_gamma) {
   check_x(x_in);
   check_same_device(x_in, dy_in, "dy");
-  check_same_device(x_in, weight_in, "weight");
   check_same_device(x_in, rstd_in, "rstd");
   FUSELET_DEVICE_GUARD(x_in);
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous(),
-               rstd = rstd_in.contiguous();
-  Tensor dx = at::empty_like(x), dweight = at::empty_like(weight);
-  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vw = view(weight, "weight"), vr = view(rstd, "rstd"),
-                 vdx = view(dx, "dx"), vdw = view(dweight, "dweight");
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), rstd = rstd_in.contiguous();
+  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vr = view(rstd, "rstd");
+  Param w(x, weight_in, "weight");
+  Tensor dx = at::empty_like(x), dweight = w.grad_like(x);
+  fuselet_tensor vdx = view(dx, "dx");
+  GradView vdw(w, dweight, "dweight");
+  const uint32_t flags = norm_flags(zero_centered_gamma);
 #ifdef FUSELET_TORCH_CUDA
   if (x.is_cuda()) {
     Tensor ws = workspace(x);
-    check(fuselet_rms_norm_bwd_cuda(&vdy, &vx, &vw, &vr, &vdx, &vdw, ws.data_ptr(), ws.numel(), stream_of(x)));
+    check(fuselet_rms_norm_bwd_cuda(&vdy, &vx, w.ptr(), &vr, flags, &vdx, vdw.ptr, ws.data_ptr(), ws.numel(),
+                                    stream_of(x)));
     return {dx, dweight};
   }
 #endif
-  check(fuselet_rms_norm_bwd(&vdy, &vx, &vw, &vr, &vdx, &vdw));
+  check(fuselet_rms_norm_bwd(&vdy, &vx, w.ptr(), &vr, flags, &vdx, vdw.ptr));
   return {dx, dweight};
 }
 
-std::tuple<Tensor, Tensor, Tensor> layer_norm_fwd(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in,
-                                                  double eps) {
+std::tuple<Tensor, Tensor, Tensor> layer_norm_fwd(const Tensor& x_in, const OptTensor& weight_in,
+                                                  const OptTensor& bias_in, double eps, bool zero_centered_gamma) {
   check_x(x_in);
-  check_same_device(x_in, weight_in, "weight");
-  check_same_device(x_in, bias_in, "bias");
   FUSELET_DEVICE_GUARD(x_in);
-  const Tensor x = x_in.contiguous(), weight = weight_in.contiguous(), bias = bias_in.contiguous();
+  const Tensor x = x_in.contiguous();
+  fuselet_tensor vx = view(x, "x");
+  Param w(x, weight_in, "weight"), b(x, bias_in, "bias");
   Tensor y = at::empty_like(x), mean = row_stats(x), rstd = row_stats(x);
-  fuselet_tensor vx = view(x, "x"), vw = view(weight, "weight"), vb = view(bias, "bias"), vy = view(y, "y"),
-                 vm = view(mean, "mean"), vr = view(rstd, "rstd");
+  fuselet_tensor vy = view(y, "y"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
+  const uint32_t flags = norm_flags(zero_centered_gamma);
 #ifdef FUSELET_TORCH_CUDA
   if (x.is_cuda()) {
-    check(fuselet_layer_norm_fwd_cuda(&vx, &vw, &vb, static_cast<float>(eps), &vy, &vm, &vr, stream_of(x)));
+    check(fuselet_layer_norm_fwd_cuda(&vx, w.ptr(), b.ptr(), static_cast<float>(eps), flags, &vy, &vm, &vr,
+                                      stream_of(x)));
     return {y, mean, rstd};
   }
 #endif
-  check(fuselet_layer_norm_fwd(&vx, &vw, &vb, static_cast<float>(eps), &vy, &vm, &vr));
+  check(fuselet_layer_norm_fwd(&vx, w.ptr(), b.ptr(), static_cast<float>(eps), flags, &vy, &vm, &vr));
   return {y, mean, rstd};
 }
 
-std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const Tensor& weight_in,
-                                                  const Tensor& mean_in, const Tensor& rstd_in) {
+std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const OptTensor& weight_in,
+                                                  const OptTensor& bias_in, const Tensor& mean_in,
+                                                  const Tensor& rstd_in, bool zero_centered_gamma) {
   check_x(x_in);
   check_same_device(x_in, dy_in, "dy");
-  check_same_device(x_in, weight_in, "weight");
   check_same_device(x_in, mean_in, "mean");
   check_same_device(x_in, rstd_in, "rstd");
   FUSELET_DEVICE_GUARD(x_in);
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), weight = weight_in.contiguous(),
-               mean = mean_in.contiguous(), rstd = rstd_in.contiguous();
-  Tensor dx = at::empty_like(x), dweight = at::empty_like(weight), dbias = at::empty_like(weight);
-  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vw = view(weight, "weight"), vm = view(mean, "mean"),
-                 vr = view(rstd, "rstd"), vdx = view(dx, "dx"), vdw = view(dweight, "dweight"),
-                 vdb = view(dbias, "dbias");
+  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), mean = mean_in.contiguous(),
+               rstd = rstd_in.contiguous();
+  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
+  Param w(x, weight_in, "weight"), b(x, bias_in, "bias");
+  Tensor dx = at::empty_like(x), dweight = w.grad_like(x), dbias = b.grad_like(x);
+  fuselet_tensor vdx = view(dx, "dx");
+  GradView vdw(w, dweight, "dweight"), vdb(b, dbias, "dbias");
+  const uint32_t flags = norm_flags(zero_centered_gamma);
 #ifdef FUSELET_TORCH_CUDA
   if (x.is_cuda()) {
     Tensor ws = workspace(x);
-    check(fuselet_layer_norm_bwd_cuda(&vdy, &vx, &vw, &vm, &vr, &vdx, &vdw, &vdb, ws.data_ptr(), ws.numel(),
-                                      stream_of(x)));
+    check(fuselet_layer_norm_bwd_cuda(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr, ws.data_ptr(),
+                                      ws.numel(), stream_of(x)));
     return {dx, dweight, dbias};
   }
 #endif
-  check(fuselet_layer_norm_bwd(&vdy, &vx, &vw, &vm, &vr, &vdx, &vdw, &vdb));
+  check(fuselet_layer_norm_bwd(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr));
   return {dx, dweight, dbias};
 }
 

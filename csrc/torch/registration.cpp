@@ -5,10 +5,17 @@
 
 TORCH_LIBRARY(fuselet, m) {
   // Normalization (norm.cpp): math and shapes in csrc/core/include/fuselet/norm.h.
-  m.def("rms_norm_fwd(Tensor x, Tensor weight, float eps) -> (Tensor y, Tensor rstd)");
-  m.def("rms_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor rstd) -> (Tensor dx, Tensor dweight)");
-  m.def("layer_norm_fwd(Tensor x, Tensor weight, Tensor bias, float eps) -> (Tensor y, Tensor mean, Tensor rstd)");
+  // weight / bias: None for none; the backward returns an empty dweight / dbias for those.
   m.def(
-      "layer_norm_bwd(Tensor dy, Tensor x, Tensor weight, Tensor mean, Tensor rstd)"
-      " -> (Tensor dx, Tensor dweight, Tensor dbias)");
+      "rms_norm_fwd(Tensor x, Tensor? weight, float eps, bool zero_centered_gamma=False)"
+      " -> (Tensor y, Tensor rstd)");
+  m.def(
+      "rms_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor rstd, bool zero_centered_gamma=False)"
+      " -> (Tensor dx, Tensor dweight)");
+  m.def(
+      "layer_norm_fwd(Tensor x, Tensor? weight, Tensor? bias, float eps, bool zero_centered_gamma=False)"
+      " -> (Tensor y, Tensor mean, Tensor rstd)");
+  m.def(
+      "layer_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd,"
+      " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight, Tensor dbias)");
 }

@@ -17,20 +17,40 @@ def check_dtype(name: str, dtype: str, like: str | None = None) -> None:
         raise TypeError(f"{name}: expected dtype {like} (the dtype of x), got {dtype}")
 
 
-def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps) -> None:
-    """x: [..., H]; params: {"weight": (shape, dtype), "bias": ...}; eps: finite float > 0."""
+def check_param_dtype(name: str, dtype: str, x_dtype: str, like: tuple[str, str] | None) -> None:
+    """Parameters are in x's dtype or float32, all in one dtype (`like`: (name, dtype) of one seen before)."""
+    check_dtype(name, dtype)
+    if like is not None:
+        if dtype != like[1]:
+            raise TypeError(f"{name}: expected dtype {like[1]} (the dtype of {like[0]}), got {dtype}")
+    elif dtype not in (x_dtype, "float32"):
+        also = "" if x_dtype == "float32" else " or float32"
+        raise TypeError(f"{name}: expected dtype {x_dtype} (the dtype of x){also}, got {dtype}")
+
+
+def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps, zero_centered_gamma=False) -> None:
+    """x: [..., H]; params: {"weight": (shape, dtype) or None, "bias": ...}; eps: finite float > 0."""
     check_dtype("x", x_dtype)
     if len(x_shape) == 0:
         raise ValueError("x: expected shape [..., H] with at least 1 dimension, got a 0-d array")
     hidden = x_shape[-1]
     if hidden == 0:
         raise ValueError(f"x: the hidden size (last dimension) must be > 0, got shape {tuple(x_shape)}")
-    for name, (shape, dtype) in params.items():
+    like = None
+    for name, param in params.items():
+        if param is None:
+            continue
+        shape, dtype = param
         if tuple(shape) != (hidden,):
             raise ValueError(f"{name}: expected shape ({hidden},) to match the last dimension of x "
                              f"{tuple(x_shape)}, got {tuple(shape)}")
-        check_dtype(name, dtype, like=x_dtype)
+        check_param_dtype(name, dtype, x_dtype, like)
+        like = like or (name, dtype)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps: expected a Python float, got {type(eps).__name__}")
     if not (math.isfinite(eps) and eps > 0):
         raise ValueError(f"eps: expected a finite float > 0, got {eps}")
+    if not isinstance(zero_centered_gamma, bool):
+        raise TypeError(f"zero_centered_gamma: expected a bool, got {type(zero_centered_gamma).__name__}")
+    if zero_centered_gamma and params.get("weight") is None:
+        raise ValueError("zero_centered_gamma: scales by (1 + weight) and needs a weight, got weight=None")

@@ -50,3 +50,10 @@ def core_info() -> dict:
         "cuda_archs": lib.fuselet_cuda_archs().decode() or None,
         "num_threads": int(lib.fuselet_get_num_threads()),
     }
+
+
+def norm_bwd_workspace_bytes_cuda(rows: int, hidden: int) -> int:
+    """fuselet_norm_bwd_workspace_bytes_cuda: device workspace of the CUDA norm backward."""
+    fn = load().fuselet_norm_bwd_workspace_bytes_cuda
+    fn.restype, fn.argtypes = ctypes.c_size_t, [ctypes.c_int64, ctypes.c_int64]
+    return int(fn(rows, hidden))

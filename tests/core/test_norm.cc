@@ -43,8 +43,10 @@ double max_err(const std::vector<float>& a, const std::vector<double>& b) {
   return m;
 }
 
-// Forward + backward of both norms on R x H float32 rows whose row stride is `stride`.
-void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer) {
+// Forward + backward of both norms on R x H float32 rows whose row stride is `stride`;
+// without weight / bias when `has_w` / `has_b` are false, scaling by 1 + weight with `zc`.
+void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer, bool has_w = true, bool has_b = true,
+                    bool zc = false) {
   std::mt19937 rng(static_cast<unsigned>(R * 131 + H));
   std::normal_distribution<float> dist(0.5f, 2.0f);
   std::vector<float> x(R * stride), dy(R * H), w(H), b(H);
@@ -53,6 +55,12 @@ void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer) {
   for (auto& v : w) v = dist(rng);
   for (auto& v : b) v = dist(rng);
   const float eps = 1e-5f;
+  // The weight and bias the math sees: 1 + w (zero-centered), 1 (no weight), 0 (no bias).
+  std::vector<double> we(H), be(H);
+  for (int64_t i = 0; i < H; ++i) {
+    we[i] = has_w ? w[i] + (zc ? 1.0 : 0.0) : 1.0;
+    be[i] = layer && has_b ? b[i] : 0.0;
+  }
   std::vector<double> yr(R * H), dxr(R * H), dwr(H, 0.0), dbr(H, 0.0);
   for (int64_t r = 0; r < R; ++r) {
     const float* xr = x.data() + r * stride;
@@ -65,8 +73,8 @@ void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer) {
     const double rstd = 1.0 / std::sqrt(var / H + eps);
     double c1 = 0, c2 = 0;
     for (int64_t i = 0; i < H; ++i) {
-      const double xhat = (xr[i] - mean) * rstd, g = double(dy[r * H + i]) * w[i];
-      yr[r * H + i] = xhat * w[i] + (layer ? b[i] : 0.0);
+      const double xhat = (xr[i] - mean) * rstd, g = double(dy[r * H + i]) * we[i];
+      yr[r * H + i] = xhat * we[i] + be[i];
       c1 += g;
       c2 += g * xhat;
       dwr[i] += dy[r * H + i] * xhat;
@@ -76,7 +84,7 @@ void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer) {
     c2 /= H;
     for (int64_t i = 0; i < H; ++i) {
       const double xhat = (xr[i] - mean) * rstd;
-      dxr[r * H + i] = rstd * (double(dy[r * H + i]) * w[i] - c1 - xhat * c2);
+      dxr[r * H + i] = rstd * (double(dy[r * H + i]) * we[i] - c1 - xhat * c2);
     }
   }
   std::vector<float> y(R * H), mean(R), rstd(R), dx(R * H), dw(H), db(H);
@@ -84,23 +92,27 @@ void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer) {
                  ty = view(y.data(), {R, H}), tm = view(mean.data(), {R}), tr = view(rstd.data(), {R}),
                  tdy = view(dy.data(), {R, H}), tdx = view(dx.data(), {R, H}), tdw = view(dw.data(), {H}),
                  tdb = view(db.data(), {H});
+  fuselet_tensor *pw = has_w ? &tw : nullptr, *pb = has_b ? &tb : nullptr, *pdw = has_w ? &tdw : nullptr,
+                 *pdb = has_b ? &tdb : nullptr;
+  const uint32_t flags = zc ? FUSELET_NORM_ZERO_CENTERED_GAMMA : 0;
   fuselet_status s1, s2;
   if (layer) {
-    s1 = fuselet_layer_norm_fwd(&tx, &tw, &tb, eps, &ty, &tm, &tr);
-    s2 = fuselet_layer_norm_bwd(&tdy, &tx, &tw, &tm, &tr, &tdx, &tdw, &tdb);
+    s1 = fuselet_layer_norm_fwd(&tx, pw, pb, eps, flags, &ty, &tm, &tr);
+    s2 = fuselet_layer_norm_bwd(&tdy, &tx, pw, &tm, &tr, flags, &tdx, pdw, pdb);
   } else {
-    s1 = fuselet_rms_norm_fwd(&tx, &tw, eps, &ty, &tr);
-    s2 = fuselet_rms_norm_bwd(&tdy, &tx, &tw, &tr, &tdx, &tdw);
+    s1 = fuselet_rms_norm_fwd(&tx, pw, eps, flags, &ty, &tr);
+    s2 = fuselet_rms_norm_bwd(&tdy, &tx, pw, &tr, flags, &tdx, pdw);
   }
-  char name[96];
-  std::snprintf(name, sizeof(name), "%s R=%lld H=%lld stride=%lld", layer ? "layer_norm" : "rms_norm",
-                static_cast<long long>(R), static_cast<long long>(H), static_cast<long long>(stride));
+  char name[128];
+  std::snprintf(name, sizeof(name), "%s R=%lld H=%lld stride=%lld w=%d b=%d zc=%d", layer ? "layer_norm" : "rms_norm",
+                static_cast<long long>(R), static_cast<long long>(H), static_cast<long long>(stride), has_w, has_b,
+                zc);
   expect(s1 == FUSELET_OK && s2 == FUSELET_OK, std::string(name) + " status: " + fuselet_last_error());
   const double tol_rows = 1e-4, tol_sum = 1e-4 * std::sqrt(double(R) + 1.0);
   expect(max_err(y, yr) < tol_rows, std::string(name) + " y");
   expect(max_err(dx, dxr) < tol_rows, std::string(name) + " dx");
-  expect(max_err(dw, dwr) < tol_sum, std::string(name) + " dweight");
-  if (layer) expect(max_err(db, dbr) < tol_sum, std::string(name) + " dbias");
+  if (has_w) expect(max_err(dw, dwr) < tol_sum, std::string(name) + " dweight");
+  if (layer && has_b) expect(max_err(db, dbr) < tol_sum, std::string(name) + " dbias");
 }
 
 void expect_error(fuselet_status s, const char* needle, const std::string& what) {
@@ -111,31 +123,57 @@ void expect_error(fuselet_status s, const char* needle, const std::string& what)
 void check_errors() {
   float x[6] = {1, 2, 3, 4, 5, 6}, w[3] = {1, 1, 1}, y[6], r[2];
   fuselet_tensor tx = view(x, {2, 3}), tw = view(w, {3}), ty = view(y, {2, 3}), tr = view(r, {2});
-  expect_error(fuselet_rms_norm_fwd(&tx, &tw, 0.f, &ty, &tr), "eps", "eps = 0");
-  expect_error(fuselet_rms_norm_fwd(&tx, &tw, NAN, &ty, &tr), "eps", "eps = NaN");
+  expect_error(fuselet_rms_norm_fwd(&tx, &tw, 0.f, 0, &ty, &tr), "eps", "eps = 0");
+  expect_error(fuselet_rms_norm_fwd(&tx, &tw, NAN, 0, &ty, &tr), "eps", "eps = NaN");
   fuselet_tensor tw2 = view(w, {2});
-  expect_error(fuselet_rms_norm_fwd(&tx, &tw2, 1e-5f, &ty, &tr), "weight", "weight of 2 for H = 3");
+  expect_error(fuselet_rms_norm_fwd(&tx, &tw2, 1e-5f, 0, &ty, &tr), "weight", "weight of 2 for H = 3");
   fuselet_tensor th = view(w, {3}, {}, FUSELET_FLOAT16);
-  expect_error(fuselet_rms_norm_fwd(&tx, &th, 1e-5f, &ty, &tr), "weight: expected dtype float32", "weight dtype");
+  expect_error(fuselet_rms_norm_fwd(&tx, &th, 1e-5f, 0, &ty, &tr), "weight: expected dtype float32 (the dtype of x), got float16",
+               "weight dtype");
+  {  // float32 parameters go with any x; other dtypes must be x's, and bias must match weight
+    uint16_t xb[6] = {}, yb[6];
+    fuselet_tensor txb = view(xb, {2, 3}, {}, FUSELET_BFLOAT16), tyb = view(yb, {2, 3}, {}, FUSELET_BFLOAT16);
+    expect(fuselet_rms_norm_fwd(&txb, &tw, 1e-5f, 0, &tyb, &tr) == FUSELET_OK, "float32 weight with bfloat16 x");
+    expect_error(fuselet_rms_norm_fwd(&txb, &th, 1e-5f, 0, &tyb, &tr),
+                 "weight: expected dtype bfloat16 (the dtype of x) or float32, got float16", "float16 weight, bf16 x");
+    float m[2];
+    fuselet_tensor tbh = view(w, {3}, {}, FUSELET_BFLOAT16), tm = view(m, {2});
+    expect_error(fuselet_layer_norm_fwd(&txb, &tw, &tbh, 1e-5f, 0, &tyb, &tm, &tr),
+                 "bias: expected dtype float32 (the dtype of weight), got bfloat16", "bias dtype != weight dtype");
+  }
+  expect_error(fuselet_rms_norm_fwd(&tx, &tw, 1e-5f, 4, &ty, &tr), "flags: unknown bits 0x4", "unknown flag");
+  expect_error(fuselet_rms_norm_fwd(&tx, nullptr, 1e-5f, FUSELET_NORM_ZERO_CENTERED_GAMMA, &ty, &tr),
+               "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight", "zero-centered without weight");
+  {
+    float dw[3];
+    fuselet_tensor tdw = view(dw, {3});
+    expect_error(fuselet_rms_norm_bwd(&tx, &tx, &tw, &tr, 0, &ty, nullptr), "dweight: expected a tensor",
+                 "weight without dweight");
+    expect_error(fuselet_rms_norm_bwd(&tx, &tx, nullptr, &tr, 0, &ty, &tdw), "dweight: expected NULL",
+                 "dweight without weight");
+    fuselet_tensor tdwh = view(dw, {3}, {}, FUSELET_BFLOAT16);
+    expect_error(fuselet_rms_norm_bwd(&tx, &tx, &tw, &tr, 0, &ty, &tdwh),
+                 "dweight: expected dtype float32 (the dtype of weight), got bfloat16", "dweight dtype");
+  }
   fuselet_tensor t0 = view(x, {2, 0});
-  expect_error(fuselet_rms_norm_fwd(&t0, &tw, 1e-5f, &ty, &tr), "hidden size", "H = 0");
+  expect_error(fuselet_rms_norm_fwd(&t0, &tw, 1e-5f, 0, &ty, &tr), "hidden size", "H = 0");
   fuselet_tensor bad = tx;
   bad.dtype = static_cast<fuselet_dtype>(7);
-  expect_error(fuselet_rms_norm_fwd(&bad, &tw, 1e-5f, &ty, &tr), "x: expected dtype", "integer dtype code");
-  expect_error(fuselet_rms_norm_fwd(nullptr, &tw, 1e-5f, &ty, &tr), "x: expected a tensor", "NULL x");
+  expect_error(fuselet_rms_norm_fwd(&bad, &tw, 1e-5f, 0, &ty, &tr), "x: expected dtype", "integer dtype code");
+  expect_error(fuselet_rms_norm_fwd(nullptr, &tw, 1e-5f, 0, &ty, &tr), "x: expected a tensor", "NULL x");
   fuselet_tensor cols = view(x, {3, 2}, {1, 3});  // a transposed view: last dim not contiguous
-  expect_error(fuselet_rms_norm_fwd(&cols, &tw2, 1e-5f, &ty, &tr), "stride 1", "transposed x");
+  expect_error(fuselet_rms_norm_fwd(&cols, &tw2, 1e-5f, 0, &ty, &tr), "stride 1", "transposed x");
   expect(fuselet_set_num_threads(0) == FUSELET_ERR_INVALID_ARGUMENT, "set_num_threads(0) rejected");
   // The CUDA entry points of a CPU-only build say so; with CUDA they reject host garbage args.
   if (!fuselet_has_cuda())
-    expect(fuselet_rms_norm_fwd_cuda(&tx, &tw, 1e-5f, &ty, &tr, nullptr) == FUSELET_ERR_UNSUPPORTED,
+    expect(fuselet_rms_norm_fwd_cuda(&tx, &tw, 1e-5f, 0, &ty, &tr, nullptr) == FUSELET_ERR_UNSUPPORTED,
            "CUDA entry point of a CPU-only build");
 }
 
 void check_empty_batch() {
   float w[4] = {1, 2, 3, 4}, dw[4] = {9, 9, 9, 9};
   fuselet_tensor tx = view(nullptr, {0, 4}), tw = view(w, {4}), tr = view(nullptr, {0}), tdw = view(dw, {4});
-  expect(fuselet_rms_norm_bwd(&tx, &tx, &tw, &tr, &tx, &tdw) == FUSELET_OK, "0-row backward succeeds");
+  expect(fuselet_rms_norm_bwd(&tx, &tx, &tw, &tr, 0, &tx, &tdw) == FUSELET_OK, "0-row backward succeeds");
   expect(dw[0] == 0 && dw[3] == 0, "0-row backward zeroes dweight");
 }
 
@@ -149,6 +187,12 @@ int main() {
       check_numerics(1, H, H, layer);
       check_numerics(67, H, H, layer);
       check_numerics(9, H, H + 5, layer);  // rows of a wider buffer
+    }
+  for (bool layer : {false, true})
+    for (int64_t H : {3, 1024}) {
+      check_numerics(67, H, H, layer, /*has_w=*/false, /*has_b=*/false);
+      check_numerics(67, H, H, layer, /*has_w=*/true, /*has_b=*/false, /*zc=*/true);
+      check_numerics(67, H, H, layer, /*has_w=*/false, /*has_b=*/true);
     }
   fuselet_set_num_threads(1);
   check_numerics(33, 256, 256, true);

@@ -200,20 +200,29 @@ struct Case {
   int64_t rows, hidden, stride;
   double tol;
   bool layer_norm;
+  // Parameters: dtype (-1: x's), present or NULL, flags (fuselet_norm_flags).
+  int pdt = -1;
+  bool has_w = true, has_b = true;
+  uint32_t flags = 0;
+  fuselet_dtype param_dtype() const { return pdt < 0 ? dt : static_cast<fuselet_dtype>(pdt); }
   std::string name() const {
-    char buf[160];
-    std::snprintf(buf, sizeof(buf), "%s %s rows=%" PRId64 " H=%" PRId64 " stride=%" PRId64,
-                  layer_norm ? "layer_norm" : "rms_norm", dtype_str(dt), rows, hidden, stride);
+    char buf[200];
+    std::snprintf(buf, sizeof(buf), "%s %s rows=%" PRId64 " H=%" PRId64 " stride=%" PRId64 " params=%s w=%d b=%d flags=%u",
+                  layer_norm ? "layer_norm" : "rms_norm", dtype_str(dt), rows, hidden, stride,
+                  dtype_str(param_dtype()), has_w, has_b, flags);
     return buf;
   }
 };
+
+// &t, or NULL for an absent parameter.
+fuselet_tensor* maybe(bool present, fuselet_tensor* t) { return present ? t : nullptr; }
 
 void expect_ok(fuselet_status s, const std::string& what) {
   check(s == FUSELET_OK, what + " returned " + fuselet_status_string(s) + ": " + fuselet_last_error());
 }
 
 void run_case(const Case& k, cudaStream_t stream) {
-  const fuselet_dtype dt = k.dt;
+  const fuselet_dtype dt = k.dt, pd = k.param_dtype();
   const int64_t R = k.rows, H = k.hidden, S = k.stride;
   const size_t n = static_cast<size_t>(R > 0 ? (R - 1) * S + H : 0);
   const float eps = 1e-5f;
@@ -221,7 +230,7 @@ void run_case(const Case& k, cudaStream_t stream) {
   std::normal_distribution<float> normal(0.f, 1.f);
 
   // Inputs (padding between rows holds a marker the kernels must not touch).
-  HostBuf x(dt, n), dy(dt, n), w(dt, H), b(dt, H);
+  HostBuf x(dt, n), dy(dt, n), w(pd, H), b(pd, H);
   for (size_t i = 0; i < n; ++i) {
     const bool pad = static_cast<int64_t>(i % S) >= H;
     x.set(i, pad ? 777.f : 3.f + normal(gen));  // offset mean: exercises the LayerNorm variance
@@ -232,20 +241,23 @@ void run_case(const Case& k, cudaStream_t stream) {
     b.set(i, 0.1f * normal(gen));
   }
   HostBuf y_ref = x, dx_ref = x;  // same padding
-  HostBuf mean_ref(FUSELET_FLOAT32, R), rstd_ref(FUSELET_FLOAT32, R), dw_ref(dt, H), db_ref(dt, H);
+  HostBuf mean_ref(FUSELET_FLOAT32, R), rstd_ref(FUSELET_FLOAT32, R), dw_ref(pd, H), db_ref(pd, H);
   fuselet_tensor tx = rows_view(x.data(), dt, R, H, S), tdy = rows_view(dy.data(), dt, R, H, S);
-  fuselet_tensor tw = vec_view(w.data(), dt, H), tb = vec_view(b.data(), dt, H);
+  fuselet_tensor tw = vec_view(w.data(), pd, H), tb = vec_view(b.data(), pd, H);
   fuselet_tensor ty = rows_view(y_ref.data(), dt, R, H, S), tdx = rows_view(dx_ref.data(), dt, R, H, S);
   fuselet_tensor tm = vec_view(mean_ref.data(), FUSELET_FLOAT32, R), tr = vec_view(rstd_ref.data(), FUSELET_FLOAT32, R);
-  fuselet_tensor tdw = vec_view(dw_ref.data(), dt, H), tdb = vec_view(db_ref.data(), dt, H);
+  fuselet_tensor tdw = vec_view(dw_ref.data(), pd, H), tdb = vec_view(db_ref.data(), pd, H);
   const std::string name = k.name();
+  const uint32_t f = k.flags;
   fuselet_status s;
   if (k.layer_norm) {
-    s = fuselet_layer_norm_fwd(&tx, &tw, &tb, eps, &ty, &tm, &tr);
-    if (s == FUSELET_OK) s = fuselet_layer_norm_bwd(&tdy, &tx, &tw, &tm, &tr, &tdx, &tdw, &tdb);
+    s = fuselet_layer_norm_fwd(&tx, maybe(k.has_w, &tw), maybe(k.has_b, &tb), eps, f, &ty, &tm, &tr);
+    if (s == FUSELET_OK)
+      s = fuselet_layer_norm_bwd(&tdy, &tx, maybe(k.has_w, &tw), &tm, &tr, f, &tdx, maybe(k.has_w, &tdw),
+                                 maybe(k.has_b, &tdb));
   } else {
-    s = fuselet_rms_norm_fwd(&tx, &tw, eps, &ty, &tr);
-    if (s == FUSELET_OK) s = fuselet_rms_norm_bwd(&tdy, &tx, &tw, &tr, &tdx, &tdw);
+    s = fuselet_rms_norm_fwd(&tx, maybe(k.has_w, &tw), eps, f, &ty, &tr);
+    if (s == FUSELET_OK) s = fuselet_rms_norm_bwd(&tdy, &tx, maybe(k.has_w, &tw), &tr, f, &tdx, maybe(k.has_w, &tdw));
   }
   if (s != FUSELET_OK) {
     check(false, name + ": CPU reference failed: " + fuselet_last_error());
@@ -255,22 +267,24 @@ void run_case(const Case& k, cudaStream_t stream) {
   // Device: inputs, outputs pre-filled with the reference's padding / garbage.
   DevBuf dx_in(x), ddy(dy), dw_in(w), db_in(b), dmean_ref(mean_ref), drstd_ref(rstd_ref);
   DevBuf dy_out(x), ddx_out(x);  // padding = marker; the row contents get overwritten
-  DevBuf dmean(R * 4, 0xff), drstd(R * 4, 0xff), ddw(H * dtype_size(dt), 0xff), ddb(H * dtype_size(dt), 0xff);
+  DevBuf dmean(R * 4, 0xff), drstd(R * 4, 0xff), ddw(H * dtype_size(pd), 0xff), ddb(H * dtype_size(pd), 0xff);
   const size_t ws_bytes = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
   check(R == 0 ? ws_bytes == 0 : ws_bytes > 0, name + ": workspace bytes " + std::to_string(ws_bytes));
   DevBuf ws(ws_bytes, 0xff);  // contents must be ignored
 
   fuselet_tensor gx = rows_view(dx_in.p, dt, R, H, S), gdy = rows_view(ddy.p, dt, R, H, S);
-  fuselet_tensor gw = vec_view(dw_in.p, dt, H), gb = vec_view(db_in.p, dt, H);
+  fuselet_tensor gw = vec_view(dw_in.p, pd, H), gb = vec_view(db_in.p, pd, H);
   fuselet_tensor gy = rows_view(dy_out.p, dt, R, H, S), gdx = rows_view(ddx_out.p, dt, R, H, S);
   fuselet_tensor gm = vec_view(dmean.p, FUSELET_FLOAT32, R), gr = vec_view(drstd.p, FUSELET_FLOAT32, R);
   fuselet_tensor gmr = vec_view(dmean_ref.p, FUSELET_FLOAT32, R), grr = vec_view(drstd_ref.p, FUSELET_FLOAT32, R);
-  fuselet_tensor gdw = vec_view(ddw.p, dt, H), gdb = vec_view(ddb.p, dt, H);
+  fuselet_tensor gdw = vec_view(ddw.p, pd, H), gdb = vec_view(ddb.p, pd, H);
+  fuselet_tensor *pgw = maybe(k.has_w, &gw), *pgb = maybe(k.has_b, &gb), *pgdw = maybe(k.has_w, &gdw),
+                 *pgdb = maybe(k.has_b, &gdb);
   void* st = static_cast<void*>(stream);
 
   // Forward.
-  s = k.layer_norm ? fuselet_layer_norm_fwd_cuda(&gx, &gw, &gb, eps, &gy, &gm, &gr, st)
-                   : fuselet_rms_norm_fwd_cuda(&gx, &gw, eps, &gy, &gr, st);
+  s = k.layer_norm ? fuselet_layer_norm_fwd_cuda(&gx, pgw, pgb, eps, f, &gy, &gm, &gr, st)
+                   : fuselet_rms_norm_fwd_cuda(&gx, pgw, eps, f, &gy, &gr, st);
   expect_ok(s, name + " fwd_cuda");
   CUDA_OK(cudaStreamSynchronize(stream));
   compare(name + " y", dy_out.download(dt), y_ref, R, H, S, k.tol);
@@ -280,13 +294,13 @@ void run_case(const Case& k, cudaStream_t stream) {
   }
 
   // Backward, from the reference statistics; twice, to check it is deterministic.
-  HostBuf first_dw(dt, H);
+  HostBuf first_dw(pd, H);
   for (int rep = 0; rep < 2; ++rep) {
-    s = k.layer_norm ? fuselet_layer_norm_bwd_cuda(&gdy, &gx, &gw, &gmr, &grr, &gdx, &gdw, &gdb, ws.p, ws_bytes, st)
-                     : fuselet_rms_norm_bwd_cuda(&gdy, &gx, &gw, &grr, &gdx, &gdw, ws.p, ws_bytes, st);
+    s = k.layer_norm ? fuselet_layer_norm_bwd_cuda(&gdy, &gx, pgw, &gmr, &grr, f, &gdx, pgdw, pgdb, ws.p, ws_bytes, st)
+                     : fuselet_rms_norm_bwd_cuda(&gdy, &gx, pgw, &grr, f, &gdx, pgdw, ws.p, ws_bytes, st);
     expect_ok(s, name + " bwd_cuda");
     CUDA_OK(cudaStreamSynchronize(stream));
-    const HostBuf got_dw = ddw.download(dt);
+    const HostBuf got_dw = ddw.download(pd);
     if (rep == 1) {
       check(got_dw.bytes == first_dw.bytes, name + ": dweight differs between two identical runs");
       break;
@@ -294,8 +308,8 @@ void run_case(const Case& k, cudaStream_t stream) {
     first_dw = got_dw;
     const double red_tol = k.tol * std::sqrt(static_cast<double>(R > 1 ? R : 1));
     compare(name + " dx", ddx_out.download(dt), dx_ref, R, H, S, k.tol);
-    compare(name + " dweight", got_dw, dw_ref, 1, H, H, red_tol);
-    if (k.layer_norm) compare(name + " dbias", ddb.download(dt), db_ref, 1, H, H, red_tol);
+    if (k.has_w) compare(name + " dweight", got_dw, dw_ref, 1, H, H, red_tol);
+    if (k.layer_norm && k.has_b) compare(name + " dbias", ddb.download(pd), db_ref, 1, H, H, red_tol);
     CUDA_OK(cudaMemsetAsync(ws.p, 0xff, ws_bytes, stream));  // poison again for the second run
   }
 }
@@ -315,14 +329,14 @@ void run_error_checks(cudaStream_t stream) {
           what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming \"" + needle + "\", got " +
               fuselet_status_string(s) + ": \"" + msg + "\"");
   };
-  expect_invalid(fuselet_rms_norm_fwd_cuda(&tx, &tw, 0.f, &ty, &tr, st), "eps", "rms_norm_fwd_cuda eps=0");
-  expect_invalid(fuselet_layer_norm_fwd_cuda(&tx, &tw, &tb, 0.f, &ty, &tm, &tr, st), "eps",
+  expect_invalid(fuselet_rms_norm_fwd_cuda(&tx, &tw, 0.f, 0, &ty, &tr, st), "eps", "rms_norm_fwd_cuda eps=0");
+  expect_invalid(fuselet_layer_norm_fwd_cuda(&tx, &tw, &tb, 0.f, 0, &ty, &tm, &tr, st), "eps",
                  "layer_norm_fwd_cuda eps=0");
   const size_t need = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
   DevBuf ws(need, 0);
-  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, &ty, &tdw, nullptr, need, st), "workspace",
+  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, 0, &ty, &tdw, nullptr, need, st), "workspace",
                  "rms_norm_bwd_cuda workspace=NULL");
-  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, &ty, &tdw, ws.p, need - 1, st), "workspace",
+  expect_invalid(fuselet_rms_norm_bwd_cuda(&tx, &tx, &tw, &tr, 0, &ty, &tdw, ws.p, need - 1, st), "workspace",
                  "rms_norm_bwd_cuda workspace too small");
   check(fuselet_norm_bwd_workspace_bytes_cuda(0, H) == 0, "workspace bytes for 0 rows must be 0");
 }
@@ -355,6 +369,25 @@ int main() {
       // in the workspace once 2 * H floats exceed the shared memory limit (30000).
       for (int64_t rows : {2, 300}) run_case(Case{dtypes[d], rows, 20000, 20000, tols[d], ln}, stream);
       run_case(Case{dtypes[d], 40, 30000, 30000, tols[d], ln}, stream);
+      // Parameters: float32 with any x, absent weight / bias, zero-centered gamma; every team kind.
+      for (int64_t h : {127, 1024, 4097, 20000})
+        for (int64_t rows : {7, 300}) {
+          const Case base{dtypes[d], rows, h, h, tols[d], ln};
+          Case k = base;
+          k.pdt = FUSELET_FLOAT32;
+          run_case(k, stream);
+          k = base;
+          k.has_w = k.has_b = false;
+          run_case(k, stream);
+          k = base;
+          k.pdt = FUSELET_FLOAT32;
+          k.has_b = false;
+          k.flags = FUSELET_NORM_ZERO_CENTERED_GAMMA;
+          run_case(k, stream);
+          k = base;
+          k.has_w = false;
+          run_case(k, stream);
+        }
     }
   }
   run_error_checks(stream);

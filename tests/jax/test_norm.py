@@ -165,3 +165,126 @@ def test_empty_batch(norm, dtype, shape, jax_device):
     for name, grad in zip(PARAMS[norm], grads[1:]):
         assert grad.dtype == a[name].dtype
         np.testing.assert_array_equal(f64(grad), np.zeros(shape[-1]), err_msg=name)
+
+
+# --- parameter variants: float32 parameters, no bias, no affine, zero-centered gamma ----------
+
+VARIANT_SHAPES = [(5, 127), (2, 3, 1030)]
+
+
+def variant_arrays(norm, shape, dtype, variant, device=None) -> dict:
+    """ref.variant_inputs as jax arrays: absent parameters are None (and RMSNorm has no bias)."""
+    a = {k: None if v is None else jax.device_put(jnp.asarray(v), device)
+         for k, v in ref.variant_inputs(shape, dtype, variant).items()}
+    if norm == "rms_norm":
+        a["bias"] = None
+    return a
+
+
+def variant_apply(norm, zc):
+    def fn(x, weight, bias):
+        if norm == "rms_norm":
+            return fj.rms_norm(x, weight, EPS[norm], zero_centered_gamma=zc)
+        return fj.layer_norm(x, weight, bias, EPS[norm], zero_centered_gamma=zc)
+    return fn
+
+
+def variant_reference(norm, a, zc):
+    """(y, {name: gradient or None}) of the float64 reference."""
+    x, dy = f64(a["x"]), f64(a["dy"])
+    w, b = (None if a[n] is None else f64(a[n]) for n in ("weight", "bias"))
+    if norm == "rms_norm":
+        return ref.rms_norm_fwd(x, w, EPS[norm], zc)[0], dict(zip(("x", "weight"), ref.rms_norm_bwd(dy, x, w, EPS[norm], zc)))
+    y = ref.layer_norm_fwd(x, w, b, EPS[norm], zc)[0]
+    return y, dict(zip(("x", "weight", "bias"), ref.layer_norm_bwd(dy, x, w, EPS[norm], zc, b is not None)))
+
+
+def check_variant(norm, a, dtype, zc, y, grads):
+    """grads: (dx, dweight, dbias) as jax.grad returns them for (x, weight, bias)."""
+    expected_y, expected = variant_reference(norm, a, zc)
+    assert y.dtype == a["x"].dtype
+    ref.assert_close(f64(y), expected_y, dtype, "out", name="y")
+    for name, got in zip(("x", "weight", "bias"), grads):
+        if a[name] is None:
+            assert got is None, name
+            continue
+        assert got.dtype == a[name].dtype and got.shape == a[name].shape, name
+        kind, dt = ("out", dtype) if name == "x" else ("reduce", jnp.dtype(a[name].dtype).name)
+        ref.assert_close(f64(got), expected[name], dt, kind, rows=ref.rows_of(a["x"].shape), name=f"d{name}")
+
+
+def variant_grad(norm, zc):
+    fn = variant_apply(norm, zc)
+    return jax.grad(lambda dy, *args: jnp.sum(fn(*args).astype(jnp.float32) * dy.astype(jnp.float32)),
+                    argnums=(1, 2, 3))
+
+
+@pytest.mark.parametrize("shape", VARIANT_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("variant", ref.VARIANTS)
+def test_variant(norm, dtype, variant, shape, jax_device):
+    a = variant_arrays(norm, shape, dtype, variant, jax_device)
+    zc = ref.VARIANTS[variant][3]
+    args = (a["x"], a["weight"], a["bias"])
+    y = variant_apply(norm, zc)(*args)
+    check_variant(norm, a, dtype, zc, y, variant_grad(norm, zc)(a["dy"], *args))
+
+
+@pytest.mark.parametrize("variant", ref.VARIANTS)
+def test_variant_jit_vmap(norm, variant):
+    """jit of forward and grad, and vmap of grad over examples with shared parameters."""
+    zc = ref.VARIANTS[variant][3]
+    a = variant_arrays(norm, (8, 127), "bfloat16", variant)
+    args = (a["x"], a["weight"], a["bias"])
+    y = jax.jit(variant_apply(norm, zc))(*args)
+    check_variant(norm, a, "bfloat16", zc, y, jax.jit(variant_grad(norm, zc))(a["dy"], *args))
+    parts = [variant_arrays(norm, (8, 127), "bfloat16", variant) for _ in range(BATCH)]
+    xs = jnp.stack([p["x"] + i for i, p in enumerate(parts)])
+    dys = jnp.stack([p["dy"] for p in parts])
+    ys = jax.vmap(variant_apply(norm, zc), in_axes=(0, None, None))(xs, a["weight"], a["bias"])
+    grads = jax.vmap(variant_grad(norm, zc), in_axes=(0, 0, None, None))(dys, xs, a["weight"], a["bias"])
+    for i in range(BATCH):
+        example = {"x": xs[i], "dy": dys[i], "weight": a["weight"], "bias": a["bias"]}
+        check_variant(norm, example, "bfloat16", zc, ys[i], [None if g is None else g[i] for g in grads])
+
+
+# --- XLA command buffers (CUDA graphs) ---------------------------------------------------------
+
+COMMAND_BUFFER_CHILD = """
+import json, sys
+import numpy as np, jax, jax.numpy as jnp
+import fuselet.jax as fj
+norm, hidden = sys.argv[1], int(sys.argv[2])
+rng = np.random.default_rng(0)
+x = jnp.asarray(rng.standard_normal((64, hidden)), jnp.bfloat16)
+w, b = jnp.asarray(1 + rng.standard_normal(hidden) / 2, jnp.float32), jnp.zeros(hidden, jnp.float32)
+f = (lambda x, w, b: fj.rms_norm(x, w)) if norm == "rms_norm" else fj.layer_norm
+g = jax.jit(jax.grad(lambda x, w, b: jnp.sum(f(x, w, b).astype(jnp.float32) ** 2), argnums=(0, 1, 2)))
+runs = [[np.asarray(a, np.float32).tolist() for a in g(x, w, b)] for _ in range(3)]
+print(json.dumps({"hlo_has_command_buffer": "command_buffer" in g.lower(x, w, b).compile().as_text(),
+                  "grads": runs}))
+"""
+
+
+@pytest.mark.parametrize("jax_device", ["cuda"], indirect=True)
+@pytest.mark.parametrize("hidden", [127, 8192])
+def test_command_buffer(norm, hidden, jax_device):
+    """With XLA command buffers on for custom calls, jit(grad) runs the fuselet calls inside a
+    command buffer (the CUDA handlers declare it; the workspace is an output) and every replay
+    gives the results of a run without command buffers."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def run(flags):
+        env = dict(os.environ, XLA_FLAGS=flags)
+        proc = subprocess.run([sys.executable, "-c", COMMAND_BUFFER_CHILD, norm, str(hidden)], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    on = run("--xla_gpu_enable_command_buffer=+CUSTOM_CALL --xla_gpu_graph_min_graph_size=1")
+    off = run("--xla_gpu_enable_command_buffer=")
+    assert on["hlo_has_command_buffer"] and not off["hlo_has_command_buffer"]
+    for replay in on["grads"]:
+        assert replay == off["grads"][0]

@@ -76,6 +76,35 @@ void mean_var(const float* x, int64_t n, float* mean, float* var) {
   *var = sum_squared_deviations(x, n, m) / static_cast<float>(n);
 }
 
+// out[i] = float(param[i]) + offset, or `fill` when there is no parameter (NULL).
+void load_param(const void* param, fuselet_dtype dtype, int64_t n, float offset, float fill, float* out) {
+  if (param == nullptr) {
+    std::fill(out, out + n, fill);
+    return;
+  }
+  const auto load = [&](const auto* src) {
+    for (int64_t i = 0; i < n; ++i) out[i] = to_float(src[i]) + offset;
+  };
+  switch (dtype) {
+    case FUSELET_FLOAT32: load(static_cast<const float*>(param)); break;
+    case FUSELET_FLOAT16: load(static_cast<const half_t*>(param)); break;
+    case FUSELET_BFLOAT16: load(static_cast<const bfloat16_t*>(param)); break;
+  }
+}
+
+// dst[i0..i1) = src[i0..i1) rounded to `dtype`.
+void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64_t i1, void* dst) {
+  const auto store = [&](auto* out) {
+    using T = std::remove_pointer_t<decltype(out)>;
+    for (int64_t i = i0; i < i1; ++i) out[i] = from_float<T>(src[i]);
+  };
+  switch (dtype) {
+    case FUSELET_FLOAT32: store(static_cast<float*>(dst)); break;
+    case FUSELET_FLOAT16: store(static_cast<half_t*>(dst)); break;
+    case FUSELET_BFLOAT16: store(static_cast<bfloat16_t*>(dst)); break;
+  }
+}
+
 // Per-task scratch: floats for converted rows and partial sums, allocated by the caller
 // before any worker starts (no allocation, hence no exception, inside a task).
 struct Scratch {
@@ -92,9 +121,8 @@ void norm_fwd(const NormProblem& p, Scratch& s) {
     float* xbuf = s.task(c);
     float* w = xbuf + H;
     float* b = w + H;
-    for (int64_t i = 0; i < H; ++i) w[i] = to_float(static_cast<const T*>(p.weight)[i]);
-    if (layer)
-      for (int64_t i = 0; i < H; ++i) b[i] = to_float(static_cast<const T*>(p.bias)[i]);
+    load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
+    if (layer) load_param(p.bias, p.param_dtype, H, 0.f, 0.f, b);
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
       T* y = static_cast<T*>(p.y) + r * p.y_stride;
@@ -117,7 +145,7 @@ void norm_fwd(const NormProblem& p, Scratch& s) {
 template <typename T>
 void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
   const int64_t H = p.hidden;
-  const bool layer = p.dbias != nullptr;
+  const bool layer = p.mean != nullptr;
   const float inv_h = 1.f / static_cast<float>(H);
   // Scratch per task: x, dy, weight, dweight partial, dbias partial.
   for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
@@ -127,7 +155,7 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
     float* w = dybuf + H;
     float* dw = w + H;
     float* db = dw + H;
-    for (int64_t i = 0; i < H; ++i) w[i] = to_float(static_cast<const T*>(p.weight)[i]);
+    load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
       const float* dy = row_as_float(static_cast<const T*>(p.dy) + r * p.dy_stride, dybuf, H);
@@ -143,21 +171,22 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
         dx[i] = from_float<T>(rstd * (dy[i] * w[i] - c1 - xhat * c2));
         dw[i] += dy[i] * xhat;
       }
-      if (layer)
+      if (p.dbias)
         for (i = 0; i < H; ++i) db[i] += dy[i];
     }
   });
-  // Sum the partials of every task, columns split across the pool.
+  // Sum the partials of every task, columns split across the pool,
+  // into task 0's partials (in task order), then rounded to the parameter dtype.
   parallel_for(H, 4096, [&](int64_t, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      float dw = 0.f, db = 0.f;
-      for (int64_t c = 0; c < tasks; ++c) {
-        dw += s.task(c)[3 * H + i];
-        db += s.task(c)[4 * H + i];
+    float* dw = s.task(0) + 3 * H;
+    float* db = s.task(0) + 4 * H;
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t c = 1; c < tasks; ++c) {
+        dw[i] += s.task(c)[3 * H + i];
+        db[i] += s.task(c)[4 * H + i];
       }
-      static_cast<T*>(p.dweight)[i] = from_float<T>(dw);
-      if (layer) static_cast<T*>(p.dbias)[i] = from_float<T>(db);
-    }
+    if (p.dweight) store_param(dw, p.param_dtype, i0, i1, p.dweight);
+    if (p.dbias) store_param(db, p.param_dtype, i0, i1, p.dbias);
   });
 }
 
@@ -203,34 +232,38 @@ using fuselet::NormProblem;
 
 extern "C" {
 
-fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, float eps, uint32_t flags,
                                     fuselet_tensor* y, fuselet_tensor* rstd) {
   NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, y, nullptr, rstd, false, &p)) return s;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, &p))
+    return s;
   return fuselet::run_fwd(p);
 }
 
 fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
-                                    const fuselet_tensor* rstd, fuselet_tensor* dx, fuselet_tensor* dweight) {
+                                    const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                    fuselet_tensor* dweight) {
   NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, dx, dweight, nullptr, false, &p))
+  if (fuselet_status s =
+          fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
     return s;
   return fuselet::run_bwd(p);
 }
 
 fuselet_status fuselet_layer_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                      const fuselet_tensor* bias, float eps, fuselet_tensor* y,
+                                      const fuselet_tensor* bias, float eps, uint32_t flags, fuselet_tensor* y,
                                       fuselet_tensor* mean, fuselet_tensor* rstd) {
   NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, y, mean, rstd, true, &p)) return s;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, flags, y, mean, rstd, true, &p)) return s;
   return fuselet::run_fwd(p);
 }
 
 fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
-                                      const fuselet_tensor* mean, const fuselet_tensor* rstd, fuselet_tensor* dx,
-                                      fuselet_tensor* dweight, fuselet_tensor* dbias) {
+                                      const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags,
+                                      fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias) {
   NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, dx, dweight, dbias, true, &p)) return s;
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, flags, dx, dweight, dbias, true, &p))
+    return s;
   return fuselet::run_bwd(p);
 }
 
@@ -240,17 +273,17 @@ static fuselet_status no_cuda() {
   return fuselet::fail(FUSELET_ERR_UNSUPPORTED, "this libfuselet was built without CUDA (FUSELET_CUDA=OFF)");
 }
 size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t, int64_t) { return 0; }
-fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, float, fuselet_tensor*,
-                                         fuselet_tensor*, void*) { return no_cuda(); }
+fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, float, uint32_t,
+                                         fuselet_tensor*, fuselet_tensor*, void*) { return no_cuda(); }
 fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
-                                         const fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*, size_t,
-                                         void*) { return no_cuda(); }
+                                         const fuselet_tensor*, uint32_t, fuselet_tensor*, fuselet_tensor*, void*,
+                                         size_t, void*) { return no_cuda(); }
 fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*, float,
-                                           fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*) {
+                                           uint32_t, fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*) {
   return no_cuda();
 }
 fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
-                                           const fuselet_tensor*, const fuselet_tensor*, fuselet_tensor*,
+                                           const fuselet_tensor*, const fuselet_tensor*, uint32_t, fuselet_tensor*,
                                            fuselet_tensor*, fuselet_tensor*, void*, size_t, void*) {
   return no_cuda();
 }

@@ -29,34 +29,63 @@ fuselet_status check_x(const fuselet_tensor* x, Rows* rx) {
   return FUSELET_OK;
 }
 
-fuselet_status check_weight(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t hidden,
-                            void** out) {
-  if (t != nullptr && t->ndim != 1) {
+// A parameter vector [H] (weight, bias or their gradients), NULL allowed (then *out is NULL).
+// Its dtype must be `*pdtype` when that is set (>= 0: a parameter seen before, named `like`),
+// else x's dtype or float32; it then sets `*pdtype`.
+fuselet_status check_param(const fuselet_tensor* t, const char* name, fuselet_dtype x_dtype, int64_t hidden,
+                           int* pdtype, const char* like, void** out) {
+  *out = nullptr;
+  if (t == nullptr) return FUSELET_OK;
+  if (t->ndim != 1) {
     char buf[160];
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a 1-D tensor of %" PRId64 " elements, got shape %s",
                 name, hidden, shape_string(t, buf, sizeof(buf)));
   }
-  if (t != nullptr && t->shape[0] != hidden)
+  if (t->shape[0] != hidden)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
                 "%s: expected %" PRId64 " elements (the hidden size of x), got %" PRId64, name, hidden, t->shape[0]);
-  return as_vector(t, name, dtype, hidden, out);
+  if (*pdtype >= 0 && t->dtype != *pdtype)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of %s), got %s", name,
+                dtype_name(static_cast<fuselet_dtype>(*pdtype)), like, dtype_name(t->dtype));
+  if (*pdtype < 0 && t->dtype != x_dtype && t->dtype != FUSELET_FLOAT32)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x)%s, got %s", name,
+                dtype_name(x_dtype), x_dtype == FUSELET_FLOAT32 ? "" : " or float32",
+                is_float_dtype(t->dtype) ? dtype_name(t->dtype) : "an unknown dtype code");
+  if (fuselet_status s = as_vector(t, name, t->dtype, hidden, out)) return s;
+  *pdtype = t->dtype;
+  return FUSELET_OK;
+}
+
+// flags: known bits only; zero-centered gamma needs a weight. Sets p->w_offset.
+fuselet_status check_flags(uint32_t flags, const fuselet_tensor* weight, NormProblem* p) {
+  if (flags & ~static_cast<uint32_t>(FUSELET_NORM_ZERO_CENTERED_GAMMA))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: unknown bits 0x%x (known: FUSELET_NORM_ZERO_CENTERED_GAMMA)",
+                static_cast<unsigned>(flags & ~static_cast<uint32_t>(FUSELET_NORM_ZERO_CENTERED_GAMMA)));
+  const bool zero_centered = flags & FUSELET_NORM_ZERO_CENTERED_GAMMA;
+  if (zero_centered && weight == nullptr)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
+  p->w_offset = zero_centered ? 1.f : 0.f;
+  return FUSELET_OK;
 }
 
 }  // namespace
 
 fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
-                              float eps, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
-                              bool layer_norm, NormProblem* p) {
+                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean,
+                              fuselet_tensor* rstd, bool layer_norm, NormProblem* p) {
   Rows rx, ry;
   if (fuselet_status s = check_x(x, &rx)) return s;
   p->dtype = x->dtype;
   p->rows = rx.rows;
   p->hidden = rx.hidden;
+  int pdtype = -1;
   void* w = nullptr;
-  if (fuselet_status s = check_weight(weight, "weight", x->dtype, rx.hidden, &w)) return s;
+  if (fuselet_status s = check_param(weight, "weight", x->dtype, rx.hidden, &pdtype, "", &w)) return s;
   void* b = nullptr;
   if (layer_norm)
-    if (fuselet_status s = check_weight(bias, "bias", x->dtype, rx.hidden, &b)) return s;
+    if (fuselet_status s = check_param(bias, "bias", x->dtype, rx.hidden, &pdtype, "weight", &b)) return s;
+  if (fuselet_status s = check_flags(flags, weight, p)) return s;
+  p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
   if (!(std::isfinite(eps) && eps > 0.f))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "eps: expected a finite number > 0, got %g", static_cast<double>(eps));
   if (fuselet_status s = same_rows(y, "y", rx, x->dtype, &ry)) return s;
@@ -78,27 +107,34 @@ fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* wei
 }
 
 fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
-                              const fuselet_tensor* mean, const fuselet_tensor* rstd, fuselet_tensor* dx,
-                              fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm, NormProblem* p) {
+                              const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags,
+                              fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm,
+                              NormProblem* p) {
   Rows rx, rdy, rdx;
   if (fuselet_status s = check_x(x, &rx)) return s;
   p->dtype = x->dtype;
   p->rows = rx.rows;
   p->hidden = rx.hidden;
   if (fuselet_status s = same_rows(dy, "dy", rx, x->dtype, &rdy)) return s;
+  int pdtype = -1;
   void* w = nullptr;
-  if (fuselet_status s = check_weight(weight, "weight", x->dtype, rx.hidden, &w)) return s;
+  if (fuselet_status s = check_param(weight, "weight", x->dtype, rx.hidden, &pdtype, "", &w)) return s;
+  if (fuselet_status s = check_flags(flags, weight, p)) return s;
   void* m = nullptr;
   if (layer_norm)
     if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx.rows, &m)) return s;
   void* r = nullptr;
   if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx.rows, &r)) return s;
   if (fuselet_status s = same_rows(dx, "dx", rx, x->dtype, &rdx)) return s;
+  if ((weight == nullptr) != (dweight == nullptr))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, weight ? "dweight: expected a tensor (weight is given), got NULL"
+                                                     : "dweight: expected NULL (weight is NULL), got a tensor");
   void* dw = nullptr;
-  if (fuselet_status s = check_weight(dweight, "dweight", x->dtype, rx.hidden, &dw)) return s;
+  if (fuselet_status s = check_param(dweight, "dweight", x->dtype, rx.hidden, &pdtype, "weight", &dw)) return s;
   void* db = nullptr;
   if (layer_norm)
-    if (fuselet_status s = check_weight(dbias, "dbias", x->dtype, rx.hidden, &db)) return s;
+    if (fuselet_status s = check_param(dbias, "dbias", x->dtype, rx.hidden, &pdtype, "weight", &db)) return s;
+  p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
   p->x = rx.data;
   p->x_stride = rx.row_stride;
   p->dy = rdy.data;

@@ -8,29 +8,32 @@ namespace fuselet {
 
 // A checked normalization problem: R rows of H elements plus raw pointers.
 struct NormProblem {
-  fuselet_dtype dtype = FUSELET_FLOAT32;
+  fuselet_dtype dtype = FUSELET_FLOAT32;        // x, y, dy, dx
+  fuselet_dtype param_dtype = FUSELET_FLOAT32;  // weight, bias, dweight, dbias: dtype or float32
+  float w_offset = 0.f;                         // 1 with FUSELET_NORM_ZERO_CENTERED_GAMMA
   int64_t rows = 0, hidden = 0;
   float eps = 0.f;
   const void* x = nullptr;  int64_t x_stride = 0;
   const void* dy = nullptr; int64_t dy_stride = 0;
   void* y = nullptr;        int64_t y_stride = 0;
   void* dx = nullptr;       int64_t dx_stride = 0;
-  const void* weight = nullptr;
-  const void* bias = nullptr;
+  const void* weight = nullptr;  // null: scale by 1
+  const void* bias = nullptr;    // null: add 0
   float* mean = nullptr;  // null for RMSNorm
   float* rstd = nullptr;
-  void* dweight = nullptr;
-  void* dbias = nullptr;  // null for RMSNorm
+  void* dweight = nullptr;  // null when there is no weight
+  void* dbias = nullptr;    // null for RMSNorm or when not requested
 };
 
 // Checks a forward call. bias and mean are null for RMSNorm.
 fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
-                              float eps, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
-                              bool layer_norm, NormProblem* p);
+                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean,
+                              fuselet_tensor* rstd, bool layer_norm, NormProblem* p);
 
 // Checks a backward call. mean and dbias are null for RMSNorm.
 fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
-                              const fuselet_tensor* mean, const fuselet_tensor* rstd, fuselet_tensor* dx,
-                              fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm, NormProblem* p);
+                              const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags,
+                              fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm,
+                              NormProblem* p);
 
 }  // namespace fuselet

@@ -1,6 +1,7 @@
 """fuselet for JAX: fused kernels as XLA FFI custom calls, with custom_vjp gradients.
 
-jit, grad and vmap work; on GPUs the kernels run on XLA's stream.
+jit, grad, vmap and sharding (jit over a mesh, shard_map) work; on GPUs the kernels run on
+XLA's stream.
 """
 from fuselet.jax._load import load as _load_library
 

@@ -7,6 +7,7 @@ first time an op is traced, after jax.devices() has run.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 import threading
 from pathlib import Path
@@ -52,6 +53,12 @@ def load() -> dict:
     return built
 
 
+def cuda_targets(cuda_kernels: bool) -> bool:
+    """Whether the CUDA handlers are (or will be) registered: CUDA kernels built and a GPU seen."""
+    return cuda_kernels and _has_gpu()
+
+
+@functools.cache
 def _has_gpu() -> bool:
     import jax
 
@@ -73,7 +80,7 @@ def target(op: str, cuda_kernels: bool) -> str:
             jax.devices()  # initialize the backends before the first registration
             jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cpu")),
                                         platform="cpu")
-            if cuda_kernels and _has_gpu():
+            if cuda_targets(cuda_kernels):
                 jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cuda")),
                                             platform="CUDA")
             _registered.add(name)

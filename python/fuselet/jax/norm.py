@@ -1,18 +1,25 @@
 """RMSNorm and LayerNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
 
-Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; inputs and
-parameters are float32, float16 or bfloat16 (parameters in x's dtype).
+Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
+float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
+math runs in float32, y has x's dtype, each parameter's gradient its parameter's dtype).
+zero_centered_gamma=True scales by (1 + weight).
+
+An absent parameter reaches the FFI handlers as an array with no elements.
 """
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fuselet import _core
 from fuselet._checks import check_norm_args
-from fuselet.jax import _load
+from fuselet.jax import _load, _sharding
+from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
 
 
 def _call(op: str, outs, *args, **attrs):
@@ -20,6 +27,36 @@ def _call(op: str, outs, *args, **attrs):
 
     target = _load.target(op, cuda_kernels=bool(BUILD_INFO.get("cuda_kernels")))
     return jax.ffi.ffi_call(target, outs)(*args, **attrs)
+
+
+def _workspace_bytes(x) -> int:
+    """The CUDA backward's workspace for the rows of x: an output buffer of the FFI call (so that
+    XLA can capture the call in a command buffer); 0 where the CUDA handlers are not registered."""
+    from fuselet.jax import BUILD_INFO
+
+    if not _load.cuda_targets(bool(BUILD_INFO.get("cuda_kernels"))):
+        return 0
+    return _core.norm_bwd_workspace_bytes_cuda(math.prod(x.shape[:-1]), x.shape[-1])
+
+
+@functools.cache
+def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tuple):
+    """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...).
+    With `workspace`, the call has one more (uint8) output, its workspace, dropped here."""
+    def call(*args):
+        outs = _sharding.out_types(args, in_kinds, out_kinds)
+        if workspace:
+            outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
+        return tuple(_call(op, outs, *args, **dict(attrs)))[:len(out_kinds)]
+    return _sharding.row_partitioned(call, in_kinds, out_kinds)
+
+
+def _row_op(op, in_kinds, out_kinds, args, fold, workspace=False, **attrs):
+    """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like)."""
+    axes = _sharding.varying_axes(*args)
+    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())))
+    call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
+    return _batched(call, tuple(k in (ROWS, STATS) for k in in_kinds), fold)(*args)
 
 
 def _batched(fn, row_args: tuple[bool, ...], fold: bool):
@@ -46,95 +83,109 @@ def _batched(fn, row_args: tuple[bool, ...], fold: bool):
     return f
 
 
-def _stats(x):
-    return jax.ShapeDtypeStruct(x.shape[:-1], jnp.float32)
+ZERO_CENTERED_GAMMA = 1  # FUSELET_NORM_ZERO_CENTERED_GAMMA of fuselet/norm.h
 
 
-def _like(a):
-    return jax.ShapeDtypeStruct(a.shape, a.dtype)
+def _param(p, x):
+    """p, or the no-element array that stands for an absent parameter."""
+    return jnp.zeros((0,), x.dtype) if p is None else p
+
+
+def _flags(zero_centered_gamma: bool) -> np.int32:
+    return np.int32(ZERO_CENTERED_GAMMA if zero_centered_gamma else 0)
 
 
 # --- RMSNorm -----------------------------------------------------------------------------
 
-def _rms_fwd_call(x, weight, eps):
-    call = lambda x, w: tuple(_call("rms_norm_fwd", (_like(x), _stats(x)), x, w, eps=np.float32(eps)))  # noqa: E731
-    return _batched(call, (True, False), fold=True)(x, weight)
+def _rms_fwd_call(x, weight, eps, flags):
+    return _row_op("rms_norm_fwd", (ROWS, PARAM), (ROWS, STATS), (x, _param(weight, x)), True,
+                   eps=np.float32(eps), flags=flags)
 
 
-def _rms_bwd_call(dy, x, weight, rstd):
-    call = lambda dy, x, w, r: tuple(_call("rms_norm_bwd", (_like(x), _like(w)), dy, x, w, r))  # noqa: E731
-    return _batched(call, (True, True, False, True), fold=False)(dy, x, weight, rstd)
+def _rms_bwd_call(dy, x, weight, rstd, flags):
+    return _row_op("rms_norm_bwd", (ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM), (dy, x, _param(weight, x), rstd),
+                   False, workspace=True, flags=flags)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
-def _rms_norm(x, weight, eps):
-    return _rms_fwd_call(x, weight, eps)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
+def _rms_norm(x, weight, eps, flags):
+    return _rms_fwd_call(x, weight, eps, flags)[0]
 
 
-def _rms_norm_fwd(x, weight, eps):
-    y, rstd = _rms_fwd_call(x, weight, eps)
+def _rms_norm_fwd(x, weight, eps, flags):
+    y, rstd = _rms_fwd_call(x, weight, eps, flags)
     return y, (x, weight, rstd)
 
 
-def _rms_norm_bwd(eps, res, dy):
+def _rms_norm_bwd(eps, flags, res, dy):
     x, weight, rstd = res
-    return _rms_bwd_call(dy, x, weight, rstd)
+    dx, dweight = _rms_bwd_call(dy, x, weight, rstd, flags)
+    return dx, None if weight is None else dweight
 
 
 _rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
 
 
-def rms_norm(x, weight, eps: float = 1e-6):
-    """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H]."""
-    _check(x, eps, weight=weight)
-    return _rms_norm(x, weight, float(eps))
+def rms_norm(x, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = False):
+    """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H].
+
+    weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
+    _check(x, eps, zero_centered_gamma, weight=weight)
+    axes = _sharding.varying_axes(x)
+    return _rms_norm(x, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
 
 # --- LayerNorm ---------------------------------------------------------------------------
 
-def _layer_fwd_call(x, weight, bias, eps):
-    call = lambda x, w, b: tuple(  # noqa: E731
-        _call("layer_norm_fwd", (_like(x), _stats(x), _stats(x)), x, w, b, eps=np.float32(eps)))
-    return _batched(call, (True, False, False), fold=True)(x, weight, bias)
+def _layer_fwd_call(x, weight, bias, eps, flags):
+    return _row_op("layer_norm_fwd", (ROWS, PARAM, PARAM), (ROWS, STATS, STATS), (x, _param(weight, x), _param(bias, x)),
+                   True, eps=np.float32(eps), flags=flags)
 
 
-def _layer_bwd_call(dy, x, weight, mean, rstd):
-    call = lambda dy, x, w, m, r: tuple(  # noqa: E731
-        _call("layer_norm_bwd", (_like(x), _like(w), _like(w)), dy, x, w, m, r))
-    return _batched(call, (True, True, False, True, True), fold=False)(dy, x, weight, mean, rstd)
+def _layer_bwd_call(dy, x, weight, bias, mean, rstd, flags):
+    return _row_op("layer_norm_bwd", (ROWS, ROWS, PARAM, PARAM, STATS, STATS), (ROWS, PARAM_SUM, PARAM_SUM),
+                   (dy, x, _param(weight, x), _param(bias, x), mean, rstd), False, workspace=True, flags=flags)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def _layer_norm(x, weight, bias, eps):
-    return _layer_fwd_call(x, weight, bias, eps)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _layer_norm(x, weight, bias, eps, flags):
+    return _layer_fwd_call(x, weight, bias, eps, flags)[0]
 
 
-def _layer_norm_fwd(x, weight, bias, eps):
-    y, mean, rstd = _layer_fwd_call(x, weight, bias, eps)
-    return y, (x, weight, mean, rstd)
+def _layer_norm_fwd(x, weight, bias, eps, flags):
+    y, mean, rstd = _layer_fwd_call(x, weight, bias, eps, flags)
+    # bias is kept for its presence and dtype only (the backward computes dbias when it exists)
+    return y, (x, weight, bias, mean, rstd)
 
 
-def _layer_norm_bwd(eps, res, dy):
-    x, weight, mean, rstd = res
-    return _layer_bwd_call(dy, x, weight, mean, rstd)
+def _layer_norm_bwd(eps, flags, res, dy):
+    x, weight, bias, mean, rstd = res
+    dx, dweight, dbias = _layer_bwd_call(dy, x, weight, bias, mean, rstd, flags)
+    return dx, None if weight is None else dweight, None if bias is None else dbias
 
 
 _layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
 
 
-def layer_norm(x, weight, bias, eps: float = 1e-5):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H]."""
-    _check(x, eps, weight=weight, bias=bias)
-    return _layer_norm(x, weight, bias, float(eps))
+def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma: bool = False):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H].
+
+    weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
+    _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
+    axes = _sharding.varying_axes(x)
+    weight, bias = (_sharding.vary_like(axes, p) for p in (weight, bias))
+    return _layer_norm(x, weight, bias, float(eps), _flags(zero_centered_gamma))
 
 
-def _check(x, eps, **params) -> None:
-    arrays = {"x": x, **params}
+def _check(x, eps, zero_centered_gamma, **params) -> None:
+    arrays = {"x": x, **{n: a for n, a in params.items() if a is not None}}
     for name, a in arrays.items():
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise TypeError(f"{name}: expected a jax.Array, got {type(a).__name__}")
+            raise TypeError(f"{name}: expected a jax.Array{'' if name == 'x' else ' or None'}, "
+                            f"got {type(a).__name__}")
     check_norm_args(tuple(x.shape), jnp.dtype(x.dtype).name,
-                    {n: (tuple(a.shape), jnp.dtype(a.dtype).name) for n, a in params.items()}, eps)
+                    {n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name) for n, a in params.items()},
+                    eps, zero_centered_gamma)
     devices = {n: a.devices() for n, a in arrays.items() if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)}
     if "x" in devices:
         for name, devs in devices.items():

@@ -1,7 +1,9 @@
 """RMSNorm and LayerNorm for PyTorch: checked wrappers, fake impls, autograd, modules.
 
-Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; inputs and
-parameters are float32, float16 or bfloat16 (parameters in x's dtype).
+Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
+float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
+math runs in float32, y has x's dtype, each parameter's gradient its parameter's dtype).
+zero_centered_gamma=True scales by (1 + weight).
 """
 from __future__ import annotations
 
@@ -16,47 +18,70 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _check(x, eps, **params) -> None:
+def _check(x, eps, zero_centered_gamma, **params) -> None:
     for name, t in {"x": x, **params}.items():
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    check_norm_args(tuple(x.shape), _dtype(x), {n: (tuple(t.shape), _dtype(t)) for n, t in params.items()}, eps)
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor{'' if name == 'x' else ' or None'}, "
+                            f"got {type(t).__name__}")
+    check_norm_args(tuple(x.shape), _dtype(x),
+                    {n: None if t is None else (tuple(t.shape), _dtype(t)) for n, t in params.items()}, eps,
+                    zero_centered_gamma)
     for name, t in params.items():
-        if t.device != x.device:
+        if t is not None and t.device != x.device:
             raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H]."""
-    _check(x, eps, weight=weight)
-    return ops.rms_norm_fwd(x, weight, float(eps))[0]
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+             zero_centered_gamma: bool = False) -> torch.Tensor:
+    """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H].
+
+    weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
+    _check(x, eps, zero_centered_gamma, weight=weight)
+    return ops.rms_norm_fwd(x, weight, float(eps), zero_centered_gamma)[0]
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H]."""
-    _check(x, eps, weight=weight, bias=bias)
-    return ops.layer_norm_fwd(x, weight, bias, float(eps))[0]
+def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+               eps: float = 1e-5, zero_centered_gamma: bool = False) -> torch.Tensor:
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H].
+
+    weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
+    _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
+    return ops.layer_norm_fwd(x, weight, bias, float(eps), zero_centered_gamma)[0]
+
+
+def _add_parameter(module, name, present, hidden, fill, device, dtype):
+    """module.<name>: a Parameter of `hidden` values `fill`, or None (registered, like torch.nn's)."""
+    param = torch.nn.Parameter(torch.full((hidden,), fill, device=device, dtype=dtype)) if present else None
+    module.register_parameter(name, param)
 
 
 class RMSNorm(torch.nn.Module):
-    def __init__(self, hidden: int, eps: float = 1e-6, device=None, dtype=None):
+    """torch.nn.RMSNorm's arguments (eps defaults to 1e-6 here), plus zero_centered_gamma:
+    weight starts at 0 and the scale is (1 + weight)."""
+
+    def __init__(self, hidden: int, eps: float = 1e-6, elementwise_affine: bool = True,
+                 zero_centered_gamma: bool = False, device=None, dtype=None):
         super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(hidden, device=device, dtype=dtype))
+        self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
+        _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
+        return rms_norm(x, self.weight, self.eps, self.zero_centered_gamma)
 
 
 class LayerNorm(torch.nn.Module):
-    def __init__(self, hidden: int, eps: float = 1e-5, device=None, dtype=None):
+    """torch.nn.LayerNorm's arguments (elementwise_affine, bias), plus zero_centered_gamma:
+    weight starts at 0 and the scale is (1 + weight)."""
+
+    def __init__(self, hidden: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 zero_centered_gamma: bool = False, device=None, dtype=None):
         super().__init__()
-        self.eps = eps
-        self.weight = torch.nn.Parameter(torch.ones(hidden, device=device, dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(hidden, device=device, dtype=dtype))
+        self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
+        _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
+        _add_parameter(self, "bias", elementwise_affine and bias, hidden, 0.0, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return layer_norm(x, self.weight, self.bias, self.eps)
+        return layer_norm(x, self.weight, self.bias, self.eps, self.zero_centered_gamma)
 
 
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
@@ -65,51 +90,55 @@ def _rows(x):
     return x.new_empty(x.shape[:-1], dtype=torch.float32)
 
 
+def _grad_of(param, x):
+    """The gradient output for an optional parameter: like it, or empty when it is None."""
+    return x.new_empty(0) if param is None else torch.empty_like(param)
+
+
 @torch.library.register_fake("fuselet::rms_norm_fwd")
-def _(x, weight, eps):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _rows(x)
+def _(x, weight, eps, zero_centered_gamma=False):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x)
 
 
 @torch.library.register_fake("fuselet::rms_norm_bwd")
-def _(dy, x, weight, rstd):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(weight)
+def _(dy, x, weight, rstd, zero_centered_gamma=False):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x)
 
 
 @torch.library.register_fake("fuselet::layer_norm_fwd")
-def _(x, weight, bias, eps):
-    return torch.empty(x.shape, dtype=x.dtype, device=x.device), _rows(x), _rows(x)
+def _(x, weight, bias, eps, zero_centered_gamma=False):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x), _rows(x)
 
 
 @torch.library.register_fake("fuselet::layer_norm_bwd")
-def _(dy, x, weight, mean, rstd):
-    return (torch.empty(x.shape, dtype=x.dtype, device=x.device), torch.empty_like(weight),
-            torch.empty_like(weight))
+def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
+    return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x), _grad_of(bias, x)
 
 
 # --- autograd: the backward of each forward op is itself a registered op ----------------
 
 def _rms_setup(ctx, inputs, output):
-    x, weight, _ = inputs
+    x, weight, _, ctx.zero_centered_gamma = inputs
     ctx.save_for_backward(x, weight, output[1])
 
 
 def _rms_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
     dy = torch.zeros_like(x) if dy is None else dy
-    dx, dweight = ops.rms_norm_bwd(dy, x, weight, rstd)
-    return dx, dweight, None
+    dx, dweight = ops.rms_norm_bwd(dy, x, weight, rstd, ctx.zero_centered_gamma)
+    return dx, None if weight is None else dweight, None, None
 
 
 def _layer_setup(ctx, inputs, output):
-    x, weight, _, _ = inputs
-    ctx.save_for_backward(x, weight, output[1], output[2])
+    x, weight, bias, _, ctx.zero_centered_gamma = inputs
+    ctx.save_for_backward(x, weight, bias, output[1], output[2])
 
 
 def _layer_backward(ctx, dy, _dmean, _drstd):
-    x, weight, mean, rstd = ctx.saved_tensors
+    x, weight, bias, mean, rstd = ctx.saved_tensors
     dy = torch.zeros_like(x) if dy is None else dy
-    dx, dweight, dbias = ops.layer_norm_bwd(dy, x, weight, mean, rstd)
-    return dx, dweight, dbias, None
+    dx, dweight, dbias = ops.layer_norm_bwd(dy, x, weight, bias, mean, rstd, ctx.zero_centered_gamma)
+    return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
 
 
 torch.library.register_autograd("fuselet::rms_norm_fwd", _rms_backward, setup_context=_rms_setup)

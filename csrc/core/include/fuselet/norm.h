@@ -5,12 +5,17 @@
  * dims (R may be 0). The last dim must have stride 1 and the leading dims must collapse
  * into a single row stride (any contiguous tensor, or a slice of rows of one).
  * y, dy and dx follow the same rule and must have x's shape and dtype.
- * weight, bias, dweight, dbias are 1-D [H] with stride 1 and x's dtype.
+ * weight, bias, dweight, dbias are 1-D [H] with stride 1. They share one "parameter dtype":
+ * x's dtype, or FUSELET_FLOAT32 with any x (float32 master weights with float16 / bfloat16
+ * activations). dweight has weight's dtype, dbias bias's.
+ * weight and bias are optional (NULL): no weight scales by 1, no bias adds 0. The backward
+ * takes dweight exactly when it takes weight; dbias is optional (NULL: not computed).
  * mean and rstd are float32 with R elements, contiguous (any shape with R elements).
  * Supported dtypes: FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16; the math runs in
- * float32. eps must be finite and > 0.
+ * float32. eps must be finite and > 0. flags: a bitwise OR of fuselet_norm_flags (0: none).
  *
- * Math (per row r, over its H elements, w = weight, b = bias):
+ * Math (per row r, over its H elements, w = weight, or 1 + weight with
+ * FUSELET_NORM_ZERO_CENTERED_GAMMA, b = bias):
  *   RMSNorm:   rstd_r = 1 / sqrt(mean(x_r^2) + eps)
  *              y_r    = x_r * rstd_r * w
  *   LayerNorm: mean_r = mean(x_r),  rstd_r = 1 / sqrt(mean((x_r - mean_r)^2) + eps)
@@ -20,6 +25,7 @@
  *              dweight = sum_r dy_r * xhat_r
  *   LayerNorm: dx_r = rstd_r * (g_r - mean(g_r) - xhat_r * mean(g_r * xhat_r))
  *              dweight = sum_r dy_r * xhat_r,   dbias = sum_r dy_r
+ * dweight is the same with and without FUSELET_NORM_ZERO_CENTERED_GAMMA (d(1 + w)/dw = 1).
  * With R == 0 the forward writes nothing and the backward writes zeros to dweight/dbias.
  *
  * Host entry points take host pointers and run on the calling thread plus fuselet's own
@@ -35,27 +41,34 @@
 extern "C" {
 #endif
 
-/* RMSNorm forward. In: x [..., H], weight [H], eps. Out: y [..., H], rstd [R] (float32). */
-FUSELET_API fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                                float eps, fuselet_tensor* y, fuselet_tensor* rstd);
+/* Options of the normalization entry points, combined with bitwise OR. */
+typedef enum fuselet_norm_flags {
+  FUSELET_NORM_ZERO_CENTERED_GAMMA = 1 /* scale by (1 + weight) (needs a weight) */
+} fuselet_norm_flags;
 
-/* RMSNorm backward. In: dy, x [..., H], weight [H], rstd [R] from the forward.
- * Out: dx [..., H], dweight [H]. */
+/* RMSNorm forward. In: x [..., H], weight [H] or NULL, eps, flags.
+ * Out: y [..., H], rstd [R] (float32). */
+FUSELET_API fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                                float eps, uint32_t flags, fuselet_tensor* y,
+                                                fuselet_tensor* rstd);
+
+/* RMSNorm backward. In: dy, x [..., H], weight [H] or NULL, rstd [R] from the forward, flags.
+ * Out: dx [..., H], dweight [H] (NULL exactly when weight is). */
 FUSELET_API fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
                                                 const fuselet_tensor* weight, const fuselet_tensor* rstd,
-                                                fuselet_tensor* dx, fuselet_tensor* dweight);
+                                                uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dweight);
 
-/* LayerNorm forward. In: x [..., H], weight [H], bias [H], eps.
+/* LayerNorm forward. In: x [..., H], weight [H] or NULL, bias [H] or NULL, eps, flags.
  * Out: y [..., H], mean [R], rstd [R] (float32). */
 FUSELET_API fuselet_status fuselet_layer_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                                  const fuselet_tensor* bias, float eps, fuselet_tensor* y,
-                                                  fuselet_tensor* mean, fuselet_tensor* rstd);
+                                                  const fuselet_tensor* bias, float eps, uint32_t flags,
+                                                  fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd);
 
-/* LayerNorm backward. In: dy, x [..., H], weight [H], mean [R], rstd [R].
- * Out: dx [..., H], dweight [H], dbias [H]. */
+/* LayerNorm backward. In: dy, x [..., H], weight [H] or NULL, mean [R], rstd [R], flags.
+ * Out: dx [..., H], dweight [H] (NULL exactly when weight is), dbias [H] or NULL. */
 FUSELET_API fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
                                                   const fuselet_tensor* weight, const fuselet_tensor* mean,
-                                                  const fuselet_tensor* rstd, fuselet_tensor* dx,
+                                                  const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                                   fuselet_tensor* dweight, fuselet_tensor* dbias);
 
 /*
@@ -68,18 +81,19 @@ FUSELET_API size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t rows, int64_t h
  * The backward needs `workspace` of at least fuselet_norm_bwd_workspace_bytes_cuda(R, H)
  * bytes (device memory, contents ignored). Builds without CUDA return FUSELET_ERR_UNSUPPORTED. */
 FUSELET_API fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                                     float eps, fuselet_tensor* y, fuselet_tensor* rstd,
-                                                     void* stream);
+                                                     float eps, uint32_t flags, fuselet_tensor* y,
+                                                     fuselet_tensor* rstd, void* stream);
 FUSELET_API fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
                                                      const fuselet_tensor* weight, const fuselet_tensor* rstd,
-                                                     fuselet_tensor* dx, fuselet_tensor* dweight,
+                                                     uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dweight,
                                                      void* workspace, size_t workspace_bytes, void* stream);
 FUSELET_API fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                                       const fuselet_tensor* bias, float eps, fuselet_tensor* y,
-                                                       fuselet_tensor* mean, fuselet_tensor* rstd, void* stream);
+                                                       const fuselet_tensor* bias, float eps, uint32_t flags,
+                                                       fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
+                                                       void* stream);
 FUSELET_API fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
                                                        const fuselet_tensor* weight, const fuselet_tensor* mean,
-                                                       const fuselet_tensor* rstd, fuselet_tensor* dx,
+                                                       const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                                        fuselet_tensor* dweight, fuselet_tensor* dbias,
                                                        void* workspace, size_t workspace_bytes, void* stream);
 

@@ -1,7 +1,9 @@
 /*
  * fuselet CUDA kernels: RMSNorm and LayerNorm, forward and backward (math in norm.h).
  *
- * Storage dtypes float32 / float16 / bfloat16; all arithmetic in float32.
+ * Storage dtypes float32 / float16 / bfloat16; all arithmetic in float32. Parameters (weight,
+ * bias and their gradients) are in x's dtype or float32, chosen at runtime (ParamRef); a missing
+ * weight reads as 1, a missing bias as 0, and zero-centered gamma adds 1 to the weight.
  *
  * Work split. A row is handled by a "team": one warp (H <= kMaxWarpHidden = 512; kWarpRows rows
  * per block) or one block of 128..1024 threads (larger H; 512 at most for the backward and the
@@ -99,6 +101,29 @@ __device__ __forceinline__ void store(T* p, const float (&in)[N]) {
   *reinterpret_cast<Vec<T, N>*>(p) = v;
 }
 
+// A parameter vector (weight or bias) as the kernels read it: float32 or the storage dtype T,
+// or absent (NULL: every element reads as `fill`); `offset` is added to present elements.
+struct ParamRef {
+  const void* p;
+  bool f32;
+  float offset, fill;
+};
+
+template <typename T, int N>
+__device__ __forceinline__ void load_param(const ParamRef& r, int64_t e, float (&out)[N]) {
+  if (r.p == nullptr) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) out[j] = r.fill;
+    return;
+  }
+  if (r.f32)
+    load(static_cast<const float*>(r.p) + e, out);
+  else
+    load(static_cast<const T*>(r.p) + e, out);
+#pragma unroll
+  for (int j = 0; j < N; ++j) out[j] += r.offset;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Reductions. Every lane/thread of a team gets the same, deterministic result.
 
@@ -177,8 +202,8 @@ __device__ __forceinline__ void load_chunk(const T* p, int step, int count, floa
 
 struct FwdArgs {
   const void* x;
-  const void* w;
-  const void* b;  // null for RMSNorm
+  ParamRef w;
+  ParamRef b;  // absent for RMSNorm
   void* y;
   float* mean;  // null for RMSNorm
   float* rstd;
@@ -199,8 +224,6 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
   const int64_t chunk = int64_t(nthr) * kVecs;  // vectors per chunk
   const int64_t nchunks = kChunked ? (nvec - 1) / chunk + 1 : 1;
   const int step = nthr * kVec;  // elements between a thread's vectors
-  const T* w = static_cast<const T*>(a.w);
-  const T* b = static_cast<const T*>(a.b);
 
   for (int64_t row = int64_t(blockIdx.x) * teams + (kWarp ? threadIdx.x / 32 : 0); row < a.rows;
        row += int64_t(gridDim.x) * teams) {
@@ -244,8 +267,8 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
         if (k >= count) continue;
         const int64_t e = e0 + k * step;
         float wv[kVec], bv[kVec] = {}, out[kVec];
-        load(w + e, wv);
-        if constexpr (kLN) load(b + e, bv);
+        load_param<T>(a.w, e, wv);
+        if constexpr (kLN) load_param<T>(a.b, e, bv);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) out[j] = (v[k][j] - mu) * rs * wv[j] + bv[j];
         store(y + e, out);
@@ -260,7 +283,7 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
 struct BwdArgs {
   const void* dy;
   const void* x;
-  const void* w;
+  ParamRef w;
   const float* mean;  // null for RMSNorm
   const float* rstd;
   void* dx;
@@ -273,12 +296,12 @@ struct BwdArgs {
 
 // Loads one vector of dy, x, w and forms xhat and g = dy * w.
 template <typename T, int kVec>
-__device__ __forceinline__ void load_grad(const T* dy, const T* x, const T* w, float mu, float rs,
+__device__ __forceinline__ void load_grad(const T* dy, const T* x, const ParamRef& w, int64_t e, float mu, float rs,
                                           float (&dyv)[kVec], float (&xh)[kVec], float (&g)[kVec]) {
   float xv[kVec], wv[kVec];
   load(dy, dyv);
   load(x, xv);
-  load(w, wv);
+  load_param<T>(w, e, wv);
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     xh[j] = (xv[j] - mu) * rs;
@@ -322,7 +345,6 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
   const int64_t chunk = int64_t(nthr) * kVecs;
   const int64_t nchunks = kChunked ? (nvec - 1) / chunk + 1 : 1;
   const int step = nthr * kVec;
-  const T* w = static_cast<const T*>(a.w);
   float* pw = a.part_w + int64_t(blockIdx.x) * a.hidden;
   float* pb = kLN ? a.part_b + int64_t(blockIdx.x) * a.hidden : nullptr;
 
@@ -358,7 +380,7 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
         if (k >= count) continue;
         const int64_t e = e0 + k * step;
         float dyv[kVec];
-        load_grad(dy + e, x + e, w + e, mu, rs, dyv, xh[k], g[k]);
+        load_grad(dy + e, x + e, a.w, e, mu, rs, dyv, xh[k], g[k]);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
           s.x += g[k][j];
@@ -382,7 +404,7 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
         const int64_t e = e0 + k * step;
         if constexpr (kChunked) {  // xh / g hold the last chunk only: recompute
           float dyv[kVec];
-          load_grad(dy + e, x + e, w + e, mu, rs, dyv, xh[k], g[k]);
+          load_grad(dy + e, x + e, a.w, e, mu, rs, dyv, xh[k], g[k]);
         }
         float out[kVec];
 #pragma unroll
@@ -433,7 +455,8 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
   }
 }
 
-// dweight[col] = sum_g part_w[g][col] (and dbias from part_b), g in a fixed order.
+// dweight[col] = sum_g part_w[g][col] (and dbias from part_b), g in a fixed order; T is the
+// parameter dtype; a NULL dw / db is not written.
 // Block (32, kFinalizeSlices): x picks the column, y strides over the groups.
 template <typename T>
 __global__ void __launch_bounds__(32 * kFinalizeSlices)
@@ -456,7 +479,7 @@ __global__ void __launch_bounds__(32 * kFinalizeSlices)
     sw += red[0][q][threadIdx.x];
     sb += red[1][q][threadIdx.x];
   }
-  dw[col] = from_float<T>(sw);
+  if (dw != nullptr) dw[col] = from_float<T>(sw);
   if (db != nullptr) db[col] = from_float<T>(sb);
 }
 
@@ -505,6 +528,20 @@ fuselet_status check_alignment(std::initializer_list<std::pair<const char*, cons
   return FUSELET_OK;
 }
 
+size_t dtype_size(fuselet_dtype dtype) { return dtype == FUSELET_FLOAT32 ? 4 : 2; }
+
+// ParamRef of a checked parameter of problem `p`.
+ParamRef param_ref(const NormProblem& p, const void* param, float offset, float fill) {
+  return ParamRef{param, p.param_dtype == FUSELET_FLOAT32, offset, fill};
+}
+
+// Parameters read as kV-element vectors need kV * (their element size) alignment.
+bool params_vectorizable(const NormProblem& p, int kV, std::initializer_list<const void*> params) {
+  for (const void* q : params)
+    if (!aligned(q, kV * dtype_size(p.param_dtype))) return false;
+  return true;
+}
+
 // Calls f(T{}) with T the storage type of `dtype`.
 template <typename F>
 fuselet_status dispatch(fuselet_dtype dtype, F&& f) {
@@ -518,8 +555,9 @@ fuselet_status dispatch(fuselet_dtype dtype, F&& f) {
 
 template <typename T, int kVec, bool kLN>
 fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
-  const FwdArgs a{p.x,        p.weight,   p.bias,   p.y,   p.mean, p.rstd, p.rows,
-                  p.x_stride, p.y_stride, p.hidden, p.eps, static_cast<float>(1.0 / p.hidden)};
+  const FwdArgs a{p.x,      param_ref(p, p.weight, p.w_offset, 1.f), param_ref(p, p.bias, 0.f, 0.f),
+                  p.y,      p.mean, p.rstd, p.rows, p.x_stride, p.y_stride, p.hidden, p.eps,
+                  static_cast<float>(1.0 / p.hidden)};
   if (p.hidden <= kMaxWarpHidden) {
     const int64_t grid = std::min<int64_t>((p.rows - 1) / kWarpRows + 1, kMaxGrid);
     norm_fwd_kernel<T, kVec, kWarpTeam, kLN><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
@@ -537,11 +575,12 @@ fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
 
 template <typename T, bool kLN>
 fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment({{"x", p.x}, {"y", p.y}, {"weight", p.weight}, {"bias", p.bias}}, sizeof(T)))
+  if (fuselet_status s = check_alignment({{"x", p.x}, {"y", p.y}}, sizeof(T))) return s;
+  if (fuselet_status s = check_alignment({{"weight", p.weight}, {"bias", p.bias}}, dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
-  const bool vec = aligned(p.x, 16) && aligned(p.y, 16) && aligned(p.weight, 16) && (!kLN || aligned(p.bias, 16)) &&
+  const bool vec = aligned(p.x, 16) && aligned(p.y, 16) && params_vectorizable(p, kV, {p.weight, p.bias}) &&
                    p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0;
   return vec ? launch_fwd<T, kV, kLN>(p, stream) : launch_fwd<T, 1, kLN>(p, stream);
 }
@@ -549,8 +588,8 @@ fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
 template <typename T, int kVec, bool kLN>
 fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
   float* part_b = kLN ? ws + groups * p.hidden : nullptr;
-  BwdArgs a{p.dy,   p.x,   p.weight,    p.mean,     p.rstd,      p.dx,     ws, part_b, false,
-            p.rows, per,   p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden)};
+  BwdArgs a{p.dy,   p.x, param_ref(p, p.weight, p.w_offset, 1.f), p.mean,     p.rstd,      p.dx,     ws, part_b,
+            false,  p.rows, per, p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden)};
   const char* name = kLN ? "layer_norm_bwd_kernel" : "rms_norm_bwd_kernel";
   if (p.hidden <= kMaxWarpHidden) {
     const size_t smem = sizeof(float) * kWarpRows * static_cast<size_t>(p.hidden);
@@ -579,22 +618,26 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
     }
   }
   if (fuselet_status s = launch_status(name)) return s;
+  if (p.dweight == nullptr && p.dbias == nullptr) return FUSELET_OK;
   const dim3 block(32, kFinalizeSlices);
   const unsigned grid = static_cast<unsigned>((p.hidden - 1) / 32 + 1);
-  norm_bwd_finalize_kernel<T><<<grid, block, 0, stream>>>(a.part_w, a.part_b, static_cast<T*>(p.dweight),
-                                                          static_cast<T*>(p.dbias), groups, p.hidden);
-  return launch_status(kLN ? "layer_norm_bwd_finalize_kernel" : "rms_norm_bwd_finalize_kernel");
+  return dispatch(p.param_dtype, [&](auto tag) {
+    using P = decltype(tag);
+    norm_bwd_finalize_kernel<P><<<grid, block, 0, stream>>>(a.part_w, a.part_b, static_cast<P*>(p.dweight),
+                                                            static_cast<P*>(p.dbias), groups, p.hidden);
+    return launch_status(kLN ? "layer_norm_bwd_finalize_kernel" : "rms_norm_bwd_finalize_kernel");
+  });
 }
 
 template <typename T, bool kLN>
 fuselet_status run_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment({{"dy", p.dy}, {"x", p.x}, {"weight", p.weight}, {"dx", p.dx},
-                                          {"dweight", p.dweight}, {"dbias", p.dbias}},
-                                         sizeof(T)))
+  if (fuselet_status s = check_alignment({{"dy", p.dy}, {"x", p.x}, {"dx", p.dx}}, sizeof(T))) return s;
+  if (fuselet_status s = check_alignment({{"weight", p.weight}, {"dweight", p.dweight}, {"dbias", p.dbias}},
+                                         dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
-  const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) && aligned(p.weight, 16) &&
+  const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) && params_vectorizable(p, kV, {p.weight}) &&
                    p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0;
   return vec ? launch_bwd<T, kV, kLN>(p, ws, groups, per, stream) : launch_bwd<T, 1, kLN>(p, ws, groups, per, stream);
 }
@@ -618,9 +661,10 @@ fuselet_status norm_bwd(const NormProblem& p, void* workspace, size_t workspace_
   if (need > 0 && !aligned(workspace, sizeof(float)))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "workspace: pointer %p is not 4-byte aligned", workspace);
   if (p.rows == 0) {  // no rows: the reductions are empty sums
-    const size_t bytes = (p.dtype == FUSELET_FLOAT32 ? 4 : 2) * static_cast<size_t>(p.hidden);
-    cudaError_t err = cudaMemsetAsync(p.dweight, 0, bytes, s);
-    if (err == cudaSuccess && kLN) err = cudaMemsetAsync(p.dbias, 0, bytes, s);
+    const size_t bytes = dtype_size(p.param_dtype) * static_cast<size_t>(p.hidden);
+    cudaError_t err = cudaSuccess;
+    if (p.dweight) err = cudaMemsetAsync(p.dweight, 0, bytes, s);
+    if (err == cudaSuccess && p.dbias) err = cudaMemsetAsync(p.dbias, 0, bytes, s);
     if (err != cudaSuccess)
       return fail(FUSELET_ERR_CUDA, "cudaMemsetAsync of dweight/dbias failed: %s", cudaGetErrorString(err));
     return FUSELET_OK;
@@ -641,37 +685,40 @@ size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t rows, int64_t hidden) {
 }
 
 fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
-                                         fuselet_tensor* y, fuselet_tensor* rstd, void* stream) {
+                                         uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd, void* stream) {
   fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, y, nullptr, rstd, false, &p)) return s;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, &p))
+    return s;
   return fuselet::norm_fwd<false>(p, stream);
 }
 
 fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
-                                         const fuselet_tensor* weight, const fuselet_tensor* rstd, fuselet_tensor* dx,
-                                         fuselet_tensor* dweight, void* workspace, size_t workspace_bytes,
-                                         void* stream) {
+                                         const fuselet_tensor* weight, const fuselet_tensor* rstd, uint32_t flags,
+                                         fuselet_tensor* dx, fuselet_tensor* dweight, void* workspace,
+                                         size_t workspace_bytes, void* stream) {
   fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, dx, dweight, nullptr, false, &p))
+  if (fuselet_status s =
+          fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
     return s;
   return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
 }
 
 fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                           const fuselet_tensor* bias, float eps, fuselet_tensor* y,
+                                           const fuselet_tensor* bias, float eps, uint32_t flags, fuselet_tensor* y,
                                            fuselet_tensor* mean, fuselet_tensor* rstd, void* stream) {
   fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, y, mean, rstd, true, &p)) return s;
+  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, flags, y, mean, rstd, true, &p)) return s;
   return fuselet::norm_fwd<true>(p, stream);
 }
 
 fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
                                            const fuselet_tensor* weight, const fuselet_tensor* mean,
-                                           const fuselet_tensor* rstd, fuselet_tensor* dx, fuselet_tensor* dweight,
-                                           fuselet_tensor* dbias, void* workspace, size_t workspace_bytes,
-                                           void* stream) {
+                                           const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                           fuselet_tensor* dweight, fuselet_tensor* dbias, void* workspace,
+                                           size_t workspace_bytes, void* stream) {
   fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, dx, dweight, dbias, true, &p)) return s;
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, flags, dx, dweight, dbias, true, &p))
+    return s;
   return fuselet::norm_bwd<true>(p, workspace, workspace_bytes, stream);
 }
 

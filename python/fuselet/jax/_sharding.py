@@ -1,0 +1,135 @@
+"""Sharding rules for FFI calls that treat every leading dim of x [..., H] as independent rows.
+
+`row_partitioned(fn, in_kinds, out_kinds)` wraps fn(*arrays) -> tuple of arrays in
+jax.experimental.custom_partitioning. Each array is one of:
+  ROWS       [..., H]  rows of x (x, dy, y, dx): the leading dims keep x's sharding, H is
+                       gathered when sharded (the kernels need whole rows)
+  STATS      [...]     one value per row (mean, rstd): sharded like the rows
+  PARAM      [H] / [0] a per-column parameter (weight, bias; [0] = absent): replicated
+  PARAM_SUM  [H] / [0] an output summed over rows (dweight, dbias): each shard sums its
+                       rows, then one all-reduce (psum) over the mesh axes of the rows
+So any sharding of the rows runs with no collective but the psum of the parameter
+gradients, and a sharded H is gathered for that dimension only. Inside a shard_map over
+every mesh axis the call runs as is (each device already holds its rows).
+"""
+from __future__ import annotations
+
+import jax
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+ROWS, STATS, PARAM, PARAM_SUM = "rows", "stats", "param", "param_sum"
+
+
+def out_types(args, in_kinds, out_kinds) -> tuple:
+    """ShapeDtypeStructs of the outputs: ROWS like the first ROWS input, STATS float32 per row,
+    the k-th PARAM_SUM like the k-th PARAM input."""
+    x = args[in_kinds.index(ROWS)]
+    params = iter([a for a, k in zip(args, in_kinds) if k == PARAM])
+    types = {ROWS: lambda: jax.ShapeDtypeStruct(x.shape, x.dtype),
+             STATS: lambda: jax.ShapeDtypeStruct(x.shape[:-1], jax.numpy.float32)}
+    out = []
+    for kind in out_kinds:
+        if kind == PARAM_SUM:
+            p = next(params)
+            out.append(jax.ShapeDtypeStruct(p.shape, p.dtype))
+        else:
+            out.append(types[kind]())
+    return tuple(out)
+
+
+def _row_spec(sharding, ndim: int) -> tuple:
+    """The partition spec of the leading (row) dims of an [..., H] operand."""
+    spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
+    return (spec + (None,) * ndim)[:ndim - 1]
+
+
+def _spec(kind: str, rows: tuple) -> P:
+    return {ROWS: P(*rows, None), STATS: P(*rows)}.get(kind, P(None))
+
+
+def _mesh_axes(rows: tuple) -> tuple:
+    axes = []
+    for entry in rows:
+        if entry is not None:
+            axes.extend(entry if isinstance(entry, tuple) else (entry,))
+    return tuple(axes)
+
+
+def _rule(in_kinds, out_kinds):
+    """The Shardy rule: row factors r0.. pass through, H ("h") and absent parameters ("z")
+    need replication. PARAM_SUM results drop the row factors (their psum is in partition)."""
+    def rule(mesh, value_types, result_types):
+        ndim = len(value_types[in_kinds.index(ROWS)].shape)
+        hidden = value_types[in_kinds.index(ROWS)].shape[-1]
+        rows = " ".join(f"r{i}" for i in range(ndim - 1))
+
+        def factors(kind, t):
+            if kind == ROWS:
+                return f"{rows} h".strip()
+            if kind == STATS:
+                return rows
+            return "h" if t.shape[0] == hidden else "z"
+
+        ins = ", ".join(factors(k, t) for k, t in zip(in_kinds, value_types))
+        outs = ", ".join(factors(k, t) for k, t in zip(out_kinds, result_types))
+        rule = f"{ins} -> {outs}"
+        return rule, {"need_replication_factors": tuple(f for f in ("h", "z") if f in rule.replace(",", " ").split())}
+    return rule
+
+
+def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple):
+    """fn wrapped so that its rows stay sharded as x's leading dims are (see the module doc)."""
+    rows_at = in_kinds.index(ROWS)
+
+    def shardings(mesh, arg_shapes):
+        x = arg_shapes[rows_at]
+        rows = _row_spec(x.sharding, len(x.shape))
+        ins = tuple(NamedSharding(mesh, _spec(k, rows)) for k in in_kinds)
+        outs = tuple(NamedSharding(mesh, _spec(k, rows)) for k in out_kinds)
+        return rows, ins, outs
+
+    def infer(mesh, arg_shapes, result_shape):
+        return shardings(mesh, arg_shapes)[2]
+
+    def partition(mesh, arg_shapes, result_shape):
+        rows, ins, outs = shardings(mesh, arg_shapes)
+        axes = _mesh_axes(rows)
+
+        def per_shard(*args):
+            results = fn(*args)
+            return tuple(jax.lax.psum(r, axes) if k == PARAM_SUM and axes else r
+                         for r, k in zip(results, out_kinds))
+        return mesh, per_shard, outs, ins
+
+    wrapped = custom_partitioning(fn)
+    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=_rule(in_kinds, out_kinds))
+    return wrapped
+
+
+def _vma(a) -> frozenset:
+    """The shard_map axes `a` varies over: aval.manual_axis_type.varying (jax >= 0.10), else aval.vma."""
+    aval = jax.typeof(a)
+    mat = getattr(aval, "manual_axis_type", None)
+    return frozenset(mat.varying if mat is not None else getattr(aval, "vma", ()))
+
+
+def vary_like(axes: frozenset, a):
+    """`a` typed as varying over the shard_map axes `axes` (a no-op outside shard_map).
+
+    FFI calls do not track which manual axes their values vary over: parameters entering
+    one are cast to x's axes (whose transpose, a psum, sums the per-shard gradients) and
+    results leaving one are cast back."""
+    if a is None:
+        return None
+    missing = tuple(sorted(axes - _vma(a)))
+    if not missing:
+        return a
+    if hasattr(jax.lax, "pcast"):  # older jax has only pvary
+        return jax.lax.pcast(a, missing, to="varying")
+    return jax.lax.pvary(a, missing)
+
+
+def varying_axes(*arrays) -> frozenset:
+    return frozenset().union(*(_vma(a) for a in arrays if a is not None))

@@ -1,0 +1,101 @@
+"""Run in a subprocess with XLA_FLAGS=--xla_force_host_platform_device_count=8 (set before jax
+is imported): fuselet.jax norms under jax.jit with sharded inputs and under shard_map.
+
+Prints one JSON object: for each case, the collectives of the compiled HLO of the forward
+and of jax.grad, whether the output sharding equals x's, and the largest difference from
+the unsharded result. tests/jax/test_sharding.py runs it and checks the numbers.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+assert "xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), "set XLA_FLAGS first"
+
+import fuselet.jax as fj  # noqa: E402
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+from jax.sharding import NamedSharding  # noqa: E402
+from jax.sharding import PartitionSpec as P  # noqa: E402
+
+COLLECTIVES = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+
+def collectives(hlo: str) -> dict:
+    return {c: len(re.findall(rf"\b{c}(?:-start)?\(", hlo)) for c in COLLECTIVES}
+
+
+def norm_fn(norm):
+    if norm == "rms_norm":
+        return lambda x, w, b: fj.rms_norm(x, w)
+    return lambda x, w, b: fj.layer_norm(x, w, b)
+
+
+def grad_fn(f):
+    return jax.grad(lambda x, w, b, dy: jnp.sum(f(x, w, b).astype(jnp.float32) * dy), argnums=(0, 1, 2))
+
+
+def max_diff(a, b) -> float:
+    return max(float(np.max(np.abs(np.asarray(u, np.float64) - np.asarray(v, np.float64))))
+               for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def inputs(shape, dtype, param_dtype):
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal(shape), dtype)
+    dy = jnp.asarray(rng.standard_normal(shape), jnp.float32)
+    w = jnp.asarray(1 + 0.5 * rng.standard_normal(shape[-1]), param_dtype)
+    b = jnp.asarray(0.5 * rng.standard_normal(shape[-1]), param_dtype)
+    return x, w, b, dy
+
+
+def measure(f, g, fargs, dy, x_sharding, expected) -> dict:
+    """Compiles and runs jit(f)(*fargs) and jit(g)(*fargs, dy); `expected`: (y, grads) unsharded."""
+    jf, jg = jax.jit(f), jax.jit(g)
+    y, grads = jf(*fargs), jg(*fargs, dy)
+    return {
+        "fwd": collectives(jf.lower(*fargs).compile().as_text()),
+        "grad": collectives(jg.lower(*fargs, dy).compile().as_text()),
+        "y_sharding_is_x": y.sharding.is_equivalent_to(x_sharding, y.ndim),
+        "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(x_sharding, y.ndim),
+        "max_diff": max(max_diff(y, expected[0]), max_diff(grads, expected[1])),
+    }
+
+
+def jit_case(norm, mesh, spec, shape, dtype="float32", param_dtype="float32") -> dict:
+    x, w, b, dy = inputs(shape, dtype, param_dtype)
+    f, g = norm_fn(norm), grad_fn(norm_fn(norm))
+    expected = f(x, w, b), g(x, w, b, dy)  # unsharded, one device
+    sharded, replicated = NamedSharding(mesh, spec), NamedSharding(mesh, P())
+    args = (jax.device_put(x, sharded), jax.device_put(w, replicated), jax.device_put(b, replicated))
+    return measure(f, g, args, jax.device_put(dy, sharded), sharded, expected)
+
+
+def shard_map_case(norm, mesh, shape) -> dict:
+    x, w, b, dy = inputs(shape, "float32", "float32")
+    f = norm_fn(norm)
+    sm = jax.shard_map(f, mesh=mesh, in_specs=(P("data", None), P(), P()), out_specs=P("data", None))
+    sharded = NamedSharding(mesh, P("data", None))
+    expected = f(x, w, b), grad_fn(f)(x, w, b, dy)
+    args = (jax.device_put(x, sharded), w, b)
+    return measure(sm, grad_fn(sm), args, jax.device_put(dy, sharded), sharded, expected)
+
+
+def main():
+    mesh = jax.make_mesh((8,), ("data",))
+    mesh2 = jax.make_mesh((2, 4), ("a", "b"))
+    out = {}
+    for norm in ("rms_norm", "layer_norm"):
+        out[f"{norm}/rows"] = jit_case(norm, mesh, P("data", None), (16, 64))
+        out[f"{norm}/rows_2d_mesh"] = jit_case(norm, mesh2, P("a", "b", None), (4, 8, 64))
+        out[f"{norm}/rows_bf16_x_f32_params"] = jit_case(norm, mesh, P("data", None), (16, 64), "bfloat16")
+        out[f"{norm}/hidden"] = jit_case(norm, mesh, P(None, "data"), (16, 64))
+        out[f"{norm}/rows_and_hidden"] = jit_case(norm, mesh2, P("a", "b"), (16, 64))
+        out[f"{norm}/shard_map"] = shard_map_case(norm, mesh, (16, 64))
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

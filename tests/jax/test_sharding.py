@@ -1,0 +1,64 @@
+"""fuselet.jax norms under SPMD sharding on 8 CPU devices (tests/jax/sharding_child.py runs in
+a subprocess: XLA_FLAGS must be set before jax is imported).
+
+Row-sharded x: no collective in the forward, and in jax.grad only the all-reduce that sums
+dweight/dbias over the row shards. A sharded hidden dim: x (and dy) gathered along it, nothing
+else. Outputs keep x's sharding and match the unsharded result; shard_map too."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax", reason="jax is not installed in this environment")
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW_CASES = ("rows", "rows_2d_mesh", "rows_bf16_x_f32_params", "shard_map")
+NORMS = ("rms_norm", "layer_norm")
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "tests.jax.sharding_child"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def others(counts: dict, *allowed) -> dict:
+    return {c: n for c, n in counts.items() if n and c not in allowed}
+
+
+@pytest.mark.parametrize("case", ROW_CASES)
+@pytest.mark.parametrize("norm", NORMS)
+def test_row_sharding_has_no_gather(results, norm, case):
+    r = results[f"{norm}/{case}"]
+    assert others(r["fwd"]) == {}, r["fwd"]
+    # The gradients of weight/bias are sums over all rows: one all-reduce over the row shards.
+    assert others(r["grad"], "all-reduce") == {}, r["grad"]
+    assert 1 <= r["grad"]["all-reduce"] <= 2, r["grad"]
+
+
+@pytest.mark.parametrize("case", ["hidden", "rows_and_hidden"])
+@pytest.mark.parametrize("norm", NORMS)
+def test_hidden_sharding_gathers_x_only(results, norm, case):
+    """x sharded on H (P(None, "data")), or on rows and H (P("a", "b")): x, and dy in the
+    gradient, are gathered along H only; row shards still sum dweight/dbias with an all-reduce."""
+    r = results[f"{norm}/{case}"]
+    reduces = 1 if case == "rows_and_hidden" else 0
+    assert r["fwd"]["all-gather"] == 1 and others(r["fwd"], "all-gather") == {}, r["fwd"]
+    assert r["grad"]["all-gather"] == 2 and r["grad"]["all-reduce"] == reduces, r["grad"]  # x and dy
+    assert others(r["grad"], "all-gather", "all-reduce") == {}, r["grad"]
+
+
+@pytest.mark.parametrize("case", (*ROW_CASES, "hidden", "rows_and_hidden"))
+@pytest.mark.parametrize("norm", NORMS)
+def test_sharded_values_and_layout(results, norm, case):
+    r = results[f"{norm}/{case}"]
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"], r
+    assert r["max_diff"] < 1e-4, r  # the same kernels on the same rows: float32 rounding at most
