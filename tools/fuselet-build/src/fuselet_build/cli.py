@@ -88,6 +88,8 @@ def parser() -> argparse.ArgumentParser:
             sp.add_argument("--channel", default="offline",
                             help="'offline' (the seeded local channel, default) or a channel such as conda-forge")
             sp.add_argument("--offline-channel", default=paths.OFFLINE_CHANNEL)
+            sp.add_argument("--select", action="append",
+                            help="only packages whose id contains this text (repeatable)")
 
     sp = sub.add_parser("matrix", help="the packages each output will produce (rattler-build render)")
     common(sp, output=False)
@@ -96,7 +98,6 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("build", help="build the variants into the output channel")
     common(sp)
-    sp.add_argument("--select", action="append", help="only packages whose id contains this text (repeatable)")
     sp.add_argument("--force", action="store_true", help="rebuild packages that already exist")
     sp.add_argument("--no-test", action="store_true", help="skip the recipe's tests")
     sp.add_argument("--progress", action="store_true", help="show live progress even without a terminal")
@@ -105,7 +106,6 @@ def parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("verify", help="check pins + provenance of built packages, install and run them")
     common(sp)
     sp.add_argument("--no-install", action="store_true", help="only check metadata and provenance")
-    sp.add_argument("--select", action="append", help="only packages whose id contains this text (repeatable)")
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("index", help="(re)write the repodata of a local channel folder (py-rattler)")
