@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import rattler
-from fuselet_build import channel, paths
+from fuselet_build import build, channel, matrix, paths
 
 ROOT = paths.root()
 OUTPUT = ROOT / paths.OUTPUT
@@ -25,7 +25,8 @@ CHANNELS = [str(OUTPUT), str(OFFLINE)]
 HAS_NVCC = shutil.which("nvcc") is not None
 needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="no nvcc on PATH: the CUDA variants of offline.yaml "
                                                      "(torch 2.14.1 cuda130) cannot be built here")
-CPU_ONLY = [] if HAS_NVCC else ["--select=-cpu_", "--select=-pyh"]
+CPU_SELECT = [] if HAS_NVCC else ["-cpu_", "-pyh"]   # without nvcc: the CPU packages only
+CPU_ONLY = [f"--select={s}" for s in CPU_SELECT]
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +36,11 @@ def built(cli):
     if not os.environ.get("FUSELET_SKIP_PACKAGE_BUILD"):
         assert cli("seed", *([] if HAS_NVCC else ["--no-cuda"])).returncode == 0, "fuselet-build seed failed"
         assert cli("build", *CPU_ONLY).returncode == 0, "fuselet-build build failed (see output/logs)"
-    packages = sorted(p.name for p in OUTPUT.glob("*/*.conda"))
-    assert packages, f"no packages in {OUTPUT}"
-    return packages
+    # The packages of this tree's recipe and version (output/ may also hold older builds).
+    jobs = matrix.select(matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS]), CPU_SELECT)
+    missing = [j.key for j in jobs if build.existing_package(OUTPUT, j) is None]
+    assert not missing, f"not built in {OUTPUT}: {missing}"
+    return sorted(build.existing_package(OUTPUT, j).name for j in jobs)
 
 
 def env_with(tmp_path_factory, name: str, specs: list[str]) -> Path:
