@@ -233,7 +233,10 @@ def test_module_variants():
         torch.testing.assert_close(module(x), ref_module(x), rtol=1e-5, atol=1e-5)
     with pytest.raises(RuntimeError, match='Unexpected key\\(s\\) in state_dict: "bias"'):
         ft.LayerNorm(8, bias=False).load_state_dict(torch.nn.LayerNorm(8).state_dict())
+    assert repr(ft.LayerNorm(8, bias=False)) == "LayerNorm(8, eps=1e-05, elementwise_affine=True, bias=False)"
+    assert repr(ft.RMSNorm(8, elementwise_affine=False)) == "RMSNorm(8, eps=1e-06, elementwise_affine=False)"
     zc = ft.RMSNorm(8, zero_centered_gamma=True)
+    assert repr(zc) == "RMSNorm(8, eps=1e-06, elementwise_affine=True, zero_centered_gamma=True)"
     assert torch.equal(zc.weight, torch.zeros(8))  # (1 + 0): the identity scale
     x = torch.randn(3, 8)
     torch.testing.assert_close(zc(x), ft.rms_norm(x, torch.ones(8), 1e-6))

@@ -49,6 +49,16 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     return ops.layer_norm_fwd(x, weight, bias, float(eps), zero_centered_gamma)[0]
 
 
+def _extra_repr(module) -> str:
+    """What print(module) shows, in torch.nn's words: `1024, eps=1e-06, elementwise_affine=True, ...`."""
+    parts = [str(module.hidden), f"eps={module.eps}", f"elementwise_affine={module.weight is not None}"]
+    if hasattr(module, "bias"):
+        parts.append(f"bias={module.bias is not None}")
+    if module.zero_centered_gamma:
+        parts.append("zero_centered_gamma=True")
+    return ", ".join(parts)
+
+
 def _add_parameter(module, name, present, hidden, fill, device, dtype):
     """module.<name>: a Parameter of `hidden` values `fill`, or None (registered, like torch.nn's)."""
     param = torch.nn.Parameter(torch.full((hidden,), fill, device=device, dtype=dtype)) if present else None
@@ -62,11 +72,14 @@ class RMSNorm(torch.nn.Module):
     def __init__(self, hidden: int, eps: float = 1e-6, elementwise_affine: bool = True,
                  zero_centered_gamma: bool = False, device=None, dtype=None):
         super().__init__()
-        self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
+        self.hidden, self.eps, self.zero_centered_gamma = hidden, eps, zero_centered_gamma
         _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return rms_norm(x, self.weight, self.eps, self.zero_centered_gamma)
+
+    def extra_repr(self) -> str:
+        return _extra_repr(self)
 
 
 class LayerNorm(torch.nn.Module):
@@ -76,12 +89,15 @@ class LayerNorm(torch.nn.Module):
     def __init__(self, hidden: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
                  zero_centered_gamma: bool = False, device=None, dtype=None):
         super().__init__()
-        self.eps, self.zero_centered_gamma = eps, zero_centered_gamma
+        self.hidden, self.eps, self.zero_centered_gamma = hidden, eps, zero_centered_gamma
         _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
         _add_parameter(self, "bias", elementwise_affine and bias, hidden, 0.0, device, dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return layer_norm(x, self.weight, self.bias, self.eps, self.zero_centered_gamma)
+
+    def extra_repr(self) -> str:
+        return _extra_repr(self)
 
 
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
