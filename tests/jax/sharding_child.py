@@ -83,6 +83,14 @@ def shard_map_case(norm, mesh, shape) -> dict:
     return measure(sm, grad_fn(sm), args, jax.device_put(dy, sharded), sharded, expected)
 
 
+def eager_case(norm, mesh, shape) -> dict:
+    """An eager call (no jit) with x row-sharded and uncommitted parameters (plain jnp arrays)."""
+    x, w, b, _ = inputs(shape, "float32", "float32")
+    y = norm_fn(norm)(jax.device_put(x, NamedSharding(mesh, P("data", None))), w, b)
+    return {"y_sharding_is_x": y.sharding.is_equivalent_to(NamedSharding(mesh, P("data", None)), y.ndim),
+            "max_diff": max_diff(y, norm_fn(norm)(x, w, b))}
+
+
 def main():
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -94,6 +102,7 @@ def main():
         out[f"{norm}/hidden"] = jit_case(norm, mesh, P(None, "data"), (16, 64))
         out[f"{norm}/rows_and_hidden"] = jit_case(norm, mesh2, P("a", "b"), (16, 64))
         out[f"{norm}/shard_map"] = shard_map_case(norm, mesh, (16, 64))
+        out[f"{norm}/eager_uncommitted_params"] = eager_case(norm, mesh, (16, 64))
     print(json.dumps(out))
 
 

@@ -62,3 +62,10 @@ def test_sharded_values_and_layout(results, norm, case):
     r = results[f"{norm}/{case}"]
     assert r["y_sharding_is_x"] and r["dx_sharding_is_x"], r
     assert r["max_diff"] < 1e-4, r  # the same kernels on the same rows: float32 rounding at most
+
+
+@pytest.mark.parametrize("norm", NORMS)
+def test_eager_call_with_uncommitted_parameters(results, norm):
+    """fj.rms_norm(x_sharded, jnp.ones(H)) outside jit: JAX places the weight, as for jnp ops."""
+    r = results[f"{norm}/eager_uncommitted_params"]
+    assert r["y_sharding_is_x"] and r["max_diff"] < 1e-4, r

@@ -124,6 +124,8 @@ def _rms_norm_bwd(eps, flags, res, dy):
 
 
 _rms_norm.defvjp(_rms_norm_fwd, _rms_norm_bwd)
+# Jitted so that an eager call with sharded x is partitioned too (inside jit it is inlined).
+_rms_norm_jit = jax.jit(_rms_norm, static_argnums=(2, 3))
 
 
 def rms_norm(x, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = False):
@@ -132,7 +134,7 @@ def rms_norm(x, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = Fals
     weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
     _check(x, eps, zero_centered_gamma, weight=weight)
     axes = _sharding.varying_axes(x)
-    return _rms_norm(x, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
+    return _rms_norm_jit(x, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
 
 # --- LayerNorm ---------------------------------------------------------------------------
@@ -165,6 +167,7 @@ def _layer_norm_bwd(eps, flags, res, dy):
 
 
 _layer_norm.defvjp(_layer_norm_fwd, _layer_norm_bwd)
+_layer_norm_jit = jax.jit(_layer_norm, static_argnums=(3, 4))
 
 
 def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma: bool = False):
@@ -174,7 +177,7 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma
     _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
     axes = _sharding.varying_axes(x)
     weight, bias = (_sharding.vary_like(axes, p) for p in (weight, bias))
-    return _layer_norm(x, weight, bias, float(eps), _flags(zero_centered_gamma))
+    return _layer_norm_jit(x, weight, bias, float(eps), _flags(zero_centered_gamma))
 
 
 def _check(x, eps, zero_centered_gamma, **params) -> None:
@@ -186,7 +189,10 @@ def _check(x, eps, zero_centered_gamma, **params) -> None:
     check_norm_args(tuple(x.shape), jnp.dtype(x.dtype).name,
                     {n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name) for n, a in params.items()},
                     eps, zero_centered_gamma)
-    devices = {n: a.devices() for n, a in arrays.items() if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer)}
+    # Committed arrays only: JAX places uncommitted ones (jnp.ones(H)) where the others are, as
+    # for its own ops; a weight on one device with x sharded over eight is the common case.
+    devices = {n: a.devices() for n, a in arrays.items()
+               if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) and a.committed}
     if "x" in devices:
         for name, devs in devices.items():
             if devs != devices["x"]:
