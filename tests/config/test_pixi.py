@@ -297,3 +297,14 @@ def test_source_dependencies_name_outputs_of_the_recipe(pixi):
                 assert pkg in outputs, f"feature {name!r}: {pkg} is not an output of recipe/recipe.yaml ({sorted(outputs)})"
                 found.append(pkg)
     assert {"fuselet-torch", "fuselet-jax"} <= set(found)
+
+
+def test_every_environment_that_runs_the_tests_has_the_packaging_tool(pixi):
+    """`pixi run -e <env> test` runs scripts/test.sh, which seeds, builds and verifies the conda
+    packages with fuselet-build: an environment without the packaging feature aborts there."""
+    test_sh = (ROOT / "scripts/test.sh").read_text()
+    assert "scripts/packages.sh" in test_sh and "tools/fuselet-build/tests" in test_sh
+    assert pixi["tasks"]["test"]["cmd"] == "scripts/test.sh"
+    for name, env in _environments(pixi).items():
+        if "test" in env.get("features", []):
+            assert "packaging" in env["features"], f"`pixi run -e {name} test` would abort: no fuselet-build there"

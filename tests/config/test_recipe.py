@@ -53,8 +53,8 @@ def test_conda_forge_matrix_counts(conda_forge_jobs):
     v = _variants("conda-forge.yaml")
     cudas = [str(c) for c in v["cuda_compiler_version"]]
     jobs = _by_name(conda_forge_jobs)
-    expected_torch = {(c, p, t) for c, p, t in itertools.product(cudas, v["python"], v["pytorch"])
-                      if not (c == "13.0" and t == "2.12")}  # pruned: no pytorch 2.12 for CUDA 13
+    # conda-forge has every pytorch of the file in every CUDA flavor (conda-forge-snapshot.yaml)
+    expected_torch = set(itertools.product(cudas, v["python"], v["pytorch"]))
     got_torch = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["pytorch"])
                  for j in jobs["fuselet-torch"]}
     assert got_torch == expected_torch
@@ -109,7 +109,7 @@ def test_rendered_run_requirements_pin_abi(matrix_mod):
             assert f"pytorch * {flavor}*" in run, run
             assert any(s.startswith("pin_compatible") or s.startswith("pytorch >=") or "pytorch" in s for s in run)
         if job.name == "fuselet-jax":
-            assert f"jaxlib >={job.variant['jaxlib']}" in run, run
+            assert f"jaxlib >={job.variant['jaxlib']},<{job.variant['jaxlib_below']}" in run, run
         if job.variant.get("cuda_compiler_version") == "13.0" and job.name != "fuselet":
             assert "__cuda" in run and any(s.startswith("cuda-version >=13.0,<14") for s in run), run
 
@@ -132,3 +132,115 @@ def test_nightly_packages_pin_the_exact_prerelease(matrix_mod):
             assert f"jaxlib =={nightly['jaxlib'][0]}" in run, run
             seen.add(job.name)
     assert seen == {"fuselet-torch", "fuselet-jax"}
+
+
+# --- what conda-forge needs of the recipe ---------------------------------------------------------
+
+def _recipe_text():
+    return (ROOT / "recipe/recipe.yaml").read_text()
+
+
+def test_every_cmake_configure_passes_cmake_args():
+    """conda-forge's compiler and nvcc activation scripts hand their settings (find-root paths,
+    the CUDA toolkit's target folder) to CMake through ${CMAKE_ARGS}."""
+    configures = [ln.strip() for ln in _recipe_text().splitlines() if re.search(r"-\s*cmake .*-S ", ln)]
+    assert len(configures) == 4, configures
+    assert all(ln.startswith("- cmake ${CMAKE_ARGS} ") for ln in configures), configures
+
+
+def test_no_allowlist_hides_a_cuda_library():
+    """A CUDA library a package links must come from a run dependency, never an allowlist."""
+    recipe = yaml.safe_load(_recipe_text())
+    for out in recipe["outputs"]:
+        allow = out.get("build", {}).get("dynamic_linking", {}).get("missing_dso_allowlist", [])
+        assert not [a for a in allow if re.search(r"cu|nv", a)], (out.get("package", out.get("staging")), allow)
+
+
+def _rendered(matrix_mod, *variant_files):
+    return [(matrix_mod.job_of(r), r.recipe.to_dict()) for r in
+            matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants" / f for f in variant_files])]
+
+
+def test_the_cuda_core_links_the_cuda_runtime_of_a_package(matrix_mod):
+    """cuda-cudart-dev in the core's host: its run_export makes libfuselet (and whatever inherits
+    the core) depend on cuda-cudart, the package with libcudart.so.X."""
+    for job, d in _rendered(matrix_mod, "offline.yaml"):
+        if job.name != "libfuselet":
+            continue
+        (core,) = d["staging_caches"]
+        host = [str(h) for h in core["requirements"].get("host", [])]
+        if job.variant["cuda_compiler_version"] == "None":
+            assert not [h for h in host if h.startswith("cuda")], host
+        else:
+            assert "cuda-cudart-dev" in host and "cuda-version 13.0.*" in host, host
+
+
+def test_cuda_framework_packages_have_what_torchs_cmake_config_needs(matrix_mod):
+    for job, d in _rendered(matrix_mod, "offline.yaml"):
+        if job.name == "fuselet-torch" and job.variant["cuda_compiler_version"] != "None":
+            host = [str(h) for h in d["requirements"]["host"]]
+            assert {"cuda-cudart-dev", "cuda-nvrtc-dev", "nvtx-c", "cuda-version 13.0.*"} <= set(host), host
+            assert any("nvcc" in str(b) for b in d["requirements"]["build"]), d["requirements"]["build"]
+
+
+def test_libfuselet_exports_what_its_soname_promises(matrix_mod):
+    """A downstream C++ package built against libfuselet must accept every build of the same
+    x.y.z (other flavors, rebuilds); fuselet's own outputs keep exact pins between them."""
+    for job, d in _rendered(matrix_mod, "offline.yaml"):
+        if job.name == "libfuselet":
+            (pin,) = d["requirements"]["run_exports"]["weak"]
+            assert pin["pin_subpackage"]["name"] == "libfuselet"
+            assert pin["pin_subpackage"].get("upper_bound") == "x.x.x" and not pin["pin_subpackage"].get("exact")
+        if job.name in ("fuselet-torch", "fuselet-jax"):
+            for kind in ("host", "run"):
+                assert {"pin_subpackage": {"name": "libfuselet", "exact": True}} in d["requirements"][kind]
+
+
+def test_fuselet_jax_pins_the_jaxlib_flavor(matrix_mod):
+    """A CPU fuselet-jax registers no CUDA handlers: it must never be installed next to a CUDA
+    jaxlib (nor a CUDA one next to a CPU jaxlib)."""
+    seen = set()
+    for job, d in _rendered(matrix_mod, "offline.yaml"):
+        if job.name != "fuselet-jax":
+            continue
+        flavor = "cpu" if job.variant["cuda_compiler_version"] == "None" else "cuda"
+        host, run = ([str(x) for x in d["requirements"][k]] for k in ("host", "run"))
+        assert f"jaxlib =={job.variant['jaxlib']} {flavor}*" in host, host
+        assert f"jaxlib * {flavor}*" in run, run
+        seen.add(flavor)
+    assert seen == {"cpu", "cuda"}
+
+
+def test_skips_match_conda_forges_python_values(matrix_mod, tmp_path):
+    """conda-forge's python variants read `3.10.* *_cpython`: a skip written `python == "3.10"`
+    never matches them. Render with the pinning's own values."""
+    pins = yaml.safe_load(re.sub(r"#.*", "", shared_file("anchors/conda-forge-pinning.yaml").read_text()))
+    values = [str(p) for p in pins["python"] if "3.14" not in str(p)]
+    override = tmp_path / "python.yaml"
+    override.write_text(yaml.safe_dump({"python": values}))
+    jobs = matrix_mod.jobs(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", override])
+    jax_pythons = {str(j.variant["python"]) for j in jobs if j.name == "fuselet-jax"}
+    torch_pythons = {str(j.variant["python"]) for j in jobs if j.name == "fuselet-torch"}
+    assert jax_pythons and not [p for p in jax_pythons if p.startswith("3.10")], jax_pythons
+    assert any(p.startswith("3.10") for p in torch_pythons), torch_pythons
+
+
+def test_python_parts_are_tested_as_conda_forge_tests_them():
+    """pip_check on (the packages carry dist-info), and the noarch package is tested on
+    python_min (CFEP-25)."""
+    recipe = yaml.safe_load(_recipe_text())
+    for out in recipe["outputs"]:
+        for test in out.get("tests", []):
+            if "python" in test:
+                assert test["python"].get("pip_check", True) is True, out["package"]["name"]
+                if out["package"]["name"] == "fuselet":
+                    assert test["python"].get("python_version") == "${{ python_min }}.*"
+
+
+def test_cuda_13_is_built_with_the_compilers_conda_forge_pins():
+    """conda-forge-pinning: gcc 15 for CPU builds; the CUDA 12.9 jobs keep gcc 14; the cuda130
+    migration builds CUDA 13.0 with gcc 15 and glibc 2.28."""
+    v = _variants("conda-forge.yaml")
+    zipped = dict(zip(map(str, v["cuda_compiler_version"]), zip(v["c_compiler_version"], v["cxx_compiler_version"],
+                                                                 map(str, v["c_stdlib_version"]))))
+    assert zipped == {"None": (15, 15, "2.17"), "12.9": (14, 14, "2.17"), "13.0": (15, 15, "2.28")}

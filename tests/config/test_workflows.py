@@ -229,3 +229,23 @@ def test_pull_requests_run_make_test():
     job = wf["jobs"]["test"]
     assert job["runs-on"] == "ubuntu-latest"
     assert "make test" in [s.get("run") for s in job["steps"]]
+
+
+def test_a_failed_variant_does_not_skip_the_later_waves_or_the_channel(packages):
+    """GitHub skips a job whose `needs` failed unless its `if` says otherwise: one failing variant
+    would leave every binding unbuilt and the channel (and verify's verdict) never made."""
+    for name in ("build-python", "build", "channel"):
+        cond = str(packages["jobs"][name].get("if", ""))
+        assert "!cancelled()" in cond and "needs.matrix.result == 'success'" in cond, (name, cond)
+
+
+@pytest.mark.parametrize("path", ["csrc/core/src/norm.cc", "python/fuselet/torch/norm.py", "CMakeLists.txt",
+                                  "cmake/FuseletPython.cmake", "pyproject.toml", "recipe/recipe.yaml",
+                                  "variants/conda-forge.yaml", "tools/fuselet-build/src/fuselet_build/build.py",
+                                  "VERSION"])
+def test_pull_requests_that_change_a_package_build_the_packages(packages, path):
+    import fnmatch
+
+    patterns = packages["on"]["pull_request"]["paths"]
+    assert (ROOT / path).exists(), path
+    assert any(fnmatch.fnmatch(path, p.replace("**", "*")) for p in patterns), (path, patterns)
