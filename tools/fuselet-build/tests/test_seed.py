@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -129,11 +130,14 @@ def test_build_strings(tmp_path):
     assert plans["cp"].build.startswith("py311h") and plans["cp"].subdir == "linux-64"
     assert plans["cp"].depends == ["python >=3.11,<3.12.0a0", "python_abi 3.11.* *_cp311"]
     assert plans["cpu"].name == "pytorch" and plans["cpu"].version == "2.13.0"
-    assert plans["cpu"].build.startswith("cpu_py311_h") and plans["cpu"].build.endswith("_0")
+    # pytorch-cpu-feedstock: cpu_<blas>_py311_h<hash>_N, mkl +100, CUDA +200
+    assert plans["cpu"].build.startswith("cpu_mkl_py311_h") and plans["cpu"].build.endswith("_100")
     assert "numpy" in plans["cpu"].depends      # the wheel does not declare it; conda-forge's does
-    assert plans["cuda"].build.startswith("cuda130_py311_h") and plans["cuda"].build.endswith("_200")
-    assert plans["cuda"].build_number == 200 and "cuda-version >=13.0,<14" in plans["cuda"].depends
-    assert plans["jaxlib"].build.startswith("cpu_py311_h")
+    assert plans["cuda"].build.startswith("cuda130_mkl_py311_h") and plans["cuda"].build.endswith("_300")
+    assert plans["cuda"].build_number == 300 and "cuda-version >=13.0,<14" in plans["cuda"].depends
+    assert "__cuda" in plans["cuda"].depends and "__cuda" not in plans["cpu"].depends
+    # jaxlib-feedstock: cpu_py311h<hash>_0 (no "_" before the hash)
+    assert re.fullmatch(r"cpu_py311h[0-9a-f]{7}_0", plans["jaxlib"].build), plans["jaxlib"].build
     for p in plans.values():  # h + 7 hex digits, and the file name conda expects
         assert len(p.build.split("h")[-1].split("_")[0]) == 7
         assert p.filename == f"{p.name}-{p.version}-{p.build}.conda"
@@ -141,6 +145,36 @@ def test_build_strings(tmp_path):
     assert plan_wheel(pure, T, {}).build == plans["pure"].build
     pure.sha256 = "0" * 64
     assert plan_wheel(pure, T, {}).build != plans["pure"].build
+
+
+def test_a_cuda_jaxlib_packs_its_plugin_wheels_as_conda_forge_does(tmp_path):
+    jaxlib = wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
+                                           purelib=False, requires=["numpy>=1.26"]))
+    plugin = wheels.read_wheel(make_wheel(tmp_path, "jax-cuda13-plugin", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
+                                           purelib=False, requires=[
+                                               "jax-cuda13-pjrt==0.10.2",
+                                               'nvidia-cublas>=13.0.0.19; sys_platform == "linux" and extra == "with-cuda"',
+                                               'nvidia-nvvm; extra == "with-cuda"'],
+                                           files={"jax_cuda13_plugin/__init__.py": ("", 0o644)}))
+    pjrt = wheels.read_wheel(make_wheel(tmp_path, "jax-cuda13-pjrt", "0.10.2", tag="py3-none-manylinux_2_27_x86_64",
+                                         purelib=False, files={"jax_plugins/xla_cuda13/__init__.py": ("", 0o644)}))
+    other = wheels.read_wheel(make_wheel(tmp_path, "jax-cuda13-plugin", "0.8.3", tag="cp311-cp311-manylinux_2_27_x86_64",
+                                          purelib=False))
+    closure = {"nvidia-cublas": [plugin]}   # nvidia-nvvm is not in the channel
+    warnings = []
+    plans, used = wheels.cuda_jaxlib_plans([jaxlib, plugin, pjrt, other], T, closure, warnings.append)
+    (plan,) = plans                                   # 0.8.3 has no pjrt wheel: no CUDA jaxlib for it
+    assert used == {str(plugin.path), str(pjrt.path)}
+    assert plan.name == "jaxlib" and re.fullmatch(r"cuda130_py311h[0-9a-f]{7}_200", plan.build), plan.build
+    assert {"numpy >=1.26", "nvidia-cublas >=13.0.0.19", "cuda-version >=13.0,<14", "__cuda"} <= set(plan.depends)
+    assert not [d for d in plan.depends if d.startswith(("jax-cuda13", "nvidia-nvvm"))], plan.depends
+    assert "nvidia-nvvm" in warnings[0]
+    assert plan.build != plan_wheel(jaxlib, T, closure).build
+    staged = tmp_path / "staged"
+    for w in (plan.info, *plan.bundled):
+        wheels.stage_wheel(w, staged, T)
+    sp = staged / T.site_packages
+    assert (sp / "jax_plugins/xla_cuda13/__init__.py").exists() and (sp / "jax_cuda13_plugin/__init__.py").exists()
 
 
 def test_wheel_layout_scripts_and_entry_points(tmp_path):
@@ -186,14 +220,14 @@ HOST = host.HostToolchain(
 def test_host_packages_are_what_compiler_and_stdlib_ask_for():
     pkgs = {p.name: p for p in host.host_packages(HOST, T)}
     assert set(pkgs) == {"python_abi", "gcc_linux-64", "gxx_linux-64", "sysroot_linux-64", "cuda-version",
-                         "cuda-nvcc_linux-64", "cuda-cudart", "cuda-cudart-dev"}
+                         "cuda-nvcc_linux-64"}   # cuda-cudart(-dev): from NVIDIA's wheels (seed.cuda)
     assert pkgs["gxx_linux-64"].version == "12.2.0"             # matches `gxx_linux-64 12.*`
     assert pkgs["gxx_linux-64"].depends == ["gcc_linux-64 ==12.2.0"]
     assert pkgs["sysroot_linux-64"].version == "2.36" and pkgs["sysroot_linux-64"].subdir == "noarch"
     assert pkgs["cuda-nvcc_linux-64"].version == "13.0.88"     # matches `cuda-nvcc_linux-64 13.0.*`
     assert "cuda-version >=13.0,<13.1.0a0" in pkgs["cuda-nvcc_linux-64"].depends
     assert pkgs["cuda-version"].constrains[0] == "__cuda >=13"
-    assert pkgs["python_abi"].build == "0_cp311"
+    assert pkgs["python_abi"].build == "8_cp311"                 # python_abi-feedstock: build number 8
     assert pkgs["python_abi"].constrains == ["python 3.11.* *_cpython"]
     assert pkgs["gcc_linux-64"].build.startswith("h") and pkgs["gcc_linux-64"].filename.endswith("_0.conda")
     no_cuda = host.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
@@ -364,7 +398,7 @@ def test_seeded_channel_runs_torch_cpu(cpu_channel, tmp_path):
     channel, cache, report = cpu_channel
     if report is not None:
         builds = [p.build for p in report.find("pytorch")]
-        assert any(b.startswith("cpu_py311_h") for b in builds), builds
+        assert any(b.startswith("cpu_mkl_py311_h") for b in builds), builds
     prefix = tmp_path / "env"
     run = solve_and_run(channel, prefix, ["python 3.11.*", "pytorch 2.13.* cpu*", "numpy", "pip"],
                         "import torch, numpy; print(torch.__version__, float(torch.ones(3).numpy().sum()))")

@@ -6,12 +6,15 @@ against is made here, from three sources:
      `python` (a small rattler-build recipe, recipes/python) + a metadata-only `python_abi`;
   2. the host toolchain: activation packages for `${{ compiler('c'/'cxx'/'cuda') }}` and
      `${{ stdlib('c') }}` (gcc_linux-64, gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64,
-     cuda-version, cuda-cudart(-dev)) whose etc/conda/activate.d scripts point at /usr/bin/gcc,
-     /usr/bin/g++ and the host CUDA toolkit;
+     cuda-version) whose etc/conda/activate.d scripts point at /usr/bin/gcc, /usr/bin/g++ and
+     the host CUDA toolkit;
   3. PyPI wheels (resolved by pip, converted by fuselet_build.seed.wheels with
      rattler_build.assemble_package): pytorch 2.13 cpu, pytorch 2.14.1 cuda 13.0 and its
-     nvidia-* wheels, jax/jaxlib 0.8.3 and 0.10.2, numpy, scipy, cmake, ninja, ... and the
-     whole dependency closure.
+     nvidia-* wheels, jax/jaxlib 0.8.3 and 0.10.2 (CPU, and CUDA 13 with the jax-cuda13
+     plugin wheels packed in, as conda-forge's CUDA jaxlib), numpy, scipy, cmake, ninja, ... and
+     the whole dependency closure; from the nvidia-cuda-runtime, -nvrtc and nvtx wheels also
+     conda-forge's CUDA split packages (fuselet_build.seed.cuda: cuda-cudart, cuda-cudart-dev,
+     cuda-nvrtc, cuda-nvrtc-dev, nvtx-c).
 The channel is indexed by py-rattler (in a subprocess, into a staging folder whose repodata is
 moved in at the very end): an interrupted or failed seed leaves the previous index intact and
 every finished package in the cache. Everything is cached by content (wheel sha256, host
@@ -20,6 +23,7 @@ toolchain facts), so a second seed with nothing changed does no conversion and n
 This package runs the steps in order and is the CLI entry; each concern has its module:
   host     the host toolchain, its activation packages, `python` from the interpreter
   wheels   wheels -> conda packages (metadata mapping, layout, assemble_package)
+  cuda     the CUDA split packages, from NVIDIA's wheels (recipes/cuda)
   pip      resolving and downloading the wheels
   channel  placing packages in the channel, its manifest, disk space
   cache    SeedError, the cache (downloads, resolutions, finished packages), packing options
@@ -41,7 +45,7 @@ from pathlib import Path
 
 from fuselet_build import channel as channel_index
 from fuselet_build import paths
-from fuselet_build.seed import wheels
+from fuselet_build.seed import cuda, wheels
 from fuselet_build.seed.cache import SUBDIRS, Cache, Options, SeedError, atomic_write
 from fuselet_build.seed.channel import (
     MANIFEST,
@@ -73,8 +77,11 @@ GROUPS: dict[str, list[str]] = {
     "jax-0.10": ["jax==0.10.2", "jaxlib==0.10.2", "numpy>=1.26", "ml_dtypes>=0.5", "opt_einsum", "scipy"],
     "jax-0.8": ["jax==0.8.3", "jaxlib==0.8.3", "numpy>=1.26", "ml_dtypes>=0.5", "opt_einsum", "scipy"],
     "torch-cuda": ["torch==2.14.1", "numpy>=1.26", "mpmath<1.4"],
+    # The CUDA plugin of each jaxlib: packed into a CUDA-flavored jaxlib, as conda-forge does.
+    "jax-cuda-0.10": ["jax-cuda13-plugin==0.10.2", "jax-cuda13-pjrt==0.10.2"],
+    "jax-cuda-0.8": ["jax-cuda13-plugin==0.8.3", "jax-cuda13-pjrt==0.8.3"],
 }
-CUDA_GROUPS = {"torch-cuda"}
+CUDA_GROUPS = {"torch-cuda", "jax-cuda-0.10", "jax-cuda-0.8"}
 
 
 # --- the whole seed ------------------------------------------------------------------------
@@ -139,15 +146,18 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         for info in infos:
             closure.setdefault(info.key, []).append(info)
         report.resolve_seconds = time.monotonic() - t_res
-        plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos]
+        cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
+        plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
+                 if str(i.path) not in plugins] + cuda_jaxlibs
         plans.sort(key=lambda p: (p.info.path.stat().st_size, p.name))   # big ones last
         if groups is None:
-            _check_flavors(plans, with_cuda and host.cuda_root is not None, report.warnings)
+            _check_flavors(plans, with_cuda, report.warnings)
         hosts += cuda_version_packages(plans, hosts)
+        splits = cuda.plan_split(plans) if with_cuda else []
         doing = "checking the free disk space"
         check_space(cache, channel, plans, py_cached=cache.package(target.subdir, py_file).exists())
         # 2. make what the cache lacks
-        ui.total(1 + len(hosts) + len(plans))
+        ui.total(1 + len(hosts) + len(splits) + len(plans))
         doing = "making the `python` package"
         produced.append(_make(cache, target.subdir, py_file, "interpreter", ui, f"python {platform.python_version()}",
                               lambda upd: make_python_package(cache, target, opts, key)))
@@ -155,12 +165,17 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
             doing = f"making the host package {pkg.name}"
             produced.append(_make(cache, pkg.subdir, pkg.filename, "host", ui, f"{pkg.name} {pkg.version}",
                                   lambda upd, pkg=pkg: make_host_package(cache, pkg, opts)))
+        for split in splits:
+            doing = f"making the CUDA package {split.name}"
+            produced.append(_make(cache, split.subdir, split.filename, "NVIDIA wheels", ui,
+                                  f"{split.name} {split.version}",
+                                  lambda upd, split=split: cuda.make_split_package(cache, split, opts)))
         for plan in plans:
             doing = f"converting {plan.info.path.name}"
             produced.append(_make(cache, plan.subdir, plan.filename, plan.info.path.name, ui,
                                   f"{plan.name} {plan.version}",
                                   lambda upd, plan=plan: convert_wheel(cache, plan, target, opts, upd),
-                                  lambda plan=plan: wheels.uncompressed_size(plan.info)))
+                                  lambda plan=plan: sum(map(wheels.uncompressed_size, (plan.info, *plan.bundled)))))
         # 3. the channel: files in, index, stale files out
         doing = f"placing the packages in {channel}"
         files = sorted({f"{sub}/{path.name}" for sub, path, _ in produced})
@@ -210,11 +225,12 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
 
 
 def _check_flavors(plans: list[WheelPlan], with_cuda: bool, warnings: list[str]) -> None:
-    builds = [p.build for p in plans if p.name == "pytorch"]
-    if not any(b.startswith("cpu_") for b in builds):
-        warnings.append(f"no CPU pytorch among the wheels pip chose ({builds}): is the +cpu wheel reachable?")
-    if with_cuda and not any(b.startswith("cuda") for b in builds):
-        warnings.append(f"no CUDA pytorch among the wheels pip chose ({builds})")
+    for name in ("pytorch", "jaxlib"):
+        builds = [p.build for p in plans if p.name == name]
+        if not any(b.startswith("cpu_") for b in builds):
+            warnings.append(f"no CPU {name} among the wheels pip chose ({builds}): is the CPU wheel reachable?")
+        if with_cuda and not any(b.startswith("cuda") for b in builds):
+            warnings.append(f"no CUDA {name} among the wheels pip chose ({builds})")
 
 
 def _make(cache: Cache, subdir: str, filename: str, source: str, ui: ProgressUi, label: str,

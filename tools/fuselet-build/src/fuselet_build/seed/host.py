@@ -124,7 +124,7 @@ class HostPackage:
     env: dict[str, str] = field(default_factory=dict)
     append: dict[str, str] = field(default_factory=dict)
     summary: str = ""
-    build_string: str | None = None   # fixed build string (python_abi: 0_cp311), else h<hash>_0
+    build_string: str | None = None   # fixed build string (python_abi: 8_cp311), else h<hash>_0
 
     def scripts(self) -> tuple[str, str] | None:
         if not self.env and not self.append:
@@ -155,7 +155,7 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
                    CONDA_TOOLCHAIN_BUILD=host.triplet)
     pkgs = [
         HostPackage("python_abi", target.short, target.subdir, constrains=[f"python {target.short}.* *_cpython"],
-                    summary=f"Metadata: CPython {target.short} ABI (cp{target.nodot})", build_string=f"0_cp{target.nodot}"),
+                    summary=f"Metadata: CPython {target.short} ABI (cp{target.nodot})", build_string=f"8_cp{target.nodot}"),
         HostPackage("gcc_linux-64", host.gcc_version, "linux-64", env=gcc_env,
                     summary=f"activation of the host GCC {host.gcc_version} ({t['CC']})"),
         HostPackage("gxx_linux-64", host.gcc_version, "linux-64", depends=[f"gcc_linux-64 =={host.gcc_version}"],
@@ -171,17 +171,12 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
         pkgs += [
             _cuda_version_package(mm, root),
             HostPackage("cuda-nvcc_linux-64", host.nvcc_version, "linux-64",
-                        depends=[pin, f"cuda-cudart-dev {host.cudart_version}"],
+                        depends=[pin],
                         env={"CUDA_HOME": root, "CUDA_PATH": root, "CUDAToolkit_ROOT": root,
                              "CUDACXX": f"{root}/bin/nvcc", "CUDAHOSTCXX": t.get("CXX", "g++")},
                         append={"CMAKE_ARGS": f"-DCUDAToolkit_ROOT={root} -DCUDA_TOOLKIT_ROOT_DIR={root} "
                                               f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc"},
                         summary=f"activation of the host nvcc {host.nvcc_version} ({root}/bin/nvcc)"),
-            HostPackage("cuda-cudart", host.cudart_version, "linux-64", depends=[pin],
-                        summary=f"Metadata: the CUDA runtime of the host toolkit ({root}/lib64)"),
-            HostPackage("cuda-cudart-dev", host.cudart_version, "linux-64",
-                        depends=[pin, f"cuda-cudart =={host.cudart_version}"],
-                        summary=f"Metadata: CUDA runtime headers + libraries of the host toolkit ({root})"),
         ]
     return pkgs
 

@@ -38,7 +38,7 @@ except ImportError:  # pip always vendors it
 
 # Bump when the layout or the metadata mapping changes: it enters every build-string hash,
 # so old cached conversions are not reused.
-CONVERTER_VERSION = "1"
+CONVERTER_VERSION = "2"
 
 # PyPI name (canonical) -> conda-forge name, where they differ beyond normalization.
 CONDA_NAMES = {
@@ -52,8 +52,16 @@ CONDA_NAMES = {
 # Extra depends conda-forge's builds have and the wheels lack (the torch wheel does not
 # declare numpy; a CUDA build needs a cuda-version it was built for).
 EXTRA_DEPENDS = {"pytorch": ["numpy"]}
-FLAVORED = {"pytorch", "jaxlib"}      # build strings cpu_py311_h..._0 / cuda130_py311_h..._200
+# Flavored packages: build strings and build numbers as their feedstocks write them
+# (variants/conda-forge-snapshot.yaml names the files):
+#   pytorch  cpu_mkl_py311_h<hash>_100, cuda130_mkl_py311_h<hash>_300   (the PyPI wheels link MKL)
+#   jaxlib   cpu_py311h<hash>_0,        cuda130_py311h<hash>_200         (no "_" before the hash)
+FLAVORED = {"pytorch": "{flavor}_mkl_py{py}_h{digest}_{number}", "jaxlib": "{flavor}_py{py}h{digest}_{number}"}
+BLAS_BUILD_NUMBER = {"pytorch": 100}  # pytorch-cpu-feedstock: mkl builds +100
 CUDA_BUILD_NUMBER = 200               # conda-forge: CUDA builds +200 so the solver prefers them
+# The CUDA jaxlib of conda-forge is jaxlib with the CUDA plugin wheels inside it (jaxlib-feedstock
+# recipe/build.sh pip-installs jax_cudaXX_plugin and jax_cudaXX_pjrt into the same package).
+JAX_CUDA_PLUGIN = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
 
 
 @dataclass(frozen=True)
@@ -321,12 +329,12 @@ def short_hash(*parts: object) -> str:
 
 
 def build_string(info: WheelInfo, target: Target, digest: str, number: int = 0, flavor: str | None = None) -> str:
-    """conda-forge style: pyh<hash>_0 (noarch), py311h<hash>_0, or cpu_py311_h<hash>_0 /
-    cuda130_py311_h<hash>_200 for flavored packages (pytorch, jaxlib)."""
+    """conda-forge style: pyh<hash>_0 (noarch), py311h<hash>_0, or the form of FLAVORED for
+    flavored packages (pytorch, jaxlib)."""
     if info.pure:
         return f"pyh{digest}_{number}"
     if flavor:
-        return f"{flavor}_py{target.nodot}_h{digest}_{number}"
+        return FLAVORED[info.conda_name].format(flavor=flavor, py=target.nodot, digest=digest, number=number)
     return f"py{target.nodot}h{digest}_{number}"
 
 
@@ -443,6 +451,7 @@ class WheelPlan:
     build_number: int
     depends: list[str]
     noarch: str | None
+    bundled: tuple[WheelInfo, ...] = ()   # wheels packed into the same package (CUDA jaxlib)
 
     @property
     def filename(self) -> str:
@@ -450,24 +459,64 @@ class WheelPlan:
 
 
 def plan_wheel(info: WheelInfo, target: Target, closure: dict[str, list[WheelInfo]],
-               warn: Callable[[str], None] | None = None) -> WheelPlan:
+               warn: Callable[[str], None] | None = None, bundle: tuple[WheelInfo, ...] = ()) -> WheelPlan:
+    """How `info` becomes a conda package; `bundle`: the CUDA plugin wheels of a CUDA jaxlib."""
     name = info.conda_name
     depends = python_depends(info, target) + conda_depends(info, target, closure, warn)
     depends += EXTRA_DEPENDS.get(name, [])
+    cuda = info.torch_cuda
+    if bundle:
+        cuda = f"{JAX_CUDA_PLUGIN.match(bundle[0].key).group(1)}.0"
+        depends += bundle_depends(bundle, target, closure, warn)
     flavor, number = None, 0
     if name in FLAVORED:
-        flavor = "cpu"
-        if info.torch_cuda:
-            flavor = "cuda" + info.torch_cuda.replace(".", "")
-            major, minor = info.torch_cuda.split(".")[:2]
-            depends.append(f"cuda-version >={major}.{minor},<{int(major) + 1}")
-            number = CUDA_BUILD_NUMBER
+        flavor, number = "cpu", BLAS_BUILD_NUMBER.get(name, 0)
+        if cuda:
+            flavor = "cuda" + cuda.replace(".", "")
+            major, minor = cuda.split(".")[:2]
+            depends += [f"cuda-version >={major}.{minor},<{int(major) + 1}", "__cuda"]
+            number += CUDA_BUILD_NUMBER
     depends = merge_specs(depends)
-    digest = short_hash(CONVERTER_VERSION, info.sha256, target, depends, flavor, number)
+    digest = short_hash(CONVERTER_VERSION, info.sha256, [b.sha256 for b in bundle], target, depends, flavor, number)
     return WheelPlan(info=info, name=name, version=info.conda_version,
                      subdir="noarch" if info.pure else target.subdir,
                      build=build_string(info, target, digest, number, flavor), build_number=number,
-                     depends=depends, noarch="python" if info.pure else None)
+                     depends=depends, noarch="python" if info.pure else None, bundled=bundle)
+
+
+def bundle_depends(bundle: tuple[WheelInfo, ...], target: Target, closure: dict[str, list[WheelInfo]],
+                   warn: Callable[[str], None] | None = None) -> list[str]:
+    """The CUDA libraries the plugin wheels ask for (their `with-cuda` extra), as conda depends;
+    what the channel lacks is left out with a warning, the bundled wheels themselves too."""
+    inside = {b.key for b in bundle}
+    out = []
+    for b in bundle:
+        for raw in b.requires_dist:
+            req = Requirement(raw)
+            if canonicalize_name(req.name) in inside:
+                continue
+            if req.marker is not None and not req.marker.evaluate(target.marker_env("with-cuda")):
+                continue
+            if canonicalize_name(req.name) not in closure:
+                if warn:
+                    warn(f"CUDA jaxlib {b.version}: {req.name} is not in the channel; left out of its depends")
+                continue
+            out.append(f"{conda_name(req.name)} {conda_spec(req.specifier)}".strip())
+    return out
+
+
+def cuda_jaxlib_plans(infos: list[WheelInfo], target: Target, closure: dict[str, list[WheelInfo]],
+                      warn: Callable[[str], None] | None = None) -> tuple[list[WheelPlan], set[str]]:
+    """A CUDA jaxlib for every jaxlib version whose plugin and pjrt wheels are among `infos`,
+    and the paths of the plugin wheels used (they become no package of their own)."""
+    plans, used = [], set()
+    for jl in (i for i in infos if i.key == "jaxlib"):
+        bundle = tuple(sorted((i for i in infos if JAX_CUDA_PLUGIN.match(i.key) and i.version == jl.version),
+                              key=lambda i: i.key))
+        if len(bundle) == 2:
+            plans.append(plan_wheel(jl, target, closure, warn, bundle))
+            used |= {str(b.path) for b in bundle}
+    return plans, used
 
 
 def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
@@ -479,15 +528,16 @@ def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
     try:
         files = work / "files"
         update(stage="extracting")
-        stage_wheel(info, files, target, on_bytes=lambda n: update(advance=n))
+        for wheel in (info, *plan.bundled):
+            stage_wheel(wheel, files, target, on_bytes=lambda n: update(advance=n))
         update(stage=f"packing (zstd {opts.compression_level})")
         with tmpdir_env(work):
             out = rattler_build.assemble_package(
                 plan.name, plan.version, plan.subdir, plan.build, work / "out", files_dir=files,
                 depends=plan.depends, build_number=plan.build_number, noarch=plan.noarch,
                 summary=info.summary, license=info.license, homepage=info.homepage,
-                description=f"Converted by `fuselet-build seed` from the wheel {info.path.name} "
-                            f"(sha256 {info.sha256}).",
+                description="Converted by `fuselet-build seed` from " + ", ".join(
+                    f"the wheel {w.path.name} (sha256 {w.sha256})" for w in (info, *plan.bundled)) + ".",
                 timestamp=timestamp(info.timestamp), compression_level=opts.compression_level,
                 compression_threads=opts.compression_threads, detect_prefix=False)
         return cache.store(out.path, plan.subdir)
