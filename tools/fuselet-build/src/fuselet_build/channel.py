@@ -33,10 +33,13 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
     (shards first, repodata.json last): the channel's index is the old one or the new one,
     never a broken one. `incremental` starts from the current repodata.json (rattler then
     reads only the packages it lacks; safe where file names are content hashes).
+    Packages and index files are made readable by everyone (rattler-build writes packages
+    0600): a channel is served from shared folders and web servers.
     """
     channel_dir = Path(channel_dir)
     for sub in SUBDIRS:
         (channel_dir / sub).mkdir(parents=True, exist_ok=True)
+        readable(channel_dir / sub)
     if files is None:
         files = sorted(f"{sub}/{p.name}" for sub in SUBDIRS for ext in ("*.conda", "*.tar.bz2")
                        for p in (channel_dir / sub).glob(ext))
@@ -48,6 +51,7 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
             shutil.copyfile(channel_dir / sub / "repodata.json", staging / sub / "repodata.json")
     for rel in files:
         sub, name = rel.split("/", 1)
+        readable(channel_dir / rel)
         try:
             os.link(channel_dir / rel, staging / sub / name)
         except OSError:
@@ -61,14 +65,25 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
         shards = staging / sub / "shards"
         if shards.is_dir():
             (channel_dir / sub / "shards").mkdir(exist_ok=True)
+            readable(channel_dir / sub / "shards")
             for f in shards.iterdir():
+                readable(f)
                 os.replace(f, channel_dir / sub / "shards" / f.name)
         for name in INDEX_FILES:
             if (staging / sub / name).exists():
+                readable(staging / sub / name)
                 os.replace(staging / sub / name, channel_dir / sub / name)
             else:
                 (channel_dir / sub / name).unlink(missing_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
+
+
+def readable(path: Path) -> None:
+    """Give everyone read access to a file (and search access to a folder)."""
+    mode = path.stat().st_mode
+    want = mode | (0o555 if path.is_dir() else 0o444)
+    if want != mode:
+        os.chmod(path, want & 0o7777)
 
 
 def channel_urls(channels: list[str]) -> list[str]:

@@ -1,5 +1,6 @@
 """`fuselet-build verify`: every built package carries the pins and the provenance of its
-variant, installs into a fresh prefix from the channels, and runs one op there."""
+variant and what conda-forge's CI checks (fuselet_build.contents: linkage, readable files,
+dist-info), installs into a fresh prefix from the channels, and runs one op there."""
 from __future__ import annotations
 
 import json
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fuselet_build import build as build_mod
-from fuselet_build import channel, matrix
+from fuselet_build import channel, contents, matrix
 
 SMOKE = {
     "fuselet-torch": ("import torch, fuselet.torch as ft; x = torch.randn(4, 64); w = torch.rand(64); "
@@ -26,6 +27,9 @@ SMOKE = {
     "fuselet": "import fuselet; fuselet.info()",
     "libfuselet": None,
 }
+
+
+PYTHON_PARTS = ("fuselet", "fuselet-torch", "fuselet-jax")   # packages with a dist-info
 
 
 @dataclass
@@ -52,21 +56,27 @@ def expected_pins(job: matrix.Job) -> list[str]:
         pins.append(rf"^pytorch >={major}\.{minor}\.\d+,<{major}\.{int(minor) + 1}\.0a0$")
         pins.append(rf"^pytorch \* {flavor}\*$")
     if job.name == "fuselet-jax":
-        pins.append(rf"^jaxlib >={re.escape(str(v['jaxlib']))}$")
+        pins.append(rf"^jaxlib >={re.escape(str(v['jaxlib']))},<{re.escape(str(v['jaxlib_below']))}$")
+        pins.append(rf"^jaxlib \* {'cpu' if cuda == 'None' else 'cuda'}\*$")
     if cuda != "None" and job.name != "fuselet":
         pins += [r"^cuda-version >=" + re.escape(cuda) + r",<\d+$", r"^__cuda$"]
     return pins
 
 
-def provenance(pkg_path: Path, job: matrix.Job, workdir: Path) -> tuple[dict | None, list[str]]:
-    """The _build_info.json inside a framework package, and how it disagrees with the variant."""
+def extract(pkg_path: Path, job: matrix.Job, workdir: Path) -> Path:
     import rattler.package_streaming as ps
 
+    dest = workdir / job.key
+    ps.extract(pkg_path, dest)
+    return dest
+
+
+def provenance(dest: Path, job: matrix.Job) -> tuple[dict | None, list[str]]:
+    """The _build_info.json inside a framework package (extracted at `dest`), and how it
+    disagrees with the variant."""
     layer = {"fuselet-torch": "torch", "fuselet-jax": "jax"}.get(job.name)
     if layer is None:
         return None, []
-    dest = workdir / job.key
-    ps.extract(pkg_path, dest)
     found = list(dest.glob(f"lib/python*/site-packages/fuselet/{layer}/_build_info.json"))
     if not found:
         return None, [f"no fuselet/{layer}/_build_info.json in the package"]
@@ -88,18 +98,24 @@ def provenance(pkg_path: Path, job: matrix.Job, workdir: Path) -> tuple[dict | N
     return info, problems
 
 
-def smoke(job: matrix.Job, pkg_path: Path, channels: list[str], workdir: Path) -> list[str]:
-    """Install the package into a fresh prefix and run its smoke test; [] when it passed."""
-    code = SMOKE.get(job.name)
-    if code is None:
-        return []
+def install_env(job: matrix.Job, channels: list[str], workdir: Path) -> tuple[Path | None, list[str]]:
+    """The package and its run dependencies in a fresh prefix: (prefix, []) or (None, [why not])."""
     prefix = workdir / f"env-{job.key}"
     spec = f"{job.name} =={job.version} {job.build_string}"
     cuda = str(job.variant.get("cuda_compiler_version", "None"))
+    specs = [spec] + (["python 3.11.*"] if job.name != "libfuselet" else [])
     try:
-        channel.install(prefix, [spec, "python 3.11.*"], channels, cuda=None if cuda == "None" else cuda)
+        channel.install(prefix, specs, channels, cuda=None if cuda == "None" else cuda)
     except Exception as exc:
-        return [f"cannot install {spec}: {str(exc).strip()[:500]}"]
+        return None, [f"cannot install {spec}: {str(exc).strip()[:500]}"]
+    return prefix, []
+
+
+def smoke(job: matrix.Job, prefix: Path, workdir: Path) -> list[str]:
+    """Run the package's smoke test with the python of `prefix`; [] when it passed."""
+    code = SMOKE.get(job.name)
+    if code is None:
+        return []
     proc = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600,
                           cwd=workdir, env=clean_env())
     if proc.returncode != 0:
@@ -131,12 +147,22 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
             for pin in expected_pins(job):
                 if not any(re.match(pin, d) for d in depends):
                     check.problems.append(f"missing pin /{pin}/ in depends {depends}")
-            _, problems = provenance(path, job, work)
-            check.problems += problems
+            dest = extract(path, job, work)
+            check.problems += provenance(dest, job)[1]
+            check.problems += contents.readable_problems(path)
+            if job.name in PYTHON_PARTS:
+                check.problems += contents.dist_info_problems(dest, job.name, job.version)
             if install and check.ok:
-                check.problems += smoke(job, path, [str(output)] + channels, work)
-                if check.ok and SMOKE.get(job.name):
-                    check.notes.append("installed + op ran")
+                prefix, problems = install_env(job, [str(output)] + channels, work)
+                check.problems += problems
+                if prefix is not None:
+                    check.problems += contents.linkage_problems(dest, prefix)
+                if check.ok:
+                    check.problems += smoke(job, prefix, work)
+                if check.ok:
+                    check.notes.append("installed, linkage ok" + (" + op ran" if SMOKE.get(job.name) else ""))
+            elif check.ok:
+                check.notes.append("pins ok (not installed: linkage and op unchecked)")
     return checks
 
 
