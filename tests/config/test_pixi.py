@@ -308,3 +308,21 @@ def test_every_environment_that_runs_the_tests_has_the_packaging_tool(pixi):
     for name, env in _environments(pixi).items():
         if "test" in env.get("features", []):
             assert "packaging" in env["features"], f"`pixi run -e {name} test` would abort: no fuselet-build there"
+
+
+def test_cuda_features_use_the_compilers_and_frameworks_of_the_variants(pixi):
+    """The gcc each CUDA is built with on conda-forge (variants/conda-forge.yaml), and every
+    pytorch minor of the variants that conda-forge has in that flavor (conda-forge-snapshot.yaml)."""
+    variants = yaml.safe_load((ROOT / "variants/conda-forge.yaml").read_text())
+    snap = yaml.safe_load((ROOT / "variants/conda-forge-snapshot.yaml").read_text())
+    gcc = dict(zip(map(str, variants["cuda_compiler_version"]), variants["cxx_compiler_version"]))
+    for name in ("cuda12", "cuda13"):
+        feature = pixi["feature"][name]
+        cuda = feature["dependencies"]["cuda-version"].removesuffix(".*")
+        assert feature["constraints"]["gxx_linux-64"] == f"{gcc[cuda]}.*", name
+        flavor = "cuda" + cuda.replace(".", "")
+        wanted = [t for t in map(str, variants["pytorch"]) if flavor in snap["pytorch"]["versions"][t]["flavors"]]
+        minors = sorted(tuple(map(int, t.split("."))) for t in wanted)
+        (lo_major, lo_minor), (hi_major, hi_minor) = minors[0], minors[-1]
+        spec = feature["dependencies"]["pytorch"]["version"]
+        assert spec == f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor + 1}", (name, spec, wanted)

@@ -58,7 +58,9 @@ def test_conda_forge_matrix_counts(conda_forge_jobs):
     got_torch = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["pytorch"])
                  for j in jobs["fuselet-torch"]}
     assert got_torch == expected_torch
-    expected_jax = {(c, p, j) for c, p, j in itertools.product(cudas, v["python"], v["jaxlib"]) if p != "3.10"}
+    jaxlib_cuda = str(v["jaxlib_cuda"][0]).split(",")   # CUDA versions with a CUDA jaxlib on conda-forge
+    expected_jax = {(c, p, j) for c, p, j in itertools.product(cudas, v["python"], v["jaxlib"])
+                    if p != "3.10" and (c == "None" or c in jaxlib_cuda)}
     got_jax = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]}
     assert got_jax == expected_jax
     assert len(jobs["libfuselet"]) == len(cudas)
@@ -114,25 +116,31 @@ def test_rendered_run_requirements_pin_abi(matrix_mod):
             assert "__cuda" in run and any(s.startswith("cuda-version >=13.0,<14") for s in run), run
 
 
-def test_nightly_packages_pin_the_exact_prerelease(matrix_mod):
-    """variants/nightly.yaml over conda-forge.yaml: dev builds, exact pins, a `dev` build-string tag."""
+def test_release_candidates_are_pinned_exactly(matrix_mod):
+    """variants/prerelease.yaml over conda-forge.yaml: pytorch rc builds, exact pins, an `rc`
+    build-string tag; the jax packages stay on released jaxlibs (conda-forge has no jax rc)."""
     rendered = matrix_mod.render(ROOT / "recipe/recipe.yaml",
-                                 [ROOT / "variants/conda-forge.yaml", ROOT / "variants/nightly.yaml"])
-    nightly = yaml.safe_load((ROOT / "variants/nightly.yaml").read_text())
+                                 [ROOT / "variants/conda-forge.yaml", ROOT / "variants/prerelease.yaml"])
     seen = set()
     for r in rendered:
         job = matrix_mod.job_of(r)
         run = [str(s) for s in r.recipe.requirements.run]
         if job.name == "fuselet-torch":
-            assert "torch215dev_py312" in job.build_string
+            assert "torch214rc_py312" in job.build_string, job.build_string
             assert "{'pin_compatible': {'name': 'pytorch', 'exact': True}}" in run, run
             seen.add(job.name)
         if job.name == "fuselet-jax":
-            assert "_ffi04dev_py312" in job.build_string
-            assert f"jaxlib =={nightly['jaxlib'][0]}" in run, run
+            assert "rc" not in job.build_string and "dev" not in job.build_string
             seen.add(job.name)
     assert seen == {"fuselet-torch", "fuselet-jax"}
 
+
+def test_the_prerelease_story_names_the_channels_that_carry_prereleases():
+    text = (ROOT / "variants/prerelease.yaml").read_text()
+    assert "conda-forge/label/pytorch_rc" in text and "FUSELET_TORCH_VERSION=" in text
+    assert "download.pytorch.org/whl/nightly" in text
+    assert not (ROOT / "variants/nightly.yaml").exists()
+    assert "nightly.yaml" not in (ROOT / "README.md").read_text()
 
 # --- what conda-forge needs of the recipe ---------------------------------------------------------
 
@@ -244,3 +252,48 @@ def test_cuda_13_is_built_with_the_compilers_conda_forge_pins():
     zipped = dict(zip(map(str, v["cuda_compiler_version"]), zip(v["c_compiler_version"], v["cxx_compiler_version"],
                                                                  map(str, v["c_stdlib_version"]))))
     assert zipped == {"None": (15, 15, "2.17"), "12.9": (14, 14, "2.17"), "13.0": (15, 15, "2.28")}
+
+
+def test_every_framework_a_variant_pins_exists_on_conda_forge(conda_forge_jobs):
+    """variants/conda-forge.yaml may only name what conda-forge ships (conda-forge-snapshot.yaml,
+    read in the feedstocks): a jaxlib or flavor it never built makes every job of it unsolvable."""
+    snap = _variants("conda-forge-snapshot.yaml")
+    pythons = {p.split(".*")[0] for p in snap["python"]["values"]}
+    problems = []
+    for j in conda_forge_jobs:
+        cuda = str(j.variant.get("cuda_compiler_version", "None"))
+        flavor = "cpu" if cuda == "None" else "cuda" + cuda.replace(".", "")
+        if cuda != "None" and cuda not in snap["cuda"]["versions"]:
+            problems.append(f"{j.key}: CUDA {cuda}")
+        if "python" in j.variant and str(j.variant["python"]) not in pythons:
+            problems.append(f"{j.key}: python {j.variant['python']}")
+        if j.name == "fuselet-torch":
+            entry = snap["pytorch"]["versions"].get(str(j.variant["pytorch"]))
+            if entry is None or flavor not in entry["flavors"]:
+                problems.append(f"{j.key}: pytorch {j.variant['pytorch']} {flavor}")
+        if j.name == "fuselet-jax":
+            jaxlib = str(j.variant["jaxlib"])
+            entry = snap["jaxlib"]["versions"].get(jaxlib)
+            if entry is None or flavor not in entry["flavors"]:
+                problems.append(f"{j.key}: jaxlib {jaxlib} {flavor}")
+            elif entry.get("ffi") != str(j.variant["jaxlib_ffi"]):
+                problems.append(f"{j.key}: jaxlib {jaxlib} has XLA FFI {entry.get('ffi')}, not {j.variant['jaxlib_ffi']}")
+            if jaxlib not in snap["jax"]["versions"]:
+                problems.append(f"{j.key}: jax {jaxlib} (the host pins jax ==jaxlib)")
+    assert not problems, problems
+
+
+def test_each_ffi_level_is_built_against_its_oldest_jaxlib_on_conda_forge():
+    snap = _variants("conda-forge-snapshot.yaml")
+    ours = dict(zip(map(str, _variants("conda-forge.yaml")["jaxlib"]), map(str, _variants("conda-forge.yaml")["jaxlib_ffi"])))
+    for jaxlib, ffi in ours.items():
+        usable = [v for v, e in snap["jaxlib"]["versions"].items() if e.get("ffi") == ffi and v in snap["jax"]["versions"]]
+        oldest = min(usable, key=lambda v: tuple(map(int, v.split("."))))
+        assert jaxlib == oldest, f"FFI {ffi}: built against {jaxlib}, the oldest jaxlib+jax on conda-forge is {oldest}"
+
+
+def test_the_compilers_are_those_of_the_snapshot():
+    snap = _variants("conda-forge-snapshot.yaml")["cuda"]["compilers"]
+    v = _variants("conda-forge.yaml")
+    for cuda, gcc, stdlib in zip(map(str, v["cuda_compiler_version"]), v["c_compiler_version"], map(str, v["c_stdlib_version"])):
+        assert (gcc, stdlib) == (snap[cuda]["gcc"], snap[cuda]["c_stdlib_version"]), cuda

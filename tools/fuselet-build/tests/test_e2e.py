@@ -13,7 +13,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-import rattler
 from fuselet_build import build, channel, matrix, paths
 
 ROOT = paths.root()
@@ -90,7 +89,7 @@ print(torch.__version__)
 def test_solver_refuses_the_213_build_with_torch_2141(built):
     with pytest.raises(Exception) as err:
         channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.14.1", "python 3.11.*"], CHANNELS,
-                      virtual_packages=rattler.VirtualPackage.detect())
+                      virtual_packages=channel.virtual_packages("13.0"))   # torch 2.14.1 is a CUDA build
     message = str(err.value)
     assert "pytorch" in message and "fuselet-torch" in message, message
 
@@ -122,3 +121,89 @@ def test_unsolvable_variant_names_the_missing_package(built, cli, tmp_path):
     assert proc.returncode == 1
     assert "No candidates were found for pytorch 2.99.* cpu*" in proc.stdout, proc.stdout[-3000:]
     assert (tmp_path / "out" / "noarch" / "repodata.json").exists()  # the output channel stays indexed
+
+
+# --- what conda-forge would check -------------------------------------------------------------
+
+def test_packages_and_index_are_readable_by_everyone(built):
+    for name in built:
+        path = OUTPUT / ("noarch" if name.startswith("fuselet-0") else "linux-64") / name
+        assert path.stat().st_mode & 0o444 == 0o444, (path, oct(path.stat().st_mode))
+    for sub in channel.SUBDIRS:
+        for index in (OUTPUT / sub).glob("repodata*"):
+            assert index.stat().st_mode & 0o444 == 0o444, index
+
+
+@needs_nvcc
+def test_the_cuda_core_depends_on_the_package_with_libcudart(built):
+    """libfuselet links libcudart.so.13: cuda-cudart-dev's run_export makes it depend on cuda-cudart."""
+    from rattler_build import Package
+
+    version = (ROOT / "VERSION").read_text().strip()
+    pkg = next(p for p in built if p.startswith(f"libfuselet-{version}-cuda130_"))
+    depends = Package.from_file(str(OUTPUT / "linux-64" / pkg)).depends
+    assert any(d.startswith("cuda-cudart >=13.0") for d in depends), depends
+
+
+def test_linkage_is_checked_against_the_installed_run_dependencies(built, torch213_env, tmp_path):
+    import rattler.package_streaming as ps
+    from fuselet_build import contents
+
+    pkg = next(p for p in built if p.startswith("fuselet-torch-") and "_torch213_" in p)
+    ps.extract(OUTPUT / "linux-64" / pkg, tmp_path / "pkg")
+    alone = contents.linkage_problems(tmp_path / "pkg", None)   # torch and libfuselet come from dependencies
+    assert any("libtorch_cpu.so" in p for p in alone) and any("libfuselet.so" in p for p in alone), alone
+    assert contents.linkage_problems(tmp_path / "pkg", torch213_env) == []
+
+
+def test_python_parts_are_seen_by_pip_and_importlib_metadata(torch213_env):
+    proc = run(torch213_env, "import importlib.metadata as m; "
+                             "print(m.version('fuselet'), m.version('fuselet-torch'), m.requires('fuselet-torch'))")
+    assert proc.returncode == 0, proc.stderr
+    version = (ROOT / "VERSION").read_text().strip()
+    assert proc.stdout.startswith(f"{version} {version} "), proc.stdout
+    assert "torch<2.14,>=2.13" in proc.stdout, proc.stdout
+
+
+@needs_nvcc
+@pytest.mark.parametrize("fuselet_flavor,jaxlib_flavor", [("cpu", "cuda"), ("cuda130", "cpu")])
+def test_the_solver_keeps_fuselet_jax_with_a_jaxlib_of_its_flavor(built, fuselet_flavor, jaxlib_flavor):
+    """A CPU fuselet-jax registers no CUDA handlers; a CUDA one needs a CUDA jaxlib."""
+    with pytest.raises(Exception) as err:
+        channel.solve([f"fuselet-jax * {fuselet_flavor}_ffi03*", f"jaxlib * {jaxlib_flavor}*", "python 3.11.*"],
+                      CHANNELS, virtual_packages=channel.virtual_packages("13.0"))
+    assert "jaxlib" in str(err.value), str(err.value)
+    # and with its own flavor it solves
+    channel.solve([f"fuselet-jax * {fuselet_flavor}_ffi03*", "python 3.11.*"], CHANNELS,
+                  virtual_packages=channel.virtual_packages("13.0"))
+
+
+def _channel_jaxlibs() -> list[str]:
+    import json
+
+    data = json.loads((OFFLINE / "linux-64" / "repodata.json").read_text())
+    return sorted({r["version"] for r in data.get("packages.conda", {}).values() if r["name"] == "jaxlib"},
+                  key=lambda v: tuple(map(int, v.split("."))))
+
+
+@pytest.mark.parametrize("jaxlib", _channel_jaxlibs() if (OFFLINE / "linux-64" / "repodata.json").exists() else [])
+def test_the_oldest_ffi_level_runs_on_every_jaxlib_of_its_range(built, jaxlib, tmp_path_factory):
+    """fuselet-jax's pin `jaxlib >=oldest,<jaxlib_below` is proven, not assumed: the FFI 0.2 build
+    (compiled against jaxlib 0.8.3) installs next to every jaxlib of the channel and runs."""
+    import yaml
+
+    below = str(yaml.safe_load((ROOT / "variants/offline.yaml").read_text())["jaxlib_below"][0])
+    if tuple(map(int, jaxlib.split("."))) >= tuple(map(int, below.split("."))):
+        pytest.skip(f"jaxlib {jaxlib} is outside the range fuselet-jax accepts (< {below})")
+    prefix = env_with(tmp_path_factory, f"jaxlib-{jaxlib}", ["fuselet-jax * cpu_ffi02*", f"jaxlib =={jaxlib} cpu*",
+                                                             "python 3.11.*"])
+    proc = run(prefix, """
+import jax, jaxlib, jax.numpy as jnp, fuselet.jax as fj
+x = jnp.arange(12.0).reshape(3, 4)
+y = fj.rms_norm(x, jnp.ones(4))
+ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+assert float(jnp.abs(y - ref).max()) < 1e-5
+print(jaxlib.__version__)
+""")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.strip() == jaxlib
