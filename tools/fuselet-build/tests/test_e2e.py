@@ -207,3 +207,20 @@ print(jaxlib.__version__)
 """)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == jaxlib
+
+
+def test_torch_comes_as_libtorch_and_pytorch_as_on_conda_forge(torch213_env):
+    """fuselet-torch configures against the split layout: TorchConfig.cmake, the headers and the
+    libraries in the prefix (libtorch), site-packages/torch pointing there (pytorch)."""
+    import json
+
+    data = json.loads((OFFLINE / "linux-64" / "repodata.json").read_text())["packages.conda"]
+    libtorch = {(r["version"], r["build"]) for r in data.values() if r["name"] == "libtorch"}
+    for r in (r for r in data.values() if r["name"] == "pytorch"):
+        (pin,) = [d for d in r["depends"] if d.startswith("libtorch ")]
+        _, version, build = pin.split(" ")
+        assert (version.removeprefix("=="), build) in libtorch, pin
+    assert (torch213_env / "lib/libtorch_cpu.so").is_file()
+    assert (torch213_env / "share/cmake/Torch/TorchConfig.cmake").is_file()
+    assert (torch213_env / "include/ATen/ATen.h").is_file()
+    assert (torch213_env / "lib/python3.11/site-packages/torch/lib/libtorch_cpu.so").is_symlink()

@@ -177,6 +177,41 @@ def test_a_cuda_jaxlib_packs_its_plugin_wheels_as_conda_forge_does(tmp_path):
     assert (sp / "jax_plugins/xla_cuda13/__init__.py").exists() and (sp / "jax_cuda13_plugin/__init__.py").exists()
 
 
+def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp_path):
+    from fuselet_build.seed import libtorch
+
+    cuda = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
+                                         purelib=False, requires=["nvidia-cublas==13.1.1.3", "sympy>=1.13"],
+                                         files={"torch/version.py": ("cuda = '13.0'\n", 0o644),
+                                                "torch/__init__.py": ("", 0o644),
+                                                "torch/lib/libtorch_cpu.so": ("elf", 0o755),
+                                                "torch/lib/libtorch_python.so": ("elf", 0o755),
+                                                "torch/include/ATen/ATen.h": ("", 0o644),
+                                                "torch/share/cmake/Torch/TorchConfig.cmake": ("", 0o644),
+                                                "torch/bin/torch_shm_manager": ("", 0o755)}))
+    plan = plan_wheel(cuda, T, {})
+    pytorch, lib = libtorch.split_plan(plan)
+    # pytorch-cpu-feedstock: libtorch has no python in its build string; pytorch pins it exactly
+    assert re.fullmatch(r"cuda130_mkl_h[0-9a-f]{7}_300", lib.build), lib.build
+    assert re.fullmatch(r"cuda130_mkl_py311_h[0-9a-f]{7}_300", pytorch.build), pytorch.build
+    assert f"libtorch ==2.14.1 {lib.build}" in pytorch.depends
+    assert "nvidia-cublas ==13.1.1.3" in lib.depends and "cuda-version >=13.0,<14" in lib.depends
+    assert not [d for d in lib.depends if d.startswith(("python", "sympy"))], lib.depends
+    assert "sympy >=1.13" in pytorch.depends and "nvidia-cublas ==13.1.1.3" not in pytorch.depends
+    files, native = tmp_path / "files", tmp_path / "libtorch"
+    wheels.stage_wheel(cuda, files, T)
+    libtorch.split_files(files, T, native)
+    torch = files / T.site_packages / "torch"
+    for rel in ("lib/libtorch_cpu.so", "include/ATen/ATen.h", "share/cmake/Torch/TorchConfig.cmake",
+                "bin/torch_shm_manager"):
+        assert (native / rel).is_file(), rel
+    assert (torch / "lib/libtorch_python.so").is_file() and not (torch / "lib/libtorch_python.so").is_symlink()
+    # in the prefix, site-packages/torch/lib/libtorch_cpu.so is a link to <prefix>/lib/libtorch_cpu.so
+    link = torch / "lib/libtorch_cpu.so"
+    assert link.is_symlink() and (link.parent / os.readlink(link)).resolve() == (files / "lib/libtorch_cpu.so").resolve()
+    assert (torch / "share/cmake").is_symlink() and (torch / "include/ATen").is_symlink()
+
+
 def test_wheel_layout_scripts_and_entry_points(tmp_path):
     whl = make_wheel(tmp_path, "tool", "2.0", tag="py3-none-manylinux_2_17_x86_64", purelib=False,
                      entry_points="[console_scripts]\ntool-cli = toolmod.cli:main\ntool-bin = toolmod:other\n",

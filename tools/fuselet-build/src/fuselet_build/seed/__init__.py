@@ -10,7 +10,8 @@ against is made here, from three sources:
      the host CUDA toolkit;
   3. PyPI wheels (resolved by pip, converted by fuselet_build.seed.wheels with
      rattler_build.assemble_package): pytorch 2.13 cpu, pytorch 2.14.1 cuda 13.0 and its
-     nvidia-* wheels, jax/jaxlib 0.8.3 and 0.10.2 (CPU, and CUDA 13 with the jax-cuda13
+     nvidia-* wheels (each torch wheel split into libtorch + pytorch as conda-forge splits it:
+     fuselet_build.seed.libtorch), jax/jaxlib 0.8.3 and 0.10.2 (CPU, and CUDA 13 with the jax-cuda13
      plugin wheels packed in, as conda-forge's CUDA jaxlib), numpy, scipy, cmake, ninja, ... and
      the whole dependency closure; from the nvidia-cuda-runtime, -nvrtc and nvtx wheels also
      conda-forge's CUDA split packages (fuselet_build.seed.cuda: cuda-cudart, cuda-cudart-dev,
@@ -24,6 +25,7 @@ This package runs the steps in order and is the CLI entry; each concern has its 
   host     the host toolchain, its activation packages, `python` from the interpreter
   wheels   wheels -> conda packages (metadata mapping, layout, assemble_package)
   cuda     the CUDA split packages, from NVIDIA's wheels (recipes/cuda)
+  libtorch the libtorch / pytorch split of a torch wheel
   pip      resolving and downloading the wheels
   channel  placing packages in the channel, its manifest, disk space
   cache    SeedError, the cache (downloads, resolutions, finished packages), packing options
@@ -45,7 +47,7 @@ from pathlib import Path
 
 from fuselet_build import channel as channel_index
 from fuselet_build import paths
-from fuselet_build.seed import cuda, wheels
+from fuselet_build.seed import cuda, libtorch, wheels
 from fuselet_build.seed.cache import SUBDIRS, Cache, Options, SeedError, atomic_write
 from fuselet_build.seed.channel import (
     MANIFEST,
@@ -149,6 +151,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
         plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
                  if str(i.path) not in plugins] + cuda_jaxlibs
+        plans = [part for p in plans for part in (libtorch.split_plan(p) if p.name == "pytorch" else (p,))]
         plans.sort(key=lambda p: (p.info.path.stat().st_size, p.name))   # big ones last
         if groups is None:
             _check_flavors(plans, with_cuda, report.warnings)

@@ -56,7 +56,9 @@ EXTRA_DEPENDS = {"pytorch": ["numpy"]}
 # (variants/conda-forge-snapshot.yaml names the files):
 #   pytorch  cpu_mkl_py311_h<hash>_100, cuda130_mkl_py311_h<hash>_300   (the PyPI wheels link MKL)
 #   jaxlib   cpu_py311h<hash>_0,        cuda130_py311h<hash>_200         (no "_" before the hash)
-FLAVORED = {"pytorch": "{flavor}_mkl_py{py}_h{digest}_{number}", "jaxlib": "{flavor}_py{py}h{digest}_{number}"}
+#   libtorch cpu_mkl_h<hash>_100,       cuda130_mkl_h<hash>_300          (no python)
+FLAVORED = {"pytorch": "{flavor}_mkl_py{py}_h{digest}_{number}", "jaxlib": "{flavor}_py{py}h{digest}_{number}",
+            "libtorch": "{flavor}_mkl_h{digest}_{number}"}   # libtorch: see fuselet_build.seed.libtorch
 BLAS_BUILD_NUMBER = {"pytorch": 100}  # pytorch-cpu-feedstock: mkl builds +100
 CUDA_BUILD_NUMBER = 200               # conda-forge: CUDA builds +200 so the solver prefers them
 # The CUDA jaxlib of conda-forge is jaxlib with the CUDA plugin wheels inside it (jaxlib-feedstock
@@ -452,6 +454,7 @@ class WheelPlan:
     depends: list[str]
     noarch: str | None
     bundled: tuple[WheelInfo, ...] = ()   # wheels packed into the same package (CUDA jaxlib)
+    part: str | None = None               # "libtorch" / "pytorch": one side of a torch wheel
 
     @property
     def filename(self) -> str:
@@ -530,6 +533,13 @@ def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
         update(stage="extracting")
         for wheel in (info, *plan.bundled):
             stage_wheel(wheel, files, target, on_bytes=lambda n: update(advance=n))
+        if plan.part is not None:
+            from fuselet_build.seed import libtorch
+
+            native = work / "libtorch"
+            libtorch.split_files(files, target, native)
+            if plan.part == "libtorch":
+                files = native
         update(stage=f"packing (zstd {opts.compression_level})")
         with tmpdir_env(work):
             out = rattler_build.assemble_package(
