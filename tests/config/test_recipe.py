@@ -297,3 +297,19 @@ def test_the_compilers_are_those_of_the_snapshot():
     v = _variants("conda-forge.yaml")
     for cuda, gcc, stdlib in zip(map(str, v["cuda_compiler_version"]), v["c_compiler_version"], map(str, v["c_stdlib_version"])):
         assert (gcc, stdlib) == (snap[cuda]["gcc"], snap[cuda]["c_stdlib_version"]), cuda
+
+
+def test_build_tools_come_from_the_build_environment():
+    """cmake and ninja run on the build machine: in `host` they would have to exist for the host's
+    python (a noarch package's host is python_min's) and break cross-compilation."""
+    recipe = yaml.safe_load(_recipe_text())
+
+    def names(entries):
+        out = []
+        for e in entries or []:
+            out += names(e.get("then")) + names(e.get("else")) if isinstance(e, dict) else [str(e).split()[0]]
+        return out
+
+    for out in recipe["outputs"]:
+        host = names(out.get("requirements", {}).get("host"))
+        assert not {"cmake", "ninja"} & set(host), (out.get("package", out.get("staging")), host)

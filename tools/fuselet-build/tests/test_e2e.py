@@ -224,3 +224,19 @@ def test_torch_comes_as_libtorch_and_pytorch_as_on_conda_forge(torch213_env):
     assert (torch213_env / "share/cmake/Torch/TorchConfig.cmake").is_file()
     assert (torch213_env / "include/ATen/ATen.h").is_file()
     assert (torch213_env / "lib/python3.11/site-packages/torch/lib/libtorch_cpu.so").is_symlink()
+
+
+@pytest.mark.parametrize("python", ["3.10", "3.12", "3.13"])
+def test_the_channel_has_more_than_one_python(built, python, tmp_path_factory):
+    """python 3.10-3.13 and their python_abi, as conda-forge's python variants: the noarch
+    fuselet installs and runs on each (fuselet's own test runs on python_min, 3.10)."""
+    import json
+
+    data = json.loads((OFFLINE / "linux-64" / "repodata.json").read_text())["packages.conda"]
+    pythons = {r["version"].rsplit(".", 1)[0] for r in data.values() if r["name"] == "python"}
+    if python not in pythons:
+        pytest.skip(f"no python {python} interpreter beside the seed's (pyenv) on this machine: {sorted(pythons)}")
+    prefix = env_with(tmp_path_factory, f"py{python}", [f"python {python}.*", "fuselet", "libfuselet * cpu*"])
+    proc = run(prefix, "import sys, fuselet; print(sys.version_info[:2], fuselet.__version__)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"({python.replace('.', ', ')})"), proc.stdout

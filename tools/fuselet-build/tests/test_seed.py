@@ -11,7 +11,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -254,7 +253,7 @@ HOST = host.HostToolchain(
 
 def test_host_packages_are_what_compiler_and_stdlib_ask_for():
     pkgs = {p.name: p for p in host.host_packages(HOST, T)}
-    assert set(pkgs) == {"python_abi", "gcc_linux-64", "gxx_linux-64", "sysroot_linux-64", "cuda-version",
+    assert set(pkgs) == {"gcc_linux-64", "gxx_linux-64", "sysroot_linux-64", "cuda-version",
                          "cuda-nvcc_linux-64"}   # cuda-cudart(-dev): from NVIDIA's wheels (seed.cuda)
     assert pkgs["gxx_linux-64"].version == "12.2.0"             # matches `gxx_linux-64 12.*`
     assert pkgs["gxx_linux-64"].depends == ["gcc_linux-64 ==12.2.0"]
@@ -262,11 +261,26 @@ def test_host_packages_are_what_compiler_and_stdlib_ask_for():
     assert pkgs["cuda-nvcc_linux-64"].version == "13.0.88"     # matches `cuda-nvcc_linux-64 13.0.*`
     assert "cuda-version >=13.0,<13.1.0a0" in pkgs["cuda-nvcc_linux-64"].depends
     assert pkgs["cuda-version"].constrains[0] == "__cuda >=13"
-    assert pkgs["python_abi"].build == "8_cp311"                 # python_abi-feedstock: build number 8
-    assert pkgs["python_abi"].constrains == ["python 3.11.* *_cpython"]
     assert pkgs["gcc_linux-64"].build.startswith("h") and pkgs["gcc_linux-64"].filename.endswith("_0.conda")
     no_cuda = host.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
     assert not [p for p in host.host_packages(no_cuda, T) if p.name.startswith("cuda")]
+
+
+def test_one_python_per_minor_from_the_interpreters_beside_the_running_one(tmp_path):
+    versions = tmp_path / "versions"
+    for v in ("3.9.18", "3.10.13", "3.11.7", "3.12.0", "3.12.1", "3.13.0", "3.14.0"):
+        (versions / v / "bin").mkdir(parents=True)
+        (versions / v / "bin" / f"python{v.rsplit('.', 1)[0]}").touch()
+    running = host.Interpreter(versions / "3.11.7", "3.11.7")
+    found = host.find_interpreters(running)
+    assert [(i.version, i.prefix.name) for i in found] == [
+        ("3.10.13", "3.10.13"), ("3.11.7", "3.11.7"), ("3.12.1", "3.12.1"), ("3.13.0", "3.13.0")]
+    # python-feedstock / python_abi-feedstock: _cpython up to 3.12, _cp313 from 3.13; python_abi 8_cp3XY
+    assert [i.tag for i in found] == ["cpython", "cpython", "cpython", "cp313"]
+    assert found[3].filename("abc1234") == "python-3.13.0-habc1234_0_cp313.conda"
+    abi = {i.short: host.python_abi_package(i, "linux-64") for i in found}
+    assert abi["3.11"].build == "8_cp311" and abi["3.11"].constrains == ["python 3.11.* *_cpython"]
+    assert abi["3.13"].build == "8_cp313" and abi["3.13"].constrains == ["python 3.13.* *_cp313"]
 
 
 def test_cuda_wheels_get_their_cuda_version_even_without_nvcc(tmp_path):
@@ -366,12 +380,12 @@ def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
     """seed() with no wheels and a stand-in python: activation packages, index, warm no-op."""
     import rattler_build
 
-    def fake_python(cache, target, opts, key):
+    def fake_python(cache, interp, subdir, opts, key):
         work = cache.workdir("fakepy")
         (work / "files").mkdir()
-        out = rattler_build.assemble_package("python", platform.python_version(), "linux-64", f"h{key}_0_cpython",
+        out = rattler_build.assemble_package("python", interp.version, subdir, f"h{key}_0_{interp.tag}",
                                              work / "out", files_dir=work / "files", depends=[])
-        return cache.store(out.path, "linux-64")
+        return cache.store(out.path, subdir)
 
     monkeypatch.setattr(seed, "make_python_package", fake_python)
     monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
@@ -394,6 +408,8 @@ def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
                            "python 3.11.*", "python_abi 3.11.* *_cp311"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "gcc_linux-64=" in proc.stdout and "python_abi=3.11" in proc.stdout
+    pythons = {p.version for p in report.packages if p.name == "python"}
+    assert {v.rsplit(".", 1)[0] for v in pythons} >= {"3.11"}, pythons    # + 3.10/3.12/3.13 where pyenv has them
 
 
 # --- end to end (slow): a CPU channel from PyPI + the host, torch from it ------------------

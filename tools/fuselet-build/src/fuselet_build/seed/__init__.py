@@ -2,8 +2,9 @@
 
 No conda channel is reachable on the build machine, so the channel that rattler-build solves
 against is made here, from three sources:
-  1. the interpreter's own prefix (sys.base_prefix of a standalone CPython such as pyenv's):
-     `python` (a small rattler-build recipe, recipes/python) + a metadata-only `python_abi`;
+  1. standalone CPython prefixes (pyenv's): `python` 3.10-3.13 (a small rattler-build recipe,
+     recipes/python) from the running interpreter and its siblings, each with a metadata-only
+     `python_abi`; the wheels below are for the running interpreter's python;
   2. the host toolchain: activation packages for `${{ compiler('c'/'cxx'/'cuda') }}` and
      `${{ stdlib('c') }}` (gcc_linux-64, gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64,
      cuda-version) whose etc/conda/activate.d scripts point at /usr/bin/gcc, /usr/bin/g++ and
@@ -38,7 +39,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import shutil
 import sys
 import time
@@ -58,12 +58,15 @@ from fuselet_build.seed.channel import (
     read_manifest,
 )
 from fuselet_build.seed.host import (
+    Interpreter,
     check_interpreter,
     cuda_version_packages,
     detect_host,
+    find_interpreters,
     host_packages,
     make_host_package,
     make_python_package,
+    python_abi_package,
     python_package_key,
 )
 from fuselet_build.seed.pip import ResolvedWheel, fetch_wheels, resolve_group
@@ -122,15 +125,25 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     produced: list[tuple[str, Path, PackageResult]] = []
     doing = "starting"
     try:
-        check_interpreter(target)
+        running = Interpreter.running()
+        check_interpreter(running)
+        interpreters = [running]
+        for other in find_interpreters(running):
+            if other == running:
+                continue
+            try:
+                check_interpreter(other)
+                interpreters.append(other)
+            except SeedError as exc:
+                report.warnings.append(f"python {other.short} left out: {exc}")
+        interpreters.sort(key=lambda i: tuple(map(int, i.short.split("."))))
         # 1. what to make: host packages (python, python_abi, compilers, stdlib, CUDA), wheels
         doing = "inspecting the host toolchain"
         host = detect_host(with_cuda)
         if with_cuda and host.cuda_root is None:
             report.warnings.append("no nvcc found (PATH, CUDA_HOME): the CUDA activation packages are left out")
-        hosts = host_packages(host, target)
-        key = python_package_key(target)
-        py_file = f"python-{platform.python_version()}-h{key}_0_cpython.conda"
+        hosts = [python_abi_package(i, target.subdir) for i in interpreters] + host_packages(host, target)
+        pythons = [(i, python_package_key(i)) for i in interpreters]
         t_res = time.monotonic()
         fetched: dict[str, ResolvedWheel] = {}
         for group, reqs in (GROUPS if groups is None else groups).items():
@@ -158,12 +171,15 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         hosts += cuda_version_packages(plans, hosts)
         splits = cuda.plan_split(plans) if with_cuda else []
         doing = "checking the free disk space"
-        check_space(cache, channel, plans, py_cached=cache.package(target.subdir, py_file).exists())
+        check_space(cache, channel, plans,
+                    py_cached=all(cache.package(target.subdir, i.filename(k)).exists() for i, k in pythons))
         # 2. make what the cache lacks
-        ui.total(1 + len(hosts) + len(splits) + len(plans))
-        doing = "making the `python` package"
-        produced.append(_make(cache, target.subdir, py_file, "interpreter", ui, f"python {platform.python_version()}",
-                              lambda upd: make_python_package(cache, target, opts, key)))
+        ui.total(len(pythons) + len(hosts) + len(splits) + len(plans))
+        for interp, key in pythons:
+            doing = f"making the `python` package from {interp.prefix}"
+            produced.append(_make(cache, target.subdir, interp.filename(key), "interpreter", ui, f"python {interp.version}",
+                                  lambda upd, interp=interp, key=key: make_python_package(cache, interp, target.subdir,
+                                                                                          opts, key)))
         for pkg in hosts:
             doing = f"making the host package {pkg.name}"
             produced.append(_make(cache, pkg.subdir, pkg.filename, "host", ui, f"{pkg.name} {pkg.version}",

@@ -144,6 +144,14 @@ class HostPackage:
         return f"{self.name}-{self.version}-{self.build}.conda"
 
 
+def python_abi_package(interp: Interpreter, subdir: str) -> HostPackage:
+    """python_abi as python_abi-feedstock makes it: build string 8_cp3XY, constraining python to
+    the build-string tag of that minor."""
+    return HostPackage("python_abi", interp.short, subdir, constrains=[f"python {interp.short}.* *_{interp.tag}"],
+                       summary=f"Metadata: CPython {interp.short} ABI (cp{interp.nodot})",
+                       build_string=f"8_cp{interp.nodot}")
+
+
 def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
     """Compiler, stdlib and CUDA activation packages for `host` (what compiler('cxx'),
     compiler('cuda') with cuda_compiler=cuda-nvcc, and stdlib('c') with c_stdlib=sysroot
@@ -154,8 +162,6 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
     gcc_env.update(HOST=host.triplet, BUILD=host.triplet, CONDA_TOOLCHAIN_HOST=host.triplet,
                    CONDA_TOOLCHAIN_BUILD=host.triplet)
     pkgs = [
-        HostPackage("python_abi", target.short, target.subdir, constrains=[f"python {target.short}.* *_cpython"],
-                    summary=f"Metadata: CPython {target.short} ABI (cp{target.nodot})", build_string=f"8_cp{target.nodot}"),
         HostPackage("gcc_linux-64", host.gcc_version, "linux-64", env=gcc_env,
                     summary=f"activation of the host GCC {host.gcc_version} ({t['CC']})"),
         HostPackage("gxx_linux-64", host.gcc_version, "linux-64", depends=[f"gcc_linux-64 =={host.gcc_version}"],
@@ -228,38 +234,88 @@ def make_host_package(cache: Cache, pkg: HostPackage, opts: Options) -> Path:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def python_package_key(target: Target) -> str:
+@dataclass(frozen=True)
+class Interpreter:
+    """A standalone CPython prefix the `python` package is made from."""
+
+    prefix: Path
+    version: str            # "3.11.7"
+
+    @property
+    def short(self) -> str:
+        return ".".join(self.version.split(".")[:2])
+
+    @property
+    def nodot(self) -> str:
+        return self.short.replace(".", "")
+
+    @property
+    def tag(self) -> str:
+        """The end of conda-forge's python build strings (python-feedstock): _cpython up to
+        3.12, _cp313 from 3.13 on (python_abi's constraint matches it)."""
+        return "cpython" if int(self.short.split(".")[1]) <= 12 else f"cp{self.nodot}"
+
+    @property
+    def exe(self) -> Path:
+        return self.prefix / "bin" / f"python{self.short}"
+
+    def filename(self, key: str) -> str:
+        return f"python-{self.version}-h{key}_0_{self.tag}.conda"
+
+    @classmethod
+    def running(cls) -> Interpreter:
+        return cls(Path(sys.base_prefix), platform.python_version())
+
+
+PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")   # conda-forge's python variants
+
+
+def find_interpreters(running: Interpreter, minors: tuple[str, ...] = PYTHON_MINORS) -> list[Interpreter]:
+    """The running interpreter and, for every other minor of `minors`, the newest standalone
+    prefix beside it (pyenv's versions/3.X.Y), so the channel has one python per minor."""
+    found = {running.short: running}
+    for prefix in sorted(running.prefix.parent.iterdir(), key=lambda p: _version_key(p.name)):
+        m = re.fullmatch(r"(\d+\.\d+)\.\d+", prefix.name)
+        if m and m.group(1) in minors and m.group(1) != running.short and (prefix / "bin" / f"python{m.group(1)}").exists():
+            found[m.group(1)] = Interpreter(prefix, prefix.name)
+    return [found[m] for m in minors if m in found]
+
+
+def _version_key(name: str) -> tuple[int, ...]:
+    return tuple(int(x) if x.isdigit() else -1 for x in name.split("."))
+
+
+def python_package_key(interp: Interpreter) -> str:
     texts = [p.read_text() for p in sorted((RECIPES / "python").iterdir()) if p.is_file()]
-    exe = Path(sys.base_prefix) / "bin" / f"python{target.short}"
-    st = exe.stat()
-    return wheels.short_hash(texts, sys.base_prefix, sys.version, st.st_size, st.st_mtime_ns)
+    st = interp.exe.stat()
+    return wheels.short_hash(texts, str(interp.prefix), interp.version, st.st_size, st.st_mtime_ns)
 
 
-def check_interpreter(target: Target) -> None:
-    base = Path(sys.base_prefix)
-    exe, lib = base / "bin" / f"python{target.short}", base / "lib" / f"python{target.short}"
+def check_interpreter(interp: Interpreter) -> None:
+    base = interp.prefix
+    exe, lib = interp.exe, base / "lib" / f"python{interp.short}"
     if str(base) in ("/usr", "/"):
         raise SeedError(f"the interpreter's prefix is {base}, the system's: the `python` package is made "
                         f"from a standalone prefix (pyenv, python-build-standalone); run seed with one")
     missing = [p for p in (exe, lib) if not p.exists()]
-    if not list((base / "lib").glob(f"libpython{target.short}*.so*")):
-        missing.append(base / "lib" / f"libpython{target.short}.so")
+    if not list((base / "lib").glob(f"libpython{interp.short}*.so*")):
+        missing.append(base / "lib" / f"libpython{interp.short}.so")
     if missing:
         raise SeedError(f"{base} is not a shared CPython prefix (missing {', '.join(map(str, missing))})")
 
 
-def make_python_package(cache: Cache, target: Target, opts: Options, key: str) -> Path:
-    """`python` from sys.base_prefix with the recipes/python recipe (rattler-build)."""
+def make_python_package(cache: Cache, interp: Interpreter, subdir: str, opts: Options, key: str) -> Path:
+    """`python` from the interpreter prefix `interp` with the recipes/python recipe (rattler-build)."""
     import rattler_build as rb
 
-    work = cache.workdir("python")
+    work = cache.workdir(f"python{interp.short}")
     try:
         recipe = rb.Stage0Recipe.from_file(RECIPES / "python" / "recipe.yaml")
-        ctx = {"src_prefix": sys.base_prefix, "py_version": platform.python_version(), "py_short": target.short,
-               "py_nodot": target.nodot, "seed_hash": key}
+        ctx = {"src_prefix": str(interp.prefix), "py_version": interp.version, "py_short": interp.short,
+               "py_nodot": interp.nodot, "py_tag": interp.tag, "seed_hash": key}
         variants = recipe.render(rb.VariantConfig(), rb.RenderConfig(
-            platform=rb.PlatformConfig(target_platform=target.subdir), extra_context=ctx))
-        log_path = cache.root / "python-build.log"
+            platform=rb.PlatformConfig(target_platform=subdir), extra_context=ctx))
+        log_path = cache.root / f"python{interp.short}-build.log"
         try:
             with tmpdir_env(work), BuildLog(log_path) as log:
                 result = variants[0].run_build(
@@ -269,8 +325,8 @@ def make_python_package(cache: Cache, target: Target, opts: Options, key: str) -
         except Exception as exc:
             if shutil.disk_usage(cache.root).free < PYTHON_BUILD_BYTES:
                 raise OSError(errno.ENOSPC, f"{exc} (log: {log_path})") from exc
-            raise SeedError(f"building the `python` package from {sys.base_prefix} failed: {exc}\n"
+            raise SeedError(f"building the `python` package from {interp.prefix} failed: {exc}\n"
                             f"  log: {log_path}") from exc
-        return cache.store(Path(result.packages[0]), target.subdir)
+        return cache.store(Path(result.packages[0]), subdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
