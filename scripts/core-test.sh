@@ -4,6 +4,7 @@
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
 build="$ROOT/build/core"
+mkdir -p "$ROOT/build"   # the configure log lies beside the build folder
 log "core: build + ctest ($build)"
 cmake -S "$ROOT" -B "$build" -G Ninja -DFUSELET_FRAMEWORK=none -DFUSELET_TESTS=ON -DFUSELET_PYTHON=OFF \
   -DCMAKE_INSTALL_PREFIX="$build/prefix" -DPython_EXECUTABLE="$PY" >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
