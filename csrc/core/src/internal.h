@@ -16,6 +16,9 @@ fuselet_status fail(fuselet_status status, const char* fmt, ...)
 #endif
     ;
 
+// FUSELET_ERR_UNSUPPORTED: what the `_cuda` entry points of a build without CUDA return.
+fuselet_status no_cuda();
+
 // Clears the thread's last error and returns FUSELET_OK.
 fuselet_status ok();
 

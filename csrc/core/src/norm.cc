@@ -2,48 +2,16 @@
 // the output; rows split across fuselet's own thread pool. Math and shapes: fuselet/norm.h.
 #include <algorithm>
 #include <cmath>
-#include <new>
 #include <type_traits>
-#include <vector>
 
-#include "dtype.h"
+#include "cpu_common.h"
 #include "norm_check.h"
 #include "parallel.h"
 
 namespace fuselet {
 namespace {
 
-// Lanes of independent float accumulators in every row reduction (see lane_reduce).
-constexpr int kLanes = 16;
-
-// Rows per task: enough elements that a task outweighs the cost of waking a worker.
-int64_t row_grain(int64_t hidden) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(hidden, 1)); }
-
-template <typename T>
-const float* row_as_float(const T* src, float* buf, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    (void)buf;
-    (void)n;
-    return src;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = to_float(src[i]);
-    return buf;
-  }
-}
-
-// sum(term(i)) for i in [0, n), one accumulator per lane so that GCC vectorizes it without
-// -ffast-math (the order of additions is fixed, so results are deterministic).
-template <typename Term>
-inline float lane_reduce(int64_t n, Term term) {
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int l = 0; l < kLanes; ++l) acc[l] += term(i + l);
-  for (int l = 0; i < n; ++i, ++l) acc[l] += term(i);
-  float s = 0.f;
-  for (int l = 0; l < kLanes; ++l) s += acc[l];
-  return s;
-}
+using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h)
 
 float sum_squares(const float* x, int64_t n) {
   return lane_reduce(n, [=](int64_t i) { return x[i] * x[i]; });
@@ -75,43 +43,6 @@ void mean_var(const float* x, int64_t n, float* mean, float* var) {
   *mean = m;
   *var = sum_squared_deviations(x, n, m) / static_cast<float>(n);
 }
-
-// out[i] = float(param[i]) + offset, or `fill` when there is no parameter (NULL).
-void load_param(const void* param, fuselet_dtype dtype, int64_t n, float offset, float fill, float* out) {
-  if (param == nullptr) {
-    std::fill(out, out + n, fill);
-    return;
-  }
-  const auto load = [&](const auto* src) {
-    for (int64_t i = 0; i < n; ++i) out[i] = to_float(src[i]) + offset;
-  };
-  switch (dtype) {
-    case FUSELET_FLOAT32: load(static_cast<const float*>(param)); break;
-    case FUSELET_FLOAT16: load(static_cast<const half_t*>(param)); break;
-    case FUSELET_BFLOAT16: load(static_cast<const bfloat16_t*>(param)); break;
-  }
-}
-
-// dst[i0..i1) = src[i0..i1) rounded to `dtype`.
-void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64_t i1, void* dst) {
-  const auto store = [&](auto* out) {
-    using T = std::remove_pointer_t<decltype(out)>;
-    for (int64_t i = i0; i < i1; ++i) out[i] = from_float<T>(src[i]);
-  };
-  switch (dtype) {
-    case FUSELET_FLOAT32: store(static_cast<float*>(dst)); break;
-    case FUSELET_FLOAT16: store(static_cast<half_t*>(dst)); break;
-    case FUSELET_BFLOAT16: store(static_cast<bfloat16_t*>(dst)); break;
-  }
-}
-
-// Per-task scratch: floats for converted rows and partial sums, allocated by the caller
-// before any worker starts (no allocation, hence no exception, inside a task).
-struct Scratch {
-  std::vector<float> buf;
-  int64_t per_task = 0;
-  float* task(int64_t c) { return buf.data() + c * per_task; }
-};
 
 template <typename T>
 void norm_fwd(const NormProblem& p, Scratch& s) {
@@ -191,38 +122,17 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
 }
 
 fuselet_status run_fwd(const NormProblem& p) {
-  try {
-    Scratch s;
-    s.per_task = 3 * p.hidden;
-    s.buf.resize(static_cast<size_t>(parallel_chunks(p.rows, row_grain(p.hidden)) * s.per_task));
-    switch (p.dtype) {
-      case FUSELET_FLOAT32: norm_fwd<float>(p, s); break;
-      case FUSELET_FLOAT16: norm_fwd<half_t>(p, s); break;
-      case FUSELET_BFLOAT16: norm_fwd<bfloat16_t>(p, s); break;
-    }
-  } catch (const std::bad_alloc&) {
-    return fail(FUSELET_ERR_INTERNAL, "out of memory allocating %lld floats of scratch",
-                static_cast<long long>(3 * p.hidden));
-  }
-  return ok();
+  const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
+  return with_scratch(tasks, 3 * p.hidden, [&](Scratch& s) {
+    dispatch(p.dtype, [&](auto tag) { norm_fwd<decltype(tag)>(p, s); });
+  });
 }
 
 fuselet_status run_bwd(const NormProblem& p) {
-  try {
-    Scratch s;
-    s.per_task = 5 * p.hidden;
-    const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
-    s.buf.resize(static_cast<size_t>(tasks * s.per_task));
-    switch (p.dtype) {
-      case FUSELET_FLOAT32: norm_bwd<float>(p, s, tasks); break;
-      case FUSELET_FLOAT16: norm_bwd<half_t>(p, s, tasks); break;
-      case FUSELET_BFLOAT16: norm_bwd<bfloat16_t>(p, s, tasks); break;
-    }
-  } catch (const std::bad_alloc&) {
-    return fail(FUSELET_ERR_INTERNAL, "out of memory allocating %lld floats of scratch",
-                static_cast<long long>(5 * p.hidden));
-  }
-  return ok();
+  const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
+  return with_scratch(tasks, 5 * p.hidden, [&](Scratch& s) {
+    dispatch(p.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(p, s, tasks); });
+  });
 }
 
 }  // namespace
@@ -269,9 +179,7 @@ fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_te
 
 #ifndef FUSELET_WITH_CUDA
 // CPU-only builds: the CUDA entry points exist and say so.
-static fuselet_status no_cuda() {
-  return fuselet::fail(FUSELET_ERR_UNSUPPORTED, "this libfuselet was built without CUDA (FUSELET_CUDA=OFF)");
-}
+using fuselet::no_cuda;
 size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t, int64_t) { return 0; }
 fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, float, uint32_t,
                                          fuselet_tensor*, fuselet_tensor*, void*) { return no_cuda(); }

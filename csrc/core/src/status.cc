@@ -30,6 +30,10 @@ fuselet_status ok() {
   return FUSELET_OK;
 }
 
+fuselet_status no_cuda() {
+  return fail(FUSELET_ERR_UNSUPPORTED, "this libfuselet was built without CUDA (FUSELET_CUDA=OFF)");
+}
+
 const char* dtype_name(fuselet_dtype dtype) {
   switch (dtype) {
     case FUSELET_FLOAT32: return "float32";

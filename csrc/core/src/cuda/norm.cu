@@ -27,33 +27,25 @@
  *
  * All launches go on the caller's stream; every launch is followed by a cudaGetLastError() check.
  */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cinttypes>
-#include <cstdint>
-#include <initializer_list>
-#include <utility>
 
+#include "common.cuh"
 #include "fuselet/norm.h"
-#include "internal.h"
 #include "norm_check.h"
 
 namespace fuselet {
 namespace {
+
+using namespace gpu;  // NOLINT: the shared building blocks (common.cuh)
 
 constexpr int kWarpRows = 8;               // warps (= rows in flight) per block on the warp path
 constexpr int kElems = 16;                 // elements a thread holds per chunk (vectorized / warp)
 constexpr int kMaxWarpHidden = 32 * kElems;  // largest H served by one warp per row
 // Block-per-row teams have 128..max_threads() threads. The backward (and the scalar forward)
 // keep more live values per thread, so they stop at 512 threads (128 registers each).
-constexpr int kMinThreads = 128;
 __host__ __device__ constexpr int max_threads(bool backward, int vec) {
   return backward || vec == 1 ? 512 : 1024;
 }
-constexpr int64_t kMaxGrid = int64_t(1) << 20;  // rows beyond this are grid-strided
 constexpr int kFinalizeSlices = 8;         // threadIdx.y extent of the partial-sum kernel
 
 // Kernel variants: one warp per row; one block per row held in registers; one block per row
@@ -67,39 +59,7 @@ __host__ __device__ constexpr int vecs_per_thread(Team team, int vec) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Element access.
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// N consecutive elements moved as one (16-byte when N * sizeof(T) == 16) access.
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-template <typename T, int N>
-__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
-  const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
-#pragma unroll
-  for (int j = 0; j < N; ++j) out[j] = to_float(v.v[j]);
-}
-
-template <typename T, int N>
-__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
-  Vec<T, N> v;
-#pragma unroll
-  for (int j = 0; j < N; ++j) v.v[j] = from_float<T>(in[j]);
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
-}
+// Parameters.
 
 // A parameter vector (weight or bias) as the kernels read it: float32 or the storage dtype T,
 // or absent (NULL: every element reads as `fill`); `offset` is added to present elements.
@@ -122,79 +82,6 @@ __device__ __forceinline__ void load_param(const ParamRef& r, int64_t e, float (
     load(static_cast<const T*>(r.p) + e, out);
 #pragma unroll
   for (int j = 0; j < N; ++j) out[j] += r.offset;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Reductions. Every lane/thread of a team gets the same, deterministic result.
-
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-  __device__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
-};
-
-__device__ __forceinline__ float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
-__device__ __forceinline__ float2 shfl_xor(float2 v, int m) { return make_float2(shfl_xor(v.x, m), shfl_xor(v.y, m)); }
-
-// Butterfly all-reduce; the lower lane's value is always the left operand, so every lane ends
-// with the bit-identical result.
-template <typename V, typename Op>
-__device__ __forceinline__ V warp_allreduce(V v, Op op) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) {
-    const V o = shfl_xor(v, m);
-    v = (lane & m) ? op(o, v) : op(v, o);
-  }
-  return v;
-}
-
-// Block all-reduce through `scratch` (>= 33 entries of V). blockDim.x must be a multiple of 32.
-// Safe to call back to back: the result slot (32) and the per-warp slots do not alias.
-template <typename V, typename Op>
-__device__ V block_allreduce(V v, Op op, V* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_allreduce(v, op);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    V t = lane < nwarps ? scratch[lane] : V{};
-    t = warp_allreduce(t, op);
-    if (lane == 0) scratch[32] = t;
-  }
-  __syncthreads();
-  return scratch[32];
-}
-
-template <bool kWarp, typename V, typename Op>
-__device__ __forceinline__ V team_allreduce(V v, Op op, void* scratch) {
-  if constexpr (kWarp) {
-    return warp_allreduce(v, op);
-  } else {
-    return block_allreduce(v, op, static_cast<V*>(scratch));
-  }
-}
-
-// Thread `tid` of a team of `nthr` owns vectors base + k * nthr, k < kVecs, of each chunk
-// (base = chunk start + tid): the elements at base * kVec + k * step, step = nthr * kVec.
-// Only the first `count` of them lie inside the row.
-template <int kVecs>
-__device__ __forceinline__ int valid_count(int64_t base, int nthr, int64_t nvec) {
-  if (base >= nvec) return 0;
-  const int64_t n = (nvec - base - 1) / nthr + 1;
-  return n < kVecs ? static_cast<int>(n) : kVecs;
-}
-
-template <typename T, int kVecs, int kVec>
-__device__ __forceinline__ void load_chunk(const T* p, int step, int count, float (&v)[kVecs][kVec]) {
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    if (k < count) {
-      load(p + k * step, v[k]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[k][j] = 0.f;
-    }
-  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -504,31 +391,6 @@ size_t workspace_bytes(int64_t rows, int64_t hidden) {
   return static_cast<size_t>(h * per_col);
 }
 
-bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
-fuselet_status launch_status(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return fail(FUSELET_ERR_CUDA, "%s launch failed: %s", kernel, cudaGetErrorString(err));
-  return FUSELET_OK;
-}
-
-// Threads of a block-per-row team: enough for `vecs_per_thread` vectors each, 128..1024.
-int team_threads(int64_t nvec, int vecs_per_thread, int max_threads) {
-  const int64_t t = ((nvec - 1) / vecs_per_thread + 1 + 31) / 32 * 32;
-  return static_cast<int>(std::min<int64_t>(max_threads, std::max<int64_t>(kMinThreads, t)));
-}
-
-// Data pointers must be aligned to their element size (a misaligned access would poison the
-// CUDA context). Null pointers (absent or empty tensors) pass.
-fuselet_status check_alignment(std::initializer_list<std::pair<const char*, const void*>> tensors, size_t elem) {
-  for (const auto& t : tensors)
-    if (!aligned(t.second, elem))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer %p is not aligned to its element size (%zu bytes)",
-                  t.first, t.second, elem);
-  return FUSELET_OK;
-}
-
-size_t dtype_size(fuselet_dtype dtype) { return dtype == FUSELET_FLOAT32 ? 4 : 2; }
 
 // ParamRef of a checked parameter of problem `p`.
 ParamRef param_ref(const NormProblem& p, const void* param, float offset, float fill) {
@@ -542,16 +404,6 @@ bool params_vectorizable(const NormProblem& p, int kV, std::initializer_list<con
   return true;
 }
 
-// Calls f(T{}) with T the storage type of `dtype`.
-template <typename F>
-fuselet_status dispatch(fuselet_dtype dtype, F&& f) {
-  switch (dtype) {
-    case FUSELET_FLOAT32: return f(float{});
-    case FUSELET_FLOAT16: return f(__half{});
-    case FUSELET_BFLOAT16: return f(__nv_bfloat16{});
-  }
-  return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: unsupported dtype code %d", static_cast<int>(dtype));
-}
 
 template <typename T, int kVec, bool kLN>
 fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
