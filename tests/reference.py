@@ -119,6 +119,19 @@ def layer_norm_bwd(dy, x, weight, eps, zero_centered=False, bias=True):
     return dx, dweight, dy.reshape(flat).sum(axis=0) if bias else None
 
 
+def add_rms_norm_fwd(x, residual, weight, eps, dtype: str, zero_centered=False):
+    """-> y, residual_out (x + residual rounded to `dtype`, as float64), rstd."""
+    h = to_float64((to_float64(x) + to_float64(residual)).astype(NUMPY_DTYPES[dtype]))
+    y, rstd = rms_norm_fwd(h, weight, eps, zero_centered)
+    return y, h, rstd
+
+
+def add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, eps, zero_centered=False):
+    """-> dx (= dresidual), dweight: RMSNorm's backward at residual_out plus d(residual_out)."""
+    dx, dweight = rms_norm_bwd(dy, residual_out, weight, eps, zero_centered)
+    return dx + to_float64(dresidual_out), dweight
+
+
 # Parameter configurations beyond "weight and bias in x's dtype": name -> (parameter dtype
 # ("x" or "float32"), has weight, has bias (LayerNorm), zero-centered gamma).
 VARIANTS = {

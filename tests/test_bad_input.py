@@ -152,6 +152,33 @@ def test_not_an_array(api, argument):
         api.layer_norm(args["x"], args["weight"], args["bias"])
 
 
+# --- residual add + RMSNorm ---------------------------------------------------------------
+
+def test_add_rms_norm_residual_shape(api):
+    with raises(ValueError, "residual: expected shape (2, 4) (the shape of x), got (2, 5)"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 5)), api.array((4,)))
+
+
+def test_add_rms_norm_residual_dtype(api):
+    with raises(TypeError, "residual: expected dtype float32 (the dtype of x), got bfloat16"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4), "bfloat16"), api.array((4,)))
+
+
+def test_add_rms_norm_residual_not_an_array(api):
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"residual: expected a {kind}, got list"):
+        api.module.add_rms_norm(api.array((2, 4)), [1.0, 2.0], api.array((4,)))
+
+
+def test_add_rms_norm_x_weight_eps(api):
+    with raises(TypeError, "x: expected dtype float32, float16 or bfloat16, got int32"):
+        api.module.add_rms_norm(api.array((2, 4), "int32"), api.array((2, 4), "int32"), api.array((4,)))
+    with raises(ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4), got (3,)"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((3,)))
+    with raises(ValueError, "eps: expected a finite float > 0, got 0.0"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((4,)), 0.0)
+
+
 # --- torch only -----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -198,3 +225,11 @@ def test_torch_op_direct_parameter_dtypes(torch):
         torch.ops.fuselet.layer_norm_fwd(x, torch.ones(4), torch.ones(4, dtype=torch.bfloat16), 1e-5)
     with raises(ValueError, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight"):
         torch.ops.fuselet.rms_norm_fwd(x, None, 1e-6, True)
+
+
+def test_torch_op_direct_add_rms_norm(torch):
+    with raises(ValueError, "residual: expected 2 rows of 4 elements like x, got 2 rows of 3"):
+        torch.ops.fuselet.add_rms_norm_fwd(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4), 1e-6)
+    with raises(ValueError, "dresidual_out: expected dtype float32 (the dtype of x), got bfloat16"):
+        torch.ops.fuselet.add_rms_norm_bwd(torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4),
+                                           torch.ones(4), torch.ones(2))

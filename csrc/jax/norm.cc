@@ -81,6 +81,39 @@ Error LayerNormBwd(Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer weight, AnyBuf
       });
 }
 
+Error AddRmsNormFwd(Where at, AnyBuffer x, AnyBuffer residual, AnyBuffer weight, float eps, int32_t flags,
+                    Result<AnyBuffer> y, Result<AnyBuffer> residual_out, Result<AnyBuffer> rstd) {
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vres, residual, "residual");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vy, *y, "y");
+  FUSELET_JAX_VIEW(vh, *residual_out, "residual_out");
+  FUSELET_JAX_VIEW(vr, *rstd, "rstd");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  return run_on(
+      at, [&] { return fuselet_add_rms_norm_fwd(&vx, &vres, param(&vw), eps, f, &vy, &vh, &vr); },
+      [&](void* s) { return fuselet_add_rms_norm_fwd_cuda(&vx, &vres, param(&vw), eps, f, &vy, &vh, &vr, s); });
+}
+
+Error AddRmsNormBwd(Where at, AnyBuffer dy, AnyBuffer dresidual_out, AnyBuffer residual_out, AnyBuffer weight,
+                    AnyBuffer rstd, int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dweight,
+                    Result<AnyBuffer> ws) {
+  FUSELET_JAX_VIEW(vdy, dy, "dy");
+  FUSELET_JAX_VIEW(vdh, dresidual_out, "dresidual_out");
+  FUSELET_JAX_VIEW(vh, residual_out, "residual_out");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vr, rstd, "rstd");
+  FUSELET_JAX_VIEW(vdx, *dx, "dx");
+  FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  return run_on(
+      at, [&] { return fuselet_add_rms_norm_bwd(&vdy, &vdh, &vh, param(&vw), &vr, f, &vdx, param(&vdw)); },
+      [&](void* s) {
+        return fuselet_add_rms_norm_bwd_cuda(&vdy, &vdh, &vh, param(&vw), &vr, f, &vdx, param(&vdw),
+                                             ws->untyped_data(), ws->size_bytes(), s);
+      });
+}
+
 // Argument lists shared by the CPU and CUDA bindings (flags: fuselet_norm_flags; the backward's
 // last result is its workspace).
 template <typename B> auto rms_fwd_args(B b) {
@@ -100,6 +133,16 @@ template <typename B> auto layer_bwd_args(B b) {
       .template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<int32_t>("flags").template Ret<AnyBuffer>()
       .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
 }
+template <typename B> auto add_rms_fwd_args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+      .template Attr<float>("eps").template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
+}
+template <typename B> auto add_rms_bwd_args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>().template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
+}
 
 }  // namespace
 }  // namespace fuselet_jax
@@ -108,3 +151,5 @@ FUSELET_JAX_HANDLERS(rms_norm_fwd, fuselet_jax::RmsNormFwd, fuselet_jax::rms_fwd
 FUSELET_JAX_HANDLERS(rms_norm_bwd, fuselet_jax::RmsNormBwd, fuselet_jax::rms_bwd_args)
 FUSELET_JAX_HANDLERS(layer_norm_fwd, fuselet_jax::LayerNormFwd, fuselet_jax::layer_fwd_args)
 FUSELET_JAX_HANDLERS(layer_norm_bwd, fuselet_jax::LayerNormBwd, fuselet_jax::layer_bwd_args)
+FUSELET_JAX_HANDLERS(add_rms_norm_fwd, fuselet_jax::AddRmsNormFwd, fuselet_jax::add_rms_fwd_args)
+FUSELET_JAX_HANDLERS(add_rms_norm_bwd, fuselet_jax::AddRmsNormBwd, fuselet_jax::add_rms_bwd_args)

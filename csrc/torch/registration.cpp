@@ -18,4 +18,12 @@ TORCH_LIBRARY(fuselet, m) {
   m.def(
       "layer_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd,"
       " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight, Tensor dbias)");
+  // Residual add + RMSNorm: residual_out = x + residual (x's dtype), y = rms_norm(residual_out).
+  // The backward's dx is the gradient of x and of residual alike.
+  m.def(
+      "add_rms_norm_fwd(Tensor x, Tensor residual, Tensor? weight, float eps, bool zero_centered_gamma=False)"
+      " -> (Tensor y, Tensor residual_out, Tensor rstd)");
+  m.def(
+      "add_rms_norm_bwd(Tensor dy, Tensor dresidual_out, Tensor residual_out, Tensor? weight, Tensor rstd,"
+      " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight)");
 }

@@ -54,3 +54,10 @@ def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps, zero_center
         raise TypeError(f"zero_centered_gamma: expected a bool, got {type(zero_centered_gamma).__name__}")
     if zero_centered_gamma and params.get("weight") is None:
         raise ValueError("zero_centered_gamma: scales by (1 + weight) and needs a weight, got weight=None")
+
+
+def check_like_x(name: str, shape: tuple, dtype: str, x_shape: tuple, x_dtype: str) -> None:
+    """`name` must have exactly x's shape and dtype (residual, dy, ...)."""
+    check_dtype(name, dtype, like=x_dtype)
+    if tuple(shape) != tuple(x_shape):
+        raise ValueError(f"{name}: expected shape {tuple(x_shape)} (the shape of x), got {tuple(shape)}")

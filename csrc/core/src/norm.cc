@@ -44,6 +44,20 @@ void mean_var(const float* x, int64_t n, float* mean, float* var) {
   *var = sum_squared_deviations(x, n, m) / static_cast<float>(n);
 }
 
+// Residual add: row r of x + res rounded to T, written to hout and, as float, to buf.
+template <typename T>
+const float* add_residual(const NormProblem& p, int64_t r, float* buf) {
+  const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
+  const T* res = static_cast<const T*>(p.res) + r * p.res_stride;
+  T* h = static_cast<T*>(p.hout) + r * p.hout_stride;
+  for (int64_t i = 0; i < p.hidden; ++i) {
+    const T v = from_float<T>(to_float(x[i]) + to_float(res[i]));
+    h[i] = v;
+    buf[i] = to_float(v);
+  }
+  return buf;
+}
+
 template <typename T>
 void norm_fwd(const NormProblem& p, Scratch& s) {
   const int64_t H = p.hidden;
@@ -55,7 +69,8 @@ void norm_fwd(const NormProblem& p, Scratch& s) {
     load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
     if (layer) load_param(p.bias, p.param_dtype, H, 0.f, 0.f, b);
     for (int64_t r = r0; r < r1; ++r) {
-      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
+      const float* x = p.res ? add_residual<T>(p, r, xbuf)
+                             : row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
       T* y = static_cast<T*>(p.y) + r * p.y_stride;
       if (layer) {
         float mean, var;
@@ -97,10 +112,19 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
       const float c1 = layer ? sum_products(dy, w, H) * inv_h : 0.f;
       const float c2 = sum_products(dy, w, x, H, mean) * rstd * inv_h;
       int64_t i;
-      for (i = 0; i < H; ++i) {
-        const float xhat = (x[i] - mean) * rstd;
-        dx[i] = from_float<T>(rstd * (dy[i] * w[i] - c1 - xhat * c2));
-        dw[i] += dy[i] * xhat;
+      if (p.dres) {  // residual add + RMSNorm: the gradient of the residual stream joins dx
+        const T* dres = static_cast<const T*>(p.dres) + r * p.dres_stride;
+        for (i = 0; i < H; ++i) {
+          const float xhat = (x[i] - mean) * rstd;
+          dx[i] = from_float<T>(rstd * (dy[i] * w[i] - c1 - xhat * c2) + to_float(dres[i]));
+          dw[i] += dy[i] * xhat;
+        }
+      } else {
+        for (i = 0; i < H; ++i) {
+          const float xhat = (x[i] - mean) * rstd;
+          dx[i] = from_float<T>(rstd * (dy[i] * w[i] - c1 - xhat * c2));
+          dw[i] += dy[i] * xhat;
+        }
       }
       if (p.dbias)
         for (i = 0; i < H; ++i) db[i] += dy[i];
@@ -160,6 +184,26 @@ fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tens
   return fuselet::run_bwd(p);
 }
 
+fuselet_status fuselet_add_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                        const fuselet_tensor* weight, float eps, uint32_t flags, fuselet_tensor* y,
+                                        fuselet_tensor* residual_out, fuselet_tensor* rstd) {
+  NormProblem p;
+  if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
+    return s;
+  return fuselet::run_fwd(p);
+}
+
+fuselet_status fuselet_add_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                        const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                        const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                        fuselet_tensor* dweight) {
+  NormProblem p;
+  if (fuselet_status s =
+          fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
+    return s;
+  return fuselet::run_bwd(p);
+}
+
 fuselet_status fuselet_layer_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
                                       const fuselet_tensor* bias, float eps, uint32_t flags, fuselet_tensor* y,
                                       fuselet_tensor* mean, fuselet_tensor* rstd) {
@@ -186,6 +230,16 @@ fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_te
 fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
                                          const fuselet_tensor*, uint32_t, fuselet_tensor*, fuselet_tensor*, void*,
                                          size_t, void*) { return no_cuda(); }
+fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                             float, uint32_t, fuselet_tensor*, fuselet_tensor*, fuselet_tensor*,
+                                             void*) {
+  return no_cuda();
+}
+fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                             const fuselet_tensor*, const fuselet_tensor*, uint32_t, fuselet_tensor*,
+                                             fuselet_tensor*, void*, size_t, void*) {
+  return no_cuda();
+}
 fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*, float,
                                            uint32_t, fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*) {
   return no_cuda();

@@ -1,4 +1,4 @@
-"""RMSNorm and LayerNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
+"""RMSNorm, LayerNorm and residual add + RMSNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
 
 Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
 float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fuselet import _core
-from fuselet._checks import check_norm_args
+from fuselet._checks import check_like_x, check_norm_args
 from fuselet.jax import _load, _sharding
 from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
 
@@ -178,6 +178,53 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma
     axes = _sharding.varying_axes(x)
     weight, bias = (_sharding.vary_like(axes, p) for p in (weight, bias))
     return _layer_norm_jit(x, weight, bias, float(eps), _flags(zero_centered_gamma))
+
+
+# --- residual add + RMSNorm --------------------------------------------------------------
+
+def _add_rms_fwd_call(x, residual, weight, eps, flags):
+    return _row_op("add_rms_norm_fwd", (ROWS, ROWS, PARAM), (ROWS, ROWS, STATS), (x, residual, _param(weight, x)),
+                   True, eps=np.float32(eps), flags=flags)
+
+
+def _add_rms_bwd_call(dy, dresidual_out, residual_out, weight, rstd, flags):
+    return _row_op("add_rms_norm_bwd", (ROWS, ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM),
+                   (dy, dresidual_out, residual_out, _param(weight, residual_out), rstd), False, workspace=True,
+                   flags=flags)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _add_rms_norm(x, residual, weight, eps, flags):
+    return tuple(_add_rms_fwd_call(x, residual, weight, eps, flags)[:2])
+
+
+def _add_rms_norm_fwd(x, residual, weight, eps, flags):
+    y, residual_out, rstd = _add_rms_fwd_call(x, residual, weight, eps, flags)
+    return (y, residual_out), (residual_out, weight, rstd)
+
+
+def _add_rms_norm_bwd(eps, flags, res, cotangents):
+    residual_out, weight, rstd = res
+    dy, dresidual_out = cotangents
+    dx, dweight = _add_rms_bwd_call(dy, dresidual_out, residual_out, weight, rstd, flags)
+    return dx, dx, None if weight is None else dweight
+
+
+_add_rms_norm.defvjp(_add_rms_norm_fwd, _add_rms_norm_bwd)
+_add_rms_norm_jit = jax.jit(_add_rms_norm, static_argnums=(3, 4))
+
+
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = False):
+    """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
+
+    The pre-norm transformer step in one pass; residual has x's shape and dtype."""
+    _check(x, eps, zero_centered_gamma, weight=weight)
+    if not hasattr(residual, "shape") or not hasattr(residual, "dtype"):
+        raise TypeError(f"residual: expected a jax.Array, got {type(residual).__name__}")
+    check_like_x("residual", tuple(residual.shape), jnp.dtype(residual.dtype).name, tuple(x.shape),
+                 jnp.dtype(x.dtype).name)
+    axes = _sharding.varying_axes(x, residual)
+    return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
 
 def _check(x, eps, zero_centered_gamma, **params) -> None:

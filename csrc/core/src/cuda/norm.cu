@@ -25,6 +25,11 @@
  * A second kernel sums the G partials per column in a fixed order (deterministic) and writes
  * dweight / dbias in the storage dtype.
  *
+ * Residual add + RMSNorm (kRes): the first pass reads x and residual, forms h = x + residual
+ * rounded to the storage dtype, writes it to residual_out and normalizes h (a chunked row
+ * re-reads h from residual_out, written by the same thread). Its backward is RMSNorm's, plus
+ * d(residual_out) added to dx as it is stored.
+ *
  * All launches go on the caller's stream; every launch is followed by a cudaGetLastError() check.
  */
 #include <cinttypes>
@@ -96,9 +101,25 @@ struct FwdArgs {
   float* rstd;
   int64_t rows, x_stride, y_stride, hidden;
   float eps, inv_h;  // inv_h = 1 / hidden
+  const void* res;  // residual add (kRes): the norm's input is x + res rounded to T, written to hout
+  void* hout;
+  int64_t res_stride, hout_stride;
 };
 
-template <typename T, int kVec, Team kTeam, bool kLN>
+// v = x + res rounded to T (and written to h), for the `count` valid vectors of a chunk.
+template <typename T, int kVecs, int kVec>
+__device__ __forceinline__ void add_residual(const T* res, T* h, int step, int count, float (&v)[kVecs][kVec]) {
+  float r[kVecs][kVec];
+  load_chunk(res, step, count, r);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[k][j] = to_float(from_float<T>(v[k][j] + r[k][j]));
+    if (k < count) store(h + k * step, v[k]);
+  }
+}
+
+template <typename T, int kVec, Team kTeam, bool kLN, bool kRes = false>
 __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_threads(false, kVec), 1)
     norm_fwd_kernel(const FwdArgs a) {
   constexpr int kVecs = vecs_per_thread(kTeam, kVec);
@@ -116,15 +137,20 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
        row += int64_t(gridDim.x) * teams) {
     const T* x = static_cast<const T*>(a.x) + row * a.x_stride;
     T* y = static_cast<T*>(a.y) + row * a.y_stride;
+    T* h = kRes ? static_cast<T*>(a.hout) + row * a.hout_stride : nullptr;
     float v[kVecs][kVec];
     float sum = 0.f;  // LayerNorm: sum(x); RMSNorm: sum(x^2)
     for (int64_t c = 0; c < nchunks; ++c) {
-      load_chunk(x + (c * chunk + tid) * kVec, step, valid_count<kVecs>(c * chunk + tid, nthr, nvec), v);
+      const int64_t e0 = (c * chunk + tid) * kVec;
+      const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+      load_chunk(x + e0, step, count, v);
+      if constexpr (kRes) add_residual(static_cast<const T*>(a.res) + row * a.res_stride + e0, h + e0, step, count, v);
 #pragma unroll
       for (int k = 0; k < kVecs; ++k)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sum += kLN ? v[k][j] : v[k][j] * v[k][j];  // zero padded
     }
+    if constexpr (kRes) x = h;  // later passes re-read the norm's input: this thread's own writes
     sum = team_allreduce<kWarp>(sum, Add(), scratch) * a.inv_h;
     float mu = 0.f, var = sum;
     if constexpr (kLN) {  // second pass over the registers (or the re-read chunks): mean((x - mu)^2)
@@ -179,6 +205,8 @@ struct BwdArgs {
   bool smem_acc;  // chunked rows: accumulate in dynamic shared memory (else in part_w / part_b)
   int64_t rows, rows_per_group, dy_stride, x_stride, dx_stride, hidden;
   float inv_h;  // 1 / hidden
+  const void* dres;  // residual add + RMSNorm: added to dx (null otherwise)
+  int64_t dres_stride;
 };
 
 // Loads one vector of dy, x, w and forms xhat and g = dy * w.
@@ -296,6 +324,12 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
         float out[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) out[j] = rs * (g[k][j] - mg - xh[k][j] * mgx);
+        if (a.dres != nullptr) {
+          float d[kVec];
+          load(static_cast<const T*>(a.dres) + row * a.dres_stride + e, d);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) out[j] += d[j];
+        }
         store(dx + e, out);
       }
     }
@@ -405,35 +439,42 @@ bool params_vectorizable(const NormProblem& p, int kV, std::initializer_list<con
 }
 
 
-template <typename T, int kVec, bool kLN>
+template <typename T, int kVec, bool kLN, bool kRes = false>
 fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
   const FwdArgs a{p.x,      param_ref(p, p.weight, p.w_offset, 1.f), param_ref(p, p.bias, 0.f, 0.f),
                   p.y,      p.mean, p.rstd, p.rows, p.x_stride, p.y_stride, p.hidden, p.eps,
-                  static_cast<float>(1.0 / p.hidden)};
+                  static_cast<float>(1.0 / p.hidden), p.res, p.hout, p.res_stride, p.hout_stride};
   if (p.hidden <= kMaxWarpHidden) {
     const int64_t grid = std::min<int64_t>((p.rows - 1) / kWarpRows + 1, kMaxGrid);
-    norm_fwd_kernel<T, kVec, kWarpTeam, kLN><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
+    norm_fwd_kernel<T, kVec, kWarpTeam, kLN, kRes><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
   } else {
     constexpr int kVecs = vecs_per_thread(kBlockTeam, kVec);
     const int threads = team_threads(p.hidden / kVec, kVecs, max_threads(false, kVec));
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
     if (p.hidden / kVec <= int64_t(threads) * kVecs)
-      norm_fwd_kernel<T, kVec, kBlockTeam, kLN><<<grid, threads, 0, stream>>>(a);
+      norm_fwd_kernel<T, kVec, kBlockTeam, kLN, kRes><<<grid, threads, 0, stream>>>(a);
     else
-      norm_fwd_kernel<T, kVec, kChunkedTeam, kLN><<<grid, threads, 0, stream>>>(a);
+      norm_fwd_kernel<T, kVec, kChunkedTeam, kLN, kRes><<<grid, threads, 0, stream>>>(a);
   }
-  return launch_status(kLN ? "layer_norm_fwd_kernel" : "rms_norm_fwd_kernel");
+  return launch_status(kLN ? "layer_norm_fwd_kernel" : kRes ? "add_rms_norm_fwd_kernel" : "rms_norm_fwd_kernel");
 }
 
 template <typename T, bool kLN>
 fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment({{"x", p.x}, {"y", p.y}}, sizeof(T))) return s;
+  if (fuselet_status s = check_alignment(
+          {{"x", p.x}, {"y", p.y}, {"residual", p.res}, {"residual_out", p.hout}}, sizeof(T)))
+    return s;
   if (fuselet_status s = check_alignment({{"weight", p.weight}, {"bias", p.bias}}, dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
   const bool vec = aligned(p.x, 16) && aligned(p.y, 16) && params_vectorizable(p, kV, {p.weight, p.bias}) &&
-                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0;
+                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0 &&
+                   aligned(p.res, 16) && aligned(p.hout, 16) && p.res_stride % kV == 0 && p.hout_stride % kV == 0;
+  if constexpr (!kLN) {
+    if (p.res != nullptr)
+      return vec ? launch_fwd<T, kV, false, true>(p, stream) : launch_fwd<T, 1, false, true>(p, stream);
+  }
   return vec ? launch_fwd<T, kV, kLN>(p, stream) : launch_fwd<T, 1, kLN>(p, stream);
 }
 
@@ -441,7 +482,8 @@ template <typename T, int kVec, bool kLN>
 fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
   float* part_b = kLN ? ws + groups * p.hidden : nullptr;
   BwdArgs a{p.dy,   p.x, param_ref(p, p.weight, p.w_offset, 1.f), p.mean,     p.rstd,      p.dx,     ws, part_b,
-            false,  p.rows, per, p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden)};
+            false,  p.rows, per, p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden),
+            p.dres, p.dres_stride};
   const char* name = kLN ? "layer_norm_bwd_kernel" : "rms_norm_bwd_kernel";
   if (p.hidden <= kMaxWarpHidden) {
     const size_t smem = sizeof(float) * kWarpRows * static_cast<size_t>(p.hidden);
@@ -483,14 +525,17 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
 
 template <typename T, bool kLN>
 fuselet_status run_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment({{"dy", p.dy}, {"x", p.x}, {"dx", p.dx}}, sizeof(T))) return s;
+  if (fuselet_status s =
+          check_alignment({{"dy", p.dy}, {"x", p.x}, {"dx", p.dx}, {"dresidual_out", p.dres}}, sizeof(T)))
+    return s;
   if (fuselet_status s = check_alignment({{"weight", p.weight}, {"dweight", p.dweight}, {"dbias", p.dbias}},
                                          dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
   const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) && params_vectorizable(p, kV, {p.weight}) &&
-                   p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0;
+                   p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0 &&
+                   aligned(p.dres, 16) && p.dres_stride % kV == 0;
   return vec ? launch_bwd<T, kV, kLN>(p, ws, groups, per, stream) : launch_bwd<T, 1, kLN>(p, ws, groups, per, stream);
 }
 
@@ -551,6 +596,28 @@ fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet
   fuselet::NormProblem p;
   if (fuselet_status s =
           fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
+    return s;
+  return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+}
+
+fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                             const fuselet_tensor* weight, float eps, uint32_t flags,
+                                             fuselet_tensor* y, fuselet_tensor* residual_out, fuselet_tensor* rstd,
+                                             void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
+    return s;
+  return fuselet::norm_fwd<false>(p, stream);
+}
+
+fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                             const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                             const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                             fuselet_tensor* dweight, void* workspace, size_t workspace_bytes,
+                                             void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s =
+          fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
     return s;
   return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
 }
