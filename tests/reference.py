@@ -6,6 +6,8 @@ the kernel actually received: the low-precision inputs, cast to float64 after ro
 """
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -130,6 +132,38 @@ def add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, eps, zero_centered
     """-> dx (= dresidual), dweight: RMSNorm's backward at residual_out plus d(residual_out)."""
     dx, dweight = rms_norm_bwd(dy, residual_out, weight, eps, zero_centered)
     return dx + to_float64(dresidual_out), dweight
+
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+
+
+def _activation(g, kind: str):
+    """-> act(g), act'(g) in float64."""
+    if kind == "silu":
+        s = 1.0 / (1.0 + np.exp(-g))
+        return g * s, s * (1.0 + g * (1.0 - s))
+    if kind == "gelu":
+        cdf = 0.5 * (1.0 + _ERF(g / math.sqrt(2.0)))
+        return g * cdf, cdf + g * np.exp(-0.5 * g * g) / math.sqrt(2.0 * math.pi)
+    k, c = math.sqrt(2.0 / math.pi), 0.044715
+    t = np.tanh(k * (g + c * g ** 3))
+    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * c * g * g)
+
+
+def glu_fwd(x, kind: str):
+    """y [..., F] = act(gate) * up of x [..., 2F] = [gate, up]; kind in GLU_ACTIVATIONS."""
+    x = to_float64(x)
+    half = x.shape[-1] // 2
+    return _activation(x[..., :half], kind)[0] * x[..., half:]
+
+
+def glu_bwd(dy, x, kind: str):
+    """-> dx [..., 2F] = [dy * up * act'(gate), dy * act(gate)]."""
+    dy, x = to_float64(dy), to_float64(x)
+    half = x.shape[-1] // 2
+    a, da = _activation(x[..., :half], kind)
+    return np.concatenate([dy * x[..., half:] * da, dy * a], axis=-1)
 
 
 # Parameter configurations beyond "weight and bias in x's dtype": name -> (parameter dtype

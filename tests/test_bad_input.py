@@ -179,6 +179,34 @@ def test_add_rms_norm_x_weight_eps(api):
         api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((4,)), 0.0)
 
 
+# --- gated linear units --------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_glu_odd_last_dim(api, op):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape (2, 5)"):
+        getattr(api.module, op)(api.array((2, 5)))
+
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_glu_bad_x(api, op):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape (2, 0)"):
+        getattr(api.module, op)(api.array((2, 0)))
+    with raises(ValueError, "x: expected shape [..., 2F] with at least 1 dimension, got a 0-d array"):
+        getattr(api.module, op)(api.array(()))
+    with raises(TypeError, "x: expected dtype float32, float16 or bfloat16, got float64"):
+        getattr(api.module, op)(api.array((2, 4), "float64"))
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"x: expected a {kind}, got list"):
+        getattr(api.module, op)([1.0, 2.0])
+
+
+def test_geglu_approximate(api):
+    with raises(ValueError, "approximate: expected 'none' or 'tanh', got 'fast'"):
+        api.module.geglu(api.array((2, 4)), approximate="fast")
+    with raises(TypeError, "approximate: expected 'none' or 'tanh', got bool"):
+        api.module.geglu(api.array((2, 4)), approximate=True)
+
+
 # --- torch only -----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -233,3 +261,12 @@ def test_torch_op_direct_add_rms_norm(torch):
     with raises(ValueError, "dresidual_out: expected dtype float32 (the dtype of x), got bfloat16"):
         torch.ops.fuselet.add_rms_norm_bwd(torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4),
                                            torch.ones(4), torch.ones(2))
+
+
+def test_torch_op_direct_glu(torch):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got 5"):
+        torch.ops.fuselet.swiglu_fwd(torch.ones(2, 5))
+    with raises(ValueError, "approximate: expected 'none' or 'tanh', got 'fast'"):
+        torch.ops.fuselet.geglu_fwd(torch.ones(2, 4), "fast")
+    with raises(ValueError, "dy: expected 2 rows of 2 elements, got 2 rows of 4"):
+        torch.ops.fuselet.swiglu_bwd(torch.ones(2, 4), torch.ones(2, 4))

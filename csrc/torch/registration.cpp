@@ -26,4 +26,10 @@ TORCH_LIBRARY(fuselet, m) {
   m.def(
       "add_rms_norm_bwd(Tensor dy, Tensor dresidual_out, Tensor residual_out, Tensor? weight, Tensor rstd,"
       " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight)");
+  // Gated linear units (glu.cpp): math in csrc/core/include/fuselet/glu.h. x [..., 2F] = [gate, up],
+  // y [..., F]; approximate: "none" (erf) or "tanh".
+  m.def("swiglu_fwd(Tensor x) -> Tensor y");
+  m.def("swiglu_bwd(Tensor dy, Tensor x) -> Tensor dx");
+  m.def("geglu_fwd(Tensor x, str approximate=\"none\") -> Tensor y");
+  m.def("geglu_bwd(Tensor dy, Tensor x, str approximate=\"none\") -> Tensor dx");
 }

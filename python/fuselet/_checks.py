@@ -61,3 +61,20 @@ def check_like_x(name: str, shape: tuple, dtype: str, x_shape: tuple, x_dtype: s
     check_dtype(name, dtype, like=x_dtype)
     if tuple(shape) != tuple(x_shape):
         raise ValueError(f"{name}: expected shape {tuple(x_shape)} (the shape of x), got {tuple(shape)}")
+
+
+def check_glu_args(x_shape: tuple, x_dtype: str) -> None:
+    """x: [..., 2F], the gate and up halves: an even last dimension > 0."""
+    check_dtype("x", x_dtype)
+    if len(x_shape) == 0:
+        raise ValueError("x: expected shape [..., 2F] with at least 1 dimension, got a 0-d array")
+    if x_shape[-1] == 0 or x_shape[-1] % 2:
+        raise ValueError(f"x: expected an even last dimension > 0 (2F: the gate and up halves), "
+                         f"got shape {tuple(x_shape)}")
+
+
+def check_approximate(approximate) -> None:
+    if not isinstance(approximate, str):
+        raise TypeError(f"approximate: expected 'none' or 'tanh', got {type(approximate).__name__}")
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")

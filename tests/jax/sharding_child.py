@@ -111,6 +111,19 @@ def add_rms_case(mesh, spec, shape, shard_map=False) -> dict:
     return measure(f, g, args, jax.device_put(dy, sharded), sharded, expected)
 
 
+def glu_case(mesh, spec, shape, shard_map=False) -> dict:
+    """fj.swiglu with x sharded by `spec` (jit, or shard_map)."""
+    x, _, _, _ = inputs(shape, "float32", "float32")
+    dy = jnp.asarray(np.random.default_rng(1).standard_normal((*shape[:-1], shape[-1] // 2)), jnp.float32)
+    f = fj.swiglu
+    if shard_map:
+        f = jax.shard_map(fj.swiglu, mesh=mesh, in_specs=(spec,), out_specs=spec)
+    g = jax.grad(lambda x, dy: jnp.sum(f(x) * dy), argnums=(0,))
+    expected = fj.swiglu(x), jax.grad(lambda x, dy: jnp.sum(fj.swiglu(x) * dy), argnums=(0,))(x, dy)
+    sharded = NamedSharding(mesh, spec)
+    return measure(f, g, (jax.device_put(x, sharded),), jax.device_put(dy, sharded), sharded, expected)
+
+
 def main():
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -126,6 +139,10 @@ def main():
     out["add_rms_norm/rows"] = add_rms_case(mesh, P("data", None), (16, 64))
     out["add_rms_norm/rows_2d_mesh"] = add_rms_case(mesh2, P("a", "b", None), (4, 8, 64))
     out["add_rms_norm/shard_map"] = add_rms_case(mesh, P("data", None), (16, 64), shard_map=True)
+    out["swiglu/rows"] = glu_case(mesh, P("data", None), (16, 64))
+    out["swiglu/rows_2d_mesh"] = glu_case(mesh2, P("a", "b", None), (4, 8, 64))
+    out["swiglu/shard_map"] = glu_case(mesh, P("data", None), (16, 64), shard_map=True)
+    out["swiglu/hidden"] = glu_case(mesh, P(None, "data"), (16, 64))
     print(json.dumps(out))
 
 

@@ -78,3 +78,18 @@ def test_add_rms_norm_row_sharding(results, case):
     assert others(r["fwd"]) == {}, r["fwd"]
     assert others(r["grad"], "all-reduce") == {} and 1 <= r["grad"]["all-reduce"] <= 2, r["grad"]
     assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-4, r
+
+
+@pytest.mark.parametrize("case", ["rows", "rows_2d_mesh", "shard_map"])
+def test_glu_row_sharding(results, case):
+    """x row-sharded: swiglu and its gradient run with no collective at all."""
+    r = results[f"swiglu/{case}"]
+    assert others(r["fwd"]) == {} and others(r["grad"]) == {}, r
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_glu_hidden_sharding(results):
+    """x sharded on its last dim: gathered along it (the halves live at both ends), nothing else."""
+    r = results["swiglu/hidden"]
+    assert r["fwd"]["all-gather"] >= 1 and others(r["fwd"], "all-gather") == {}, r["fwd"]
+    assert r["max_diff"] < 1e-5, r

@@ -62,7 +62,7 @@ inline float lane_max(int64_t n, Term term) {
 }
 
 // out[i] = float(param[i]) + offset, or `fill` when there is no parameter (NULL).
-void load_param(const void* param, fuselet_dtype dtype, int64_t n, float offset, float fill, float* out) {
+inline void load_param(const void* param, fuselet_dtype dtype, int64_t n, float offset, float fill, float* out) {
   if (param == nullptr) {
     std::fill(out, out + n, fill);
     return;
@@ -78,7 +78,7 @@ void load_param(const void* param, fuselet_dtype dtype, int64_t n, float offset,
 }
 
 // dst[i0..i1) = src[i0..i1) rounded to `dtype`.
-void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64_t i1, void* dst) {
+inline void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64_t i1, void* dst) {
   const auto store = [&](auto* out) {
     using T = std::remove_pointer_t<decltype(out)>;
     for (int64_t i = i0; i < i1; ++i) out[i] = from_float<T>(src[i]);

@@ -37,6 +37,10 @@ struct Rows {
 // leading dims collapsible into one row stride, non-null data when non-empty.
 fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out);
 
+// as_rows, plus: dtype `dtype` (named as x's in messages) and exactly `rows` rows of `cols`.
+fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,
+                           Rows* out);
+
 // Checks that `t` holds exactly `numel` contiguous elements of `dtype`.
 fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel,
                          void** data);
