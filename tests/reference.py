@@ -166,6 +166,29 @@ def glu_bwd(dy, x, kind: str):
     return np.concatenate([dy * x[..., half:] * da, dy * a], axis=-1)
 
 
+def causal_mask(q: int, k: int) -> np.ndarray:
+    """[Q, K] bool, True where key j is visible to query i: j <= i + (K - Q) (bottom-right)."""
+    return np.arange(k)[None, :] <= np.arange(q)[:, None] + (k - q)
+
+
+def softmax_fwd(x, scale=1.0, causal=False):
+    """y = softmax(scale * x) over the last dim; masked keys and fully masked rows are 0."""
+    s = float(np.float32(scale)) * to_float64(x)  # the kernels take scale as a float32
+    visible = causal_mask(*s.shape[-2:]) if causal else np.ones(s.shape[-1:], bool)
+    visible = np.broadcast_to(visible, s.shape)
+    s = np.where(visible, s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.where(visible, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+    total = np.sum(e, axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def softmax_bwd(dy, y, scale=1.0):
+    """dx = scale * y * (dy - sum(dy * y)), from the forward's output y."""
+    dy, y = to_float64(dy), to_float64(y)
+    return float(np.float32(scale)) * y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
+
+
 # Parameter configurations beyond "weight and bias in x's dtype": name -> (parameter dtype
 # ("x" or "float32"), has weight, has bias (LayerNorm), zero-centered gamma).
 VARIANTS = {

@@ -32,4 +32,8 @@ TORCH_LIBRARY(fuselet, m) {
   m.def("swiglu_bwd(Tensor dy, Tensor x) -> Tensor dx");
   m.def("geglu_fwd(Tensor x, str approximate=\"none\") -> Tensor y");
   m.def("geglu_bwd(Tensor dy, Tensor x, str approximate=\"none\") -> Tensor dx");
+  // Softmax (softmax.cpp): math in csrc/core/include/fuselet/softmax.h. y = softmax(scale * x)
+  // over the last dim; causal: x [..., Q, K], key j masked for query i when j > i + (K - Q).
+  m.def("softmax_fwd(Tensor x, float scale=1.0, bool causal=False) -> Tensor y");
+  m.def("softmax_bwd(Tensor dy, Tensor y, float scale=1.0) -> Tensor dx");
 }

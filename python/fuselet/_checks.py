@@ -78,3 +78,20 @@ def check_approximate(approximate) -> None:
         raise TypeError(f"approximate: expected 'none' or 'tanh', got {type(approximate).__name__}")
     if approximate not in ("none", "tanh"):
         raise ValueError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+
+
+def check_softmax_args(x_shape: tuple, x_dtype: str, scale, causal) -> None:
+    """x: [..., K] ([..., Q, K] when causal), K > 0; scale: a finite float; causal: a bool."""
+    check_dtype("x", x_dtype)
+    if len(x_shape) == 0:
+        raise ValueError("x: expected shape [..., K] with at least 1 dimension, got a 0-d array")
+    if x_shape[-1] == 0:
+        raise ValueError(f"x: the last dimension (keys) must be > 0, got shape {tuple(x_shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale: expected a Python float, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale: expected a finite float, got {scale}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    if causal and len(x_shape) < 2:
+        raise ValueError(f"causal: needs x of shape [..., Q, K] with at least 2 dimensions, got shape {tuple(x_shape)}")

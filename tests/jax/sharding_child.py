@@ -7,6 +7,7 @@ the unsharded result. tests/jax/test_sharding.py runs it and checks the numbers.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -124,6 +125,16 @@ def glu_case(mesh, spec, shape, shard_map=False) -> dict:
     return measure(f, g, (jax.device_put(x, sharded),), jax.device_put(dy, sharded), sharded, expected)
 
 
+def softmax_case(mesh, spec, shape, causal) -> dict:
+    """fj.softmax with x [B, H, Q, K] sharded by `spec` under jit."""
+    x, _, _, dy = inputs(shape, "float32", "float32")
+    f = functools.partial(fj.softmax, scale=0.5, causal=causal)
+    g = jax.grad(lambda x, dy: jnp.sum(f(x) * dy), argnums=(0,))
+    expected = f(x), g(x, dy)
+    sharded = NamedSharding(mesh, spec)
+    return measure(f, g, (jax.device_put(x, sharded),), jax.device_put(dy, sharded), sharded, expected)
+
+
 def main():
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -143,6 +154,10 @@ def main():
     out["swiglu/rows_2d_mesh"] = glu_case(mesh2, P("a", "b", None), (4, 8, 64))
     out["swiglu/shard_map"] = glu_case(mesh, P("data", None), (16, 64), shard_map=True)
     out["swiglu/hidden"] = glu_case(mesh, P(None, "data"), (16, 64))
+    for causal in (False, True):
+        name = "causal" if causal else "plain"
+        out[f"softmax/{name}/rows"] = softmax_case(mesh2, P("a", "b", None, None), (2, 4, 6, 8), causal)
+        out[f"softmax/{name}/queries"] = softmax_case(mesh, P(None, None, "data", None), (1, 2, 16, 8), causal)
     print(json.dumps(out))
 
 

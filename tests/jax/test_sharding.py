@@ -93,3 +93,19 @@ def test_glu_hidden_sharding(results):
     r = results["swiglu/hidden"]
     assert r["fwd"]["all-gather"] >= 1 and others(r["fwd"], "all-gather") == {}, r["fwd"]
     assert r["max_diff"] < 1e-5, r
+
+
+@pytest.mark.parametrize("causal", ["plain", "causal"])
+def test_softmax_batch_and_head_sharding(results, causal):
+    """x [B, H, Q, K] sharded over B and H: no collective, forward or gradient."""
+    r = results[f"softmax/{causal}/rows"]
+    assert others(r["fwd"]) == {} and others(r["grad"]) == {}, r
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_softmax_query_sharding(results):
+    """Q sharded: plain softmax keeps it sharded (no collective); causal softmax numbers queries
+    from the whole Q dim, so it gathers Q (and gives the unsharded result)."""
+    plain, causal = results["softmax/plain/queries"], results["softmax/causal/queries"]
+    assert others(plain["fwd"]) == {} and plain["y_sharding_is_x"] and plain["max_diff"] < 1e-5, plain
+    assert causal["fwd"]["all-gather"] >= 1 and causal["max_diff"] < 1e-5, causal

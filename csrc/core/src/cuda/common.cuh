@@ -78,16 +78,17 @@ __device__ __forceinline__ V warp_allreduce(V v, Op op) {
   return v;
 }
 
-// Block all-reduce through `scratch` (>= 33 entries of V). blockDim.x must be a multiple of 32.
+// Block all-reduce through `scratch` (>= 33 entries of V); `identity` pads the missing warps
+// (0 for sums, -inf for a max). blockDim.x must be a multiple of 32.
 // Safe to call back to back: the result slot (32) and the per-warp slots do not alias.
 template <typename V, typename Op>
-__device__ V block_allreduce(V v, Op op, V* scratch) {
+__device__ V block_allreduce(V v, Op op, V* scratch, V identity = V{}) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
   v = warp_allreduce(v, op);
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    V t = lane < nwarps ? scratch[lane] : V{};
+    V t = lane < nwarps ? scratch[lane] : identity;
     t = warp_allreduce(t, op);
     if (lane == 0) scratch[32] = t;
   }
