@@ -11,9 +11,10 @@
 namespace fuselet {
 namespace cpu {
 
+// Out of range the result is selected at the end (0 below -87.3, inf above 88.3) rather than
+// clamping x first: a clamp lets GCC fold exp of the bound into the callers' vector code,
+// where constants like sigmoid(-88.3) are subnormal and every use costs a microcode assist.
 inline float exp_approx(float x) {
-  x = x < -87.3f ? -87.3f : x;  // 2^n stays a normal float
-  x = x > 88.3f ? 88.3f : x;
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -24,7 +25,9 @@ inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
-  return p * bits_to_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  const float v = p * bits_to_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  const float big = x > 88.3f ? __builtin_huge_valf() : v;
+  return x < -87.3f ? 0.f : big;
 }
 
 inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }

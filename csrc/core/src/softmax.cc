@@ -81,10 +81,8 @@ void softmax_fwd(const SoftmaxProblem& p, Scratch& s) {
       for (int64_t j = n; j < K; ++j) y[j] = from_float<T>(0.f);
       if (n == 0) continue;
       const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, n);
-      for (int64_t j = 0; j < n; ++j) e[j] = scale * x[j];
-      const float m = lane_max(n, [=](int64_t j) { return e[j]; });
-      for (int64_t j = 0; j < n; ++j) e[j] = exp_approx(e[j] - m);
-      const float inv = 1.f / lane_reduce(n, [=](int64_t j) { return e[j]; });
+      const float m = lane_max(n, [=](int64_t j) { return scale * x[j]; });
+      const float inv = 1.f / lane_reduce(n, [=](int64_t j) { return e[j] = exp_approx(scale * x[j] - m); });
       for (int64_t j = 0; j < n; ++j) y[j] = from_float<T>(e[j] * inv);
     }
   });
