@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <new>
 #include <type_traits>
 #include <vector>
@@ -88,6 +89,42 @@ inline void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64
     case FUSELET_FLOAT16: store(static_cast<half_t*>(dst)); break;
     case FUSELET_BFLOAT16: store(static_cast<bfloat16_t*>(dst)); break;
   }
+}
+
+// Row kernels compiled twice: for the x86-64 baseline and for AVX2 + FMA, picked at run time
+// (FUSELET_CPU_BASELINE=1 in the environment forces the baseline copy, for tests). K::run must
+// be `static FUSELET_INLINE void run(...)`: it is inlined into both copies, so its loops
+// vectorize for each target; code it does not inline stays baseline code.
+#define FUSELET_INLINE __attribute__((always_inline)) inline
+
+inline bool has_avx2_fma() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                          std::getenv("FUSELET_CPU_BASELINE") == nullptr;
+  return yes;
+#else
+  return false;
+#endif
+}
+
+template <typename K, typename... A>
+void run_baseline(A... a) {
+  K::run(a...);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+template <typename K, typename... A>
+__attribute__((target("avx2,fma"))) void run_avx2(A... a) {
+  K::run(a...);
+}
+#endif
+
+template <typename K, typename... A>
+void run_best(A... a) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (has_avx2_fma()) return run_avx2<K>(a...);
+#endif
+  run_baseline<K>(a...);
 }
 
 // Per-task scratch: floats for converted rows and partial sums, allocated by the caller

@@ -14,7 +14,7 @@ namespace cpu {
 // Out of range the result is selected at the end (0 below -87.3, inf above 88.3) rather than
 // clamping x first: a clamp lets GCC fold exp of the bound into the callers' vector code,
 // where constants like sigmoid(-88.3) are subnormal and every use costs a microcode assist.
-inline float exp_approx(float x) {
+__attribute__((always_inline)) inline float exp_approx(float x) {
   const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
@@ -30,9 +30,9 @@ inline float exp_approx(float x) {
   return x < -87.3f ? 0.f : big;
 }
 
-inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }
+__attribute__((always_inline)) inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }
 
-inline float erf_approx(float x) {
+__attribute__((always_inline)) inline float erf_approx(float x) {
   const float a = x < 0.f ? -x : x;
   const float t = 1.f / (1.f + 0.3275911f * a);
   float p = 1.061405429f;

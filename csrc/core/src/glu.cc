@@ -60,8 +60,8 @@ using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h, cpu_m
 
 // act(g) and act'(g) of each activation.
 struct Silu {
-  static float f(float g) { return g * sigmoid_approx(g); }
-  static float df(float g, float* a) {
+  static FUSELET_INLINE float f(float g) { return g * sigmoid_approx(g); }
+  static FUSELET_INLINE float df(float g, float* a) {
     const float s = sigmoid_approx(g);
     *a = g * s;
     return s * (1.f + g * (1.f - s));
@@ -69,8 +69,8 @@ struct Silu {
 };
 
 struct Gelu {
-  static float f(float g) { return 0.5f * g * (1.f + erf_approx(g * 0.70710678118654752f)); }
-  static float df(float g, float* a) {
+  static FUSELET_INLINE float f(float g) { return 0.5f * g * (1.f + erf_approx(g * 0.70710678118654752f)); }
+  static FUSELET_INLINE float df(float g, float* a) {
     const float cdf = 0.5f * (1.f + erf_approx(g * 0.70710678118654752f));
     *a = g * cdf;
     return cdf + g * 0.39894228040143268f * exp_approx(-0.5f * g * g);
@@ -80,41 +80,36 @@ struct Gelu {
 // 0.5 (1 + tanh(z)) = sigmoid(2 z): no cancellation where tanh(z) is near -1.
 struct GeluTanh {
   static constexpr float kK = 0.79788456080286536f, kC = 0.044715f;
-  static float f(float g) { return g * sigmoid_approx(2.f * kK * (g + kC * g * g * g)); }
-  static float df(float g, float* a) {
+  static FUSELET_INLINE float f(float g) { return g * sigmoid_approx(2.f * kK * (g + kC * g * g * g)); }
+  static FUSELET_INLINE float df(float g, float* a) {
     const float s = sigmoid_approx(2.f * kK * (g + kC * g * g * g));
     *a = g * s;
     return s + 2.f * g * s * (1.f - s) * kK * (1.f + 3.f * kC * g * g);
   }
 };
 
-// y = act(g) * u, row by row.
+// y = act(g) * u for rows [r0, r1) (buf: 2F floats of scratch).
 template <typename T, typename Act>
-void glu_fwd(const GluProblem& p, Scratch& s) {
-  const int64_t F = p.half;
-  parallel_for(p.rows, row_grain(2 * F), [&](int64_t c, int64_t r0, int64_t r1) {
-    float* buf = s.task(c);
+struct FwdRows {
+  static FUSELET_INLINE void run(const GluProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t F = p->half;
     for (int64_t r = r0; r < r1; ++r) {
-      const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
-      const float* x32 = row_as_float(x, buf, 2 * F);
-      const float* g = x32;
-      const float* u = x32 + F;
-      T* y = static_cast<T*>(p.y) + r * p.y_stride;
-      for (int64_t i = 0; i < F; ++i) y[i] = from_float<T>(Act::f(g[i]) * u[i]);
+      const float* x = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, 2 * F);
+      T* y = static_cast<T*>(p->y) + r * p->y_stride;
+      for (int64_t i = 0; i < F; ++i) y[i] = from_float<T>(Act::f(x[i]) * x[F + i]);
     }
-  });
-}
+  }
+};
 
+// dx = [dy * u * act'(g), dy * act(g)] for rows [r0, r1) (buf: 3F floats of scratch).
 template <typename T, typename Act>
-void glu_bwd(const GluProblem& p, Scratch& s) {
-  const int64_t F = p.half;
-  parallel_for(p.rows, row_grain(3 * F), [&](int64_t c, int64_t r0, int64_t r1) {
-    float* xbuf = s.task(c);
-    float* dybuf = xbuf + 2 * F;
+struct BwdRows {
+  static FUSELET_INLINE void run(const GluProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t F = p->half;
     for (int64_t r = r0; r < r1; ++r) {
-      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, 2 * F);
-      const float* dy = row_as_float(static_cast<const T*>(p.dy) + r * p.dy_stride, dybuf, F);
-      T* dx = static_cast<T*>(p.dx) + r * p.dx_stride;
+      const float* x = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, 2 * F);
+      const float* dy = row_as_float(static_cast<const T*>(p->dy) + r * p->dy_stride, buf + 2 * F, F);
+      T* dx = static_cast<T*>(p->dx) + r * p->dx_stride;
       for (int64_t i = 0; i < F; ++i) {
         float a;
         const float da = Act::df(x[i], &a);
@@ -122,6 +117,20 @@ void glu_bwd(const GluProblem& p, Scratch& s) {
         dx[F + i] = from_float<T>(dy[i] * a);
       }
     }
+  }
+};
+
+template <typename T, typename Act>
+void glu_fwd(const GluProblem& p, Scratch& s) {
+  parallel_for(p.rows, row_grain(2 * p.half), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<FwdRows<T, Act>>(&p, s.task(c), r0, r1);
+  });
+}
+
+template <typename T, typename Act>
+void glu_bwd(const GluProblem& p, Scratch& s) {
+  parallel_for(p.rows, row_grain(3 * p.half), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<BwdRows<T, Act>>(&p, s.task(c), r0, r1);
   });
 }
 

@@ -68,40 +68,54 @@ namespace {
 
 using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h, cpu_math.h)
 
+// y = softmax of rows [r0, r1) (buf: 2K floats of scratch).
 template <typename T>
-void softmax_fwd(const SoftmaxProblem& p, Scratch& s) {
-  const int64_t K = p.keys;
-  const float scale = p.scale;
-  parallel_for(p.rows, row_grain(K), [&](int64_t c, int64_t r0, int64_t r1) {
-    float* xbuf = s.task(c);
-    float* e = xbuf + K;
+struct FwdRows {
+  static FUSELET_INLINE void run(const SoftmaxProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t K = p->keys;
+    const float scale = p->scale;
+    float* e = buf + K;
     for (int64_t r = r0; r < r1; ++r) {
-      T* y = static_cast<T*>(p.out) + r * p.out_stride;
-      const int64_t n = p.visible(r);
+      T* y = static_cast<T*>(p->out) + r * p->out_stride;
+      const int64_t n = p->visible(r);
       for (int64_t j = n; j < K; ++j) y[j] = from_float<T>(0.f);
       if (n == 0) continue;
-      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, n);
+      const float* x = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, n);
       const float m = lane_max(n, [=](int64_t j) { return scale * x[j]; });
-      const float inv = 1.f / lane_reduce(n, [=](int64_t j) { return e[j] = exp_approx(scale * x[j] - m); });
+      for (int64_t j = 0; j < n; ++j) e[j] = exp_approx(scale * x[j] - m);
+      const float inv = 1.f / lane_reduce(n, [=](int64_t j) { return e[j]; });
       for (int64_t j = 0; j < n; ++j) y[j] = from_float<T>(e[j] * inv);
     }
+  }
+};
+
+// dx = scale * y * (dy - sum(dy * y)) for rows [r0, r1) (buf: 2K floats of scratch).
+template <typename T>
+struct BwdRows {
+  static FUSELET_INLINE void run(const SoftmaxProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t K = p->keys;
+    const float scale = p->scale;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* y = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, K);
+      const float* dy = row_as_float(static_cast<const T*>(p->dy) + r * p->dy_stride, buf + K, K);
+      T* dx = static_cast<T*>(p->out) + r * p->out_stride;
+      const float dot = lane_reduce(K, [=](int64_t j) { return dy[j] * y[j]; });
+      for (int64_t j = 0; j < K; ++j) dx[j] = from_float<T>(scale * y[j] * (dy[j] - dot));
+    }
+  }
+};
+
+template <typename T>
+void softmax_fwd(const SoftmaxProblem& p, Scratch& s) {
+  parallel_for(p.rows, row_grain(p.keys), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<FwdRows<T>>(&p, s.task(c), r0, r1);
   });
 }
 
 template <typename T>
 void softmax_bwd(const SoftmaxProblem& p, Scratch& s) {
-  const int64_t K = p.keys;
-  const float scale = p.scale;
-  parallel_for(p.rows, row_grain(K), [&](int64_t c, int64_t r0, int64_t r1) {
-    float* ybuf = s.task(c);
-    float* dybuf = ybuf + K;
-    for (int64_t r = r0; r < r1; ++r) {
-      const float* y = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, ybuf, K);
-      const float* dy = row_as_float(static_cast<const T*>(p.dy) + r * p.dy_stride, dybuf, K);
-      T* dx = static_cast<T*>(p.out) + r * p.out_stride;
-      const float dot = lane_reduce(K, [=](int64_t j) { return dy[j] * y[j]; });
-      for (int64_t j = 0; j < K; ++j) dx[j] = from_float<T>(scale * y[j] * (dy[j] - dot));
-    }
+  parallel_for(p.rows, row_grain(p.keys), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<BwdRows<T>>(&p, s.task(c), r0, r1);
   });
 }
 
