@@ -91,16 +91,17 @@ inline void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64
   }
 }
 
-// Row kernels compiled twice: for the x86-64 baseline and for AVX2 + FMA, picked at run time
+// Row kernels compiled twice: for the x86-64 baseline and for AVX2, picked at run time
 // (FUSELET_CPU_BASELINE=1 in the environment forces the baseline copy, for tests). K::run must
 // be `static FUSELET_INLINE void run(...)`: it is inlined into both copies, so its loops
-// vectorize for each target; code it does not inline stays baseline code.
+// vectorize for each target; code it does not inline stays baseline code. No FMA: without
+// contraction (and with the fixed lane order of lane_reduce) both copies give bit-identical
+// results.
 #define FUSELET_INLINE __attribute__((always_inline)) inline
 
-inline bool has_avx2_fma() {
+inline bool has_avx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          std::getenv("FUSELET_CPU_BASELINE") == nullptr;
+  static const bool yes = __builtin_cpu_supports("avx2") && std::getenv("FUSELET_CPU_BASELINE") == nullptr;
   return yes;
 #else
   return false;
@@ -114,7 +115,7 @@ void run_baseline(A... a) {
 
 #if defined(__x86_64__) && defined(__GNUC__)
 template <typename K, typename... A>
-__attribute__((target("avx2,fma"))) void run_avx2(A... a) {
+__attribute__((target("avx2"))) void run_avx2(A... a) {
   K::run(a...);
 }
 #endif
@@ -122,7 +123,7 @@ __attribute__((target("avx2,fma"))) void run_avx2(A... a) {
 template <typename K, typename... A>
 void run_best(A... a) {
 #if defined(__x86_64__) && defined(__GNUC__)
-  if (has_avx2_fma()) return run_avx2<K>(a...);
+  if (has_avx2()) return run_avx2<K>(a...);
 #endif
   run_baseline<K>(a...);
 }

@@ -13,32 +13,32 @@ namespace {
 
 using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h)
 
-float sum_squares(const float* x, int64_t n) {
+FUSELET_INLINE float sum_squares(const float* x, int64_t n) {
   return lane_reduce(n, [=](int64_t i) { return x[i] * x[i]; });
 }
 
-float sum(const float* x, int64_t n) {
+FUSELET_INLINE float sum(const float* x, int64_t n) {
   return lane_reduce(n, [=](int64_t i) { return x[i]; });
 }
 
-float sum_squared_deviations(const float* x, int64_t n, float c) {
+FUSELET_INLINE float sum_squared_deviations(const float* x, int64_t n, float c) {
   return lane_reduce(n, [=](int64_t i) { return (x[i] - c) * (x[i] - c); });
 }
 
 // sum(a * b * (x - c)).
-float sum_products(const float* a, const float* b, const float* x, int64_t n, float c) {
+FUSELET_INLINE float sum_products(const float* a, const float* b, const float* x, int64_t n, float c) {
   return lane_reduce(n, [=](int64_t i) { return a[i] * b[i] * (x[i] - c); });
 }
 
 // sum(a * b).
-float sum_products(const float* a, const float* b, int64_t n) {
+FUSELET_INLINE float sum_products(const float* a, const float* b, int64_t n) {
   return lane_reduce(n, [=](int64_t i) { return a[i] * b[i]; });
 }
 
 // Mean and biased variance with two passes over the (cache-resident) row: exact, and each
 // pass one accumulator per lane, which GCC vectorizes (a fused one-pass loop with two
 // accumulators did not: 4x slower, measured).
-void mean_var(const float* x, int64_t n, float* mean, float* var) {
+FUSELET_INLINE void mean_var(const float* x, int64_t n, float* mean, float* var) {
   const float m = sum(x, n) / static_cast<float>(n);
   *mean = m;
   *var = sum_squared_deviations(x, n, m) / static_cast<float>(n);
@@ -46,7 +46,7 @@ void mean_var(const float* x, int64_t n, float* mean, float* var) {
 
 // Residual add: row r of x + res rounded to T, written to hout and, as float, to buf.
 template <typename T>
-const float* add_residual(const NormProblem& p, int64_t r, float* buf) {
+FUSELET_INLINE const float* add_residual(const NormProblem& p, int64_t r, float* buf) {
   const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
   const T* res = static_cast<const T*>(p.res) + r * p.res_stride;
   T* h = static_cast<T*>(p.hout) + r * p.hout_stride;
@@ -58,12 +58,14 @@ const float* add_residual(const NormProblem& p, int64_t r, float* buf) {
   return buf;
 }
 
+// Rows [r0, r1) of the forward; task: 3H floats of scratch (row, weight, bias).
 template <typename T>
-void norm_fwd(const NormProblem& p, Scratch& s) {
-  const int64_t H = p.hidden;
-  const bool layer = p.mean != nullptr;
-  parallel_for(p.rows, row_grain(H), [&](int64_t c, int64_t r0, int64_t r1) {
-    float* xbuf = s.task(c);
+struct FwdRows {
+  static FUSELET_INLINE void run(const NormProblem* pp, float* task, int64_t r0, int64_t r1) {
+    const NormProblem& p = *pp;
+    const int64_t H = p.hidden;
+    const bool layer = p.mean != nullptr;
+    float* xbuf = task;
     float* w = xbuf + H;
     float* b = w + H;
     load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
@@ -85,18 +87,19 @@ void norm_fwd(const NormProblem& p, Scratch& s) {
         p.rstd[r] = rstd;
       }
     }
-  });
-}
+  }
+};
 
+// Rows [r0, r1) of the backward; task: 5H floats of scratch (x, dy, weight, and this task's
+// dweight and dbias partial sums).
 template <typename T>
-void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
-  const int64_t H = p.hidden;
-  const bool layer = p.mean != nullptr;
-  const float inv_h = 1.f / static_cast<float>(H);
-  // Scratch per task: x, dy, weight, dweight partial, dbias partial.
-  for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
-  parallel_for(p.rows, row_grain(H), [&](int64_t c, int64_t r0, int64_t r1) {
-    float* xbuf = s.task(c);
+struct BwdRows {
+  static FUSELET_INLINE void run(const NormProblem* pp, float* task, int64_t r0, int64_t r1) {
+    const NormProblem& p = *pp;
+    const int64_t H = p.hidden;
+    const bool layer = p.mean != nullptr;
+    const float inv_h = 1.f / static_cast<float>(H);
+    float* xbuf = task;
     float* dybuf = xbuf + H;
     float* w = dybuf + H;
     float* dw = w + H;
@@ -129,6 +132,22 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
       if (p.dbias)
         for (i = 0; i < H; ++i) db[i] += dy[i];
     }
+  }
+};
+
+template <typename T>
+void norm_fwd(const NormProblem& p, Scratch& s) {
+  parallel_for(p.rows, row_grain(p.hidden), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<FwdRows<T>>(&p, s.task(c), r0, r1);
+  });
+}
+
+template <typename T>
+void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
+  const int64_t H = p.hidden;
+  for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
+  parallel_for(p.rows, row_grain(H), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<BwdRows<T>>(&p, s.task(c), r0, r1);
   });
   // Sum the partials of every task, columns split across the pool,
   // into task 0's partials (in task order), then rounded to the parameter dtype.
