@@ -15,4 +15,5 @@ echo "==> built with CUDA kernels (${FUSELET_CUDA_ARCHS}) in $(( $(date +%s) - s
 cd "$ROOT"
 "$PY" -m pytest tests -p no:cacheprovider -q -rs "$@" || status=$?
 "$PY" benchmarks/bench_norm.py --device cuda --repeats 5
+"$PY" benchmarks/bench_ops.py --device cuda --repeats 5
 exit "${status:-0}"

@@ -6,6 +6,8 @@ the kernel actually received: the low-precision inputs, cast to float64 after ro
 """
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
@@ -117,6 +119,74 @@ def layer_norm_bwd(dy, x, weight, eps, zero_centered=False, bias=True):
     flat = (-1, x.shape[-1])
     dweight = None if weight is None else (dy * xhat).reshape(flat).sum(axis=0)
     return dx, dweight, dy.reshape(flat).sum(axis=0) if bias else None
+
+
+def add_rms_norm_fwd(x, residual, weight, eps, dtype: str, zero_centered=False):
+    """-> y, residual_out (x + residual rounded to `dtype`, as float64), rstd."""
+    h = to_float64((to_float64(x) + to_float64(residual)).astype(NUMPY_DTYPES[dtype]))
+    y, rstd = rms_norm_fwd(h, weight, eps, zero_centered)
+    return y, h, rstd
+
+
+def add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, eps, zero_centered=False):
+    """-> dx (= dresidual), dweight: RMSNorm's backward at residual_out plus d(residual_out)."""
+    dx, dweight = rms_norm_bwd(dy, residual_out, weight, eps, zero_centered)
+    return dx + to_float64(dresidual_out), dweight
+
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+
+
+def _activation(g, kind: str):
+    """-> act(g), act'(g) in float64."""
+    if kind == "silu":
+        s = 1.0 / (1.0 + np.exp(-g))
+        return g * s, s * (1.0 + g * (1.0 - s))
+    if kind == "gelu":
+        cdf = 0.5 * (1.0 + _ERF(g / math.sqrt(2.0)))
+        return g * cdf, cdf + g * np.exp(-0.5 * g * g) / math.sqrt(2.0 * math.pi)
+    k, c = math.sqrt(2.0 / math.pi), 0.044715
+    t = np.tanh(k * (g + c * g ** 3))
+    return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * c * g * g)
+
+
+def glu_fwd(x, kind: str):
+    """y [..., F] = act(gate) * up of x [..., 2F] = [gate, up]; kind in GLU_ACTIVATIONS."""
+    x = to_float64(x)
+    half = x.shape[-1] // 2
+    return _activation(x[..., :half], kind)[0] * x[..., half:]
+
+
+def glu_bwd(dy, x, kind: str):
+    """-> dx [..., 2F] = [dy * up * act'(gate), dy * act(gate)]."""
+    dy, x = to_float64(dy), to_float64(x)
+    half = x.shape[-1] // 2
+    a, da = _activation(x[..., :half], kind)
+    return np.concatenate([dy * x[..., half:] * da, dy * a], axis=-1)
+
+
+def causal_mask(q: int, k: int) -> np.ndarray:
+    """[Q, K] bool, True where key j is visible to query i: j <= i + (K - Q) (bottom-right)."""
+    return np.arange(k)[None, :] <= np.arange(q)[:, None] + (k - q)
+
+
+def softmax_fwd(x, scale=1.0, causal=False):
+    """y = softmax(scale * x) over the last dim; masked keys and fully masked rows are 0."""
+    s = float(np.float32(scale)) * to_float64(x)  # the kernels take scale as a float32
+    visible = causal_mask(*s.shape[-2:]) if causal else np.ones(s.shape[-1:], bool)
+    visible = np.broadcast_to(visible, s.shape)
+    s = np.where(visible, s, -np.inf)
+    m = np.max(s, axis=-1, keepdims=True)
+    e = np.where(visible, np.exp(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
+    total = np.sum(e, axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+
+def softmax_bwd(dy, y, scale=1.0):
+    """dx = scale * y * (dy - sum(dy * y)), from the forward's output y."""
+    dy, y = to_float64(dy), to_float64(y)
+    return float(np.float32(scale)) * y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
 
 
 # Parameter configurations beyond "weight and bias in x's dtype": name -> (parameter dtype

@@ -152,6 +152,94 @@ def test_not_an_array(api, argument):
         api.layer_norm(args["x"], args["weight"], args["bias"])
 
 
+# --- residual add + RMSNorm ---------------------------------------------------------------
+
+def test_add_rms_norm_residual_shape(api):
+    with raises(ValueError, "residual: expected shape (2, 4) (the shape of x), got (2, 5)"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 5)), api.array((4,)))
+
+
+def test_add_rms_norm_residual_dtype(api):
+    with raises(TypeError, "residual: expected dtype float32 (the dtype of x), got bfloat16"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4), "bfloat16"), api.array((4,)))
+
+
+def test_add_rms_norm_residual_not_an_array(api):
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"residual: expected a {kind}, got list"):
+        api.module.add_rms_norm(api.array((2, 4)), [1.0, 2.0], api.array((4,)))
+
+
+def test_add_rms_norm_x_weight_eps(api):
+    with raises(TypeError, "x: expected dtype float32, float16 or bfloat16, got int32"):
+        api.module.add_rms_norm(api.array((2, 4), "int32"), api.array((2, 4), "int32"), api.array((4,)))
+    with raises(ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4), got (3,)"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((3,)))
+    with raises(ValueError, "eps: expected a finite float > 0, got 0.0"):
+        api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((4,)), 0.0)
+
+
+# --- gated linear units --------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_glu_odd_last_dim(api, op):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape (2, 5)"):
+        getattr(api.module, op)(api.array((2, 5)))
+
+
+@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+def test_glu_bad_x(api, op):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape (2, 0)"):
+        getattr(api.module, op)(api.array((2, 0)))
+    with raises(ValueError, "x: expected shape [..., 2F] with at least 1 dimension, got a 0-d array"):
+        getattr(api.module, op)(api.array(()))
+    with raises(TypeError, "x: expected dtype float32, float16 or bfloat16, got float64"):
+        getattr(api.module, op)(api.array((2, 4), "float64"))
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"x: expected a {kind}, got list"):
+        getattr(api.module, op)([1.0, 2.0])
+
+
+def test_geglu_approximate(api):
+    with raises(ValueError, "approximate: expected 'none' or 'tanh', got 'fast'"):
+        api.module.geglu(api.array((2, 4)), approximate="fast")
+    with raises(TypeError, "approximate: expected 'none' or 'tanh', got bool"):
+        api.module.geglu(api.array((2, 4)), approximate=True)
+
+
+# --- softmax ----------------------------------------------------------------------------------
+
+def test_softmax_bad_x(api):
+    with raises(ValueError, "x: the last dimension (keys) must be > 0, got shape (2, 0)"):
+        api.module.softmax(api.array((2, 0)))
+    with raises(ValueError, "x: expected shape [..., K] with at least 1 dimension, got a 0-d array"):
+        api.module.softmax(api.array(()))
+    with raises(TypeError, "x: expected dtype float32, float16 or bfloat16, got int32"):
+        api.module.softmax(api.array((2, 4), "int32"))
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"x: expected a {kind}, got list"):
+        api.module.softmax([1.0, 2.0])
+
+
+@pytest.mark.parametrize("scale", [math.nan, math.inf])
+def test_softmax_scale_not_finite(api, scale):
+    with raises(ValueError, f"scale: expected a finite float, got {scale}"):
+        api.module.softmax(api.array((2, 4)), scale)
+
+
+@pytest.mark.parametrize("scale", ["0.5", None, True], ids=["str", "None", "bool"])
+def test_softmax_scale_not_a_number(api, scale):
+    with raises(TypeError, f"scale: expected a Python float, got {type(scale).__name__}"):
+        api.module.softmax(api.array((2, 4)), scale)
+
+
+def test_softmax_causal(api):
+    with raises(ValueError, "causal: needs x of shape [..., Q, K] with at least 2 dimensions, got shape (4,)"):
+        api.module.softmax(api.array((4,)), causal=True)
+    with raises(TypeError, "causal: expected a bool, got int"):
+        api.module.softmax(api.array((2, 4)), causal=1)
+
+
 # --- torch only -----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -198,3 +286,29 @@ def test_torch_op_direct_parameter_dtypes(torch):
         torch.ops.fuselet.layer_norm_fwd(x, torch.ones(4), torch.ones(4, dtype=torch.bfloat16), 1e-5)
     with raises(ValueError, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight"):
         torch.ops.fuselet.rms_norm_fwd(x, None, 1e-6, True)
+
+
+def test_torch_op_direct_add_rms_norm(torch):
+    with raises(ValueError, "residual: expected 2 rows of 4 elements like x, got 2 rows of 3"):
+        torch.ops.fuselet.add_rms_norm_fwd(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4), 1e-6)
+    with raises(ValueError, "dresidual_out: expected dtype float32 (the dtype of x), got bfloat16"):
+        torch.ops.fuselet.add_rms_norm_bwd(torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4),
+                                           torch.ones(4), torch.ones(2))
+
+
+def test_torch_op_direct_glu(torch):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got 5"):
+        torch.ops.fuselet.swiglu_fwd(torch.ones(2, 5))
+    with raises(ValueError, "approximate: expected 'none' or 'tanh', got 'fast'"):
+        torch.ops.fuselet.geglu_fwd(torch.ones(2, 4), "fast")
+    with raises(ValueError, "dy: expected 2 rows of 2 elements, got 2 rows of 4"):
+        torch.ops.fuselet.swiglu_bwd(torch.ones(2, 4), torch.ones(2, 4))
+
+
+def test_torch_op_direct_softmax(torch):
+    with raises(ValueError, "flags: FUSELET_SOFTMAX_CAUSAL needs x of shape [..., Q, K]"):
+        torch.ops.fuselet.softmax_fwd(torch.ones(4), 1.0, True)
+    with raises(ValueError, "scale: expected a finite number"):
+        torch.ops.fuselet.softmax_fwd(torch.ones(2, 4), float("nan"))
+    with raises(ValueError, "dy: expected 2 rows of 4 elements, got 2 rows of 3"):
+        torch.ops.fuselet.softmax_bwd(torch.ones(2, 3), torch.ones(2, 4))

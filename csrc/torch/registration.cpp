@@ -18,4 +18,22 @@ TORCH_LIBRARY(fuselet, m) {
   m.def(
       "layer_norm_bwd(Tensor dy, Tensor x, Tensor? weight, Tensor? bias, Tensor mean, Tensor rstd,"
       " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight, Tensor dbias)");
+  // Residual add + RMSNorm: residual_out = x + residual (x's dtype), y = rms_norm(residual_out).
+  // The backward's dx is the gradient of x and of residual alike.
+  m.def(
+      "add_rms_norm_fwd(Tensor x, Tensor residual, Tensor? weight, float eps, bool zero_centered_gamma=False)"
+      " -> (Tensor y, Tensor residual_out, Tensor rstd)");
+  m.def(
+      "add_rms_norm_bwd(Tensor dy, Tensor dresidual_out, Tensor residual_out, Tensor? weight, Tensor rstd,"
+      " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight)");
+  // Gated linear units (glu.cpp): math in csrc/core/include/fuselet/glu.h. x [..., 2F] = [gate, up],
+  // y [..., F]; approximate: "none" (erf) or "tanh".
+  m.def("swiglu_fwd(Tensor x) -> Tensor y");
+  m.def("swiglu_bwd(Tensor dy, Tensor x) -> Tensor dx");
+  m.def("geglu_fwd(Tensor x, str approximate=\"none\") -> Tensor y");
+  m.def("geglu_bwd(Tensor dy, Tensor x, str approximate=\"none\") -> Tensor dx");
+  // Softmax (softmax.cpp): math in csrc/core/include/fuselet/softmax.h. y = softmax(scale * x)
+  // over the last dim; causal: x [..., Q, K], key j masked for query i when j > i + (K - Q).
+  m.def("softmax_fwd(Tensor x, float scale=1.0, bool causal=False) -> Tensor y");
+  m.def("softmax_bwd(Tensor dy, Tensor y, float scale=1.0) -> Tensor dx");
 }

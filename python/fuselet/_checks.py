@@ -54,3 +54,44 @@ def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps, zero_center
         raise TypeError(f"zero_centered_gamma: expected a bool, got {type(zero_centered_gamma).__name__}")
     if zero_centered_gamma and params.get("weight") is None:
         raise ValueError("zero_centered_gamma: scales by (1 + weight) and needs a weight, got weight=None")
+
+
+def check_like_x(name: str, shape: tuple, dtype: str, x_shape: tuple, x_dtype: str) -> None:
+    """`name` must have exactly x's shape and dtype (residual, dy, ...)."""
+    check_dtype(name, dtype, like=x_dtype)
+    if tuple(shape) != tuple(x_shape):
+        raise ValueError(f"{name}: expected shape {tuple(x_shape)} (the shape of x), got {tuple(shape)}")
+
+
+def check_glu_args(x_shape: tuple, x_dtype: str) -> None:
+    """x: [..., 2F], the gate and up halves: an even last dimension > 0."""
+    check_dtype("x", x_dtype)
+    if len(x_shape) == 0:
+        raise ValueError("x: expected shape [..., 2F] with at least 1 dimension, got a 0-d array")
+    if x_shape[-1] == 0 or x_shape[-1] % 2:
+        raise ValueError(f"x: expected an even last dimension > 0 (2F: the gate and up halves), "
+                         f"got shape {tuple(x_shape)}")
+
+
+def check_approximate(approximate) -> None:
+    if not isinstance(approximate, str):
+        raise TypeError(f"approximate: expected 'none' or 'tanh', got {type(approximate).__name__}")
+    if approximate not in ("none", "tanh"):
+        raise ValueError(f"approximate: expected 'none' or 'tanh', got {approximate!r}")
+
+
+def check_softmax_args(x_shape: tuple, x_dtype: str, scale, causal) -> None:
+    """x: [..., K] ([..., Q, K] when causal), K > 0; scale: a finite float; causal: a bool."""
+    check_dtype("x", x_dtype)
+    if len(x_shape) == 0:
+        raise ValueError("x: expected shape [..., K] with at least 1 dimension, got a 0-d array")
+    if x_shape[-1] == 0:
+        raise ValueError(f"x: the last dimension (keys) must be > 0, got shape {tuple(x_shape)}")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale: expected a Python float, got {type(scale).__name__}")
+    if not math.isfinite(scale):
+        raise ValueError(f"scale: expected a finite float, got {scale}")
+    if not isinstance(causal, bool):
+        raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
+    if causal and len(x_shape) < 2:
+        raise ValueError(f"causal: needs x of shape [..., Q, K] with at least 2 dimensions, got shape {tuple(x_shape)}")

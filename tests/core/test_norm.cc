@@ -115,6 +115,45 @@ void check_numerics(int64_t R, int64_t H, int64_t stride, bool layer, bool has_w
   if (layer && has_b) expect(max_err(db, dbr) < tol_sum, std::string(name) + " dbias");
 }
 
+// Residual add + RMSNorm on R x H float32 rows: residual_out, y, dx (= dresidual), dweight.
+void check_add_rms_norm(int64_t R, int64_t H) {
+  std::mt19937 rng(static_cast<unsigned>(R * 7 + H));
+  std::normal_distribution<float> dist(0.5f, 2.0f);
+  std::vector<float> x(R * H), res(R * H), w(H), dy(R * H), dh(R * H);
+  for (auto* v : {&x, &res, &w, &dy, &dh})
+    for (auto& e : *v) e = dist(rng);
+  const float eps = 1e-5f;
+  std::vector<double> hr(R * H), yr(R * H), dxr(R * H), dwr(H, 0.0);
+  for (int64_t r = 0; r < R; ++r) {
+    double ss = 0, c2 = 0;
+    for (int64_t i = 0; i < H; ++i) {
+      hr[r * H + i] = float(x[r * H + i] + res[r * H + i]);
+      ss += hr[r * H + i] * hr[r * H + i];
+    }
+    const double rstd = 1.0 / std::sqrt(ss / H + eps);
+    for (int64_t i = 0; i < H; ++i) {
+      const double xhat = hr[r * H + i] * rstd;
+      yr[r * H + i] = xhat * w[i];
+      c2 += double(dy[r * H + i]) * w[i] * xhat;
+      dwr[i] += dy[r * H + i] * xhat;
+    }
+    for (int64_t i = 0; i < H; ++i)
+      dxr[r * H + i] = rstd * (double(dy[r * H + i]) * w[i] - hr[r * H + i] * rstd * c2 / H) + dh[r * H + i];
+  }
+  std::vector<float> y(R * H), h(R * H), rstd(R), dx(R * H), dw(H);
+  fuselet_tensor tx = view(x.data(), {R, H}), tres = view(res.data(), {R, H}), tw = view(w.data(), {H}),
+                 ty = view(y.data(), {R, H}), th = view(h.data(), {R, H}), tr = view(rstd.data(), {R}),
+                 tdy = view(dy.data(), {R, H}), tdh = view(dh.data(), {R, H}), tdx = view(dx.data(), {R, H}),
+                 tdw = view(dw.data(), {H});
+  const std::string name = "add_rms_norm R=" + std::to_string(R) + " H=" + std::to_string(H);
+  expect(fuselet_add_rms_norm_fwd(&tx, &tres, &tw, eps, 0, &ty, &th, &tr) == FUSELET_OK, name + " fwd status");
+  expect(fuselet_add_rms_norm_bwd(&tdy, &tdh, &th, &tw, &tr, 0, &tdx, &tdw) == FUSELET_OK, name + " bwd status");
+  expect(max_err(h, hr) == 0.0, name + " residual_out");
+  expect(max_err(y, yr) < 1e-4, name + " y");
+  expect(max_err(dx, dxr) < 1e-4, name + " dx");
+  expect(max_err(dw, dwr) < 1e-4 * std::sqrt(double(R) + 1.0), name + " dweight");
+}
+
 void expect_error(fuselet_status s, const char* needle, const std::string& what) {
   expect(s == FUSELET_ERR_INVALID_ARGUMENT && std::strstr(fuselet_last_error(), needle) != nullptr,
          what + " -> '" + fuselet_last_error() + "'");
@@ -198,6 +237,16 @@ int main() {
   check_numerics(33, 256, 256, true);
   fuselet_set_num_threads(3);
   check_numerics(333, 64, 64, false);
+  for (int64_t H : {1, 3, 127, 4097}) check_add_rms_norm(19, H);
+  {
+    float a[6] = {}, b[4] = {}, w[3] = {1, 1, 1}, o[6], h[6], r[2];
+    fuselet_tensor ta = view(a, {2, 3}), tb = view(b, {2, 2}), tw = view(w, {3}), to = view(o, {2, 3}),
+                   th = view(h, {2, 3}), tr = view(r, {2});
+    expect_error(fuselet_add_rms_norm_fwd(&ta, &tb, &tw, 1e-5f, 0, &to, &th, &tr), "residual: expected 2 rows of 3",
+                 "add_rms_norm residual shape");
+    expect_error(fuselet_add_rms_norm_fwd(&ta, &ta, &tw, 1e-5f, 0, &to, nullptr, &tr), "residual_out: expected a tensor",
+                 "add_rms_norm NULL residual_out");
+  }
   check_errors();
   check_empty_batch();
   std::printf("%d passed, %d failed\n", g_passed, g_failed);

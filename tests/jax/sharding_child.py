@@ -7,6 +7,7 @@ the unsharded result. tests/jax/test_sharding.py runs it and checks the numbers.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -91,6 +92,49 @@ def eager_case(norm, mesh, shape) -> dict:
             "max_diff": max_diff(y, norm_fn(norm)(x, w, b))}
 
 
+def add_rms_fn(x, r, w):
+    y, h = fj.add_rms_norm(x, r, w)
+    return y + h
+
+
+def add_rms_case(mesh, spec, shape, shard_map=False) -> dict:
+    """fj.add_rms_norm with x and residual sharded alike (jit, or shard_map over the rows)."""
+    x, w, _, dy = inputs(shape, "float32", "float32")
+    r = x[::-1] * 0.5
+    g = jax.grad(lambda x, r, w, dy: jnp.sum(add_rms_fn(x, r, w) * dy), argnums=(0, 1, 2))
+    expected = add_rms_fn(x, r, w), g(x, r, w, dy)
+    sharded = NamedSharding(mesh, spec)
+    f = add_rms_fn
+    if shard_map:
+        f = jax.shard_map(add_rms_fn, mesh=mesh, in_specs=(spec, spec, P()), out_specs=spec)
+        g = jax.grad(lambda x, r, w, dy: jnp.sum(f(x, r, w) * dy), argnums=(0, 1, 2))
+    args = (jax.device_put(x, sharded), jax.device_put(r, sharded), jax.device_put(w, NamedSharding(mesh, P())))
+    return measure(f, g, args, jax.device_put(dy, sharded), sharded, expected)
+
+
+def glu_case(mesh, spec, shape, shard_map=False) -> dict:
+    """fj.swiglu with x sharded by `spec` (jit, or shard_map)."""
+    x, _, _, _ = inputs(shape, "float32", "float32")
+    dy = jnp.asarray(np.random.default_rng(1).standard_normal((*shape[:-1], shape[-1] // 2)), jnp.float32)
+    f = fj.swiglu
+    if shard_map:
+        f = jax.shard_map(fj.swiglu, mesh=mesh, in_specs=(spec,), out_specs=spec)
+    g = jax.grad(lambda x, dy: jnp.sum(f(x) * dy), argnums=(0,))
+    expected = fj.swiglu(x), jax.grad(lambda x, dy: jnp.sum(fj.swiglu(x) * dy), argnums=(0,))(x, dy)
+    sharded = NamedSharding(mesh, spec)
+    return measure(f, g, (jax.device_put(x, sharded),), jax.device_put(dy, sharded), sharded, expected)
+
+
+def softmax_case(mesh, spec, shape, causal) -> dict:
+    """fj.softmax with x [B, H, Q, K] sharded by `spec` under jit."""
+    x, _, _, dy = inputs(shape, "float32", "float32")
+    f = functools.partial(fj.softmax, scale=0.5, causal=causal)
+    g = jax.grad(lambda x, dy: jnp.sum(f(x) * dy), argnums=(0,))
+    expected = f(x), g(x, dy)
+    sharded = NamedSharding(mesh, spec)
+    return measure(f, g, (jax.device_put(x, sharded),), jax.device_put(dy, sharded), sharded, expected)
+
+
 def main():
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -103,6 +147,17 @@ def main():
         out[f"{norm}/rows_and_hidden"] = jit_case(norm, mesh2, P("a", "b"), (16, 64))
         out[f"{norm}/shard_map"] = shard_map_case(norm, mesh, (16, 64))
         out[f"{norm}/eager_uncommitted_params"] = eager_case(norm, mesh, (16, 64))
+    out["add_rms_norm/rows"] = add_rms_case(mesh, P("data", None), (16, 64))
+    out["add_rms_norm/rows_2d_mesh"] = add_rms_case(mesh2, P("a", "b", None), (4, 8, 64))
+    out["add_rms_norm/shard_map"] = add_rms_case(mesh, P("data", None), (16, 64), shard_map=True)
+    out["swiglu/rows"] = glu_case(mesh, P("data", None), (16, 64))
+    out["swiglu/rows_2d_mesh"] = glu_case(mesh2, P("a", "b", None), (4, 8, 64))
+    out["swiglu/shard_map"] = glu_case(mesh, P("data", None), (16, 64), shard_map=True)
+    out["swiglu/hidden"] = glu_case(mesh, P(None, "data"), (16, 64))
+    for causal in (False, True):
+        name = "causal" if causal else "plain"
+        out[f"softmax/{name}/rows"] = softmax_case(mesh2, P("a", "b", None, None), (2, 4, 6, 8), causal)
+        out[f"softmax/{name}/queries"] = softmax_case(mesh, P(None, None, "data", None), (1, 2, 16, 8), causal)
     print(json.dumps(out))
 
 

@@ -69,3 +69,43 @@ def test_eager_call_with_uncommitted_parameters(results, norm):
     """fj.rms_norm(x_sharded, jnp.ones(H)) outside jit: JAX places the weight, as for jnp ops."""
     r = results[f"{norm}/eager_uncommitted_params"]
     assert r["y_sharding_is_x"] and r["max_diff"] < 1e-4, r
+
+
+@pytest.mark.parametrize("case", ["rows", "rows_2d_mesh", "shard_map"])
+def test_add_rms_norm_row_sharding(results, case):
+    """x and residual row-sharded: no collective in the forward, one all-reduce (dweight) in the grad."""
+    r = results[f"add_rms_norm/{case}"]
+    assert others(r["fwd"]) == {}, r["fwd"]
+    assert others(r["grad"], "all-reduce") == {} and 1 <= r["grad"]["all-reduce"] <= 2, r["grad"]
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-4, r
+
+
+@pytest.mark.parametrize("case", ["rows", "rows_2d_mesh", "shard_map"])
+def test_glu_row_sharding(results, case):
+    """x row-sharded: swiglu and its gradient run with no collective at all."""
+    r = results[f"swiglu/{case}"]
+    assert others(r["fwd"]) == {} and others(r["grad"]) == {}, r
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_glu_hidden_sharding(results):
+    """x sharded on its last dim: gathered along it (the halves live at both ends), nothing else."""
+    r = results["swiglu/hidden"]
+    assert r["fwd"]["all-gather"] >= 1 and others(r["fwd"], "all-gather") == {}, r["fwd"]
+    assert r["max_diff"] < 1e-5, r
+
+
+@pytest.mark.parametrize("causal", ["plain", "causal"])
+def test_softmax_batch_and_head_sharding(results, causal):
+    """x [B, H, Q, K] sharded over B and H: no collective, forward or gradient."""
+    r = results[f"softmax/{causal}/rows"]
+    assert others(r["fwd"]) == {} and others(r["grad"]) == {}, r
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_softmax_query_sharding(results):
+    """Q sharded: plain softmax keeps it sharded (no collective); causal softmax numbers queries
+    from the whole Q dim, so it gathers Q (and gives the unsharded result)."""
+    plain, causal = results["softmax/plain/queries"], results["softmax/causal/queries"]
+    assert others(plain["fwd"]) == {} and plain["y_sharding_is_x"] and plain["max_diff"] < 1e-5, plain
+    assert causal["fwd"]["all-gather"] >= 1 and causal["max_diff"] < 1e-5, causal

@@ -16,6 +16,9 @@ fuselet_status fail(fuselet_status status, const char* fmt, ...)
 #endif
     ;
 
+// FUSELET_ERR_UNSUPPORTED: what the `_cuda` entry points of a build without CUDA return.
+fuselet_status no_cuda();
+
 // Clears the thread's last error and returns FUSELET_OK.
 fuselet_status ok();
 
@@ -33,6 +36,10 @@ struct Rows {
 // Checks `t` (named `name` in messages): non-null, float dtype, last dim of stride 1,
 // leading dims collapsible into one row stride, non-null data when non-empty.
 fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out);
+
+// as_rows, plus: dtype `dtype` (named as x's in messages) and exactly `rows` rows of `cols`.
+fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,
+                           Rows* out);
 
 // Checks that `t` holds exactly `numel` contiguous elements of `dtype`.
 fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel,

@@ -149,4 +149,34 @@ fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
   return ok();
 }
 
+fuselet_status check_add_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                  const fuselet_tensor* weight, float eps, uint32_t flags, fuselet_tensor* y,
+                                  fuselet_tensor* residual_out, fuselet_tensor* rstd, NormProblem* p) {
+  if (fuselet_status s = check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, p)) return s;
+  Rows rx, rr, rh;
+  if (fuselet_status s = as_rows(x, "x", &rx)) return s;
+  if (fuselet_status s = same_rows(residual, "residual", rx, x->dtype, &rr)) return s;
+  if (fuselet_status s = same_rows(residual_out, "residual_out", rx, x->dtype, &rh)) return s;
+  p->res = rr.data;
+  p->res_stride = rr.row_stride;
+  p->hout = rh.data;
+  p->hout_stride = rh.row_stride;
+  return ok();
+}
+
+fuselet_status check_add_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                  const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                  const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                  fuselet_tensor* dweight, NormProblem* p) {
+  if (fuselet_status s =
+          check_norm_bwd(dy, residual_out, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, p))
+    return s;
+  Rows rx, rd;
+  if (fuselet_status s = as_rows(residual_out, "residual_out", &rx)) return s;
+  if (fuselet_status s = same_rows(dresidual_out, "dresidual_out", rx, residual_out->dtype, &rd)) return s;
+  p->dres = rd.data;
+  p->dres_stride = rd.row_stride;
+  return ok();
+}
+
 }  // namespace fuselet

@@ -23,6 +23,11 @@ struct NormProblem {
   float* rstd = nullptr;
   void* dweight = nullptr;  // null when there is no weight
   void* dbias = nullptr;    // null for RMSNorm or when not requested
+  // Residual add + RMSNorm: the norm's input is x + res, rounded to dtype and written to hout;
+  // the backward adds dres to dx. All null otherwise.
+  const void* res = nullptr;  int64_t res_stride = 0;
+  void* hout = nullptr;       int64_t hout_stride = 0;
+  const void* dres = nullptr; int64_t dres_stride = 0;
 };
 
 // Checks a forward call. bias and mean are null for RMSNorm.
@@ -35,5 +40,16 @@ fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
                               const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags,
                               fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm,
                               NormProblem* p);
+
+// Checks a residual add + RMSNorm forward (x, residual, residual_out: rows like x).
+fuselet_status check_add_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                  const fuselet_tensor* weight, float eps, uint32_t flags, fuselet_tensor* y,
+                                  fuselet_tensor* residual_out, fuselet_tensor* rstd, NormProblem* p);
+
+// Checks a residual add + RMSNorm backward (residual_out is the norm's input x).
+fuselet_status check_add_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                  const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                  const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                  fuselet_tensor* dweight, NormProblem* p);
 
 }  // namespace fuselet

@@ -30,6 +30,10 @@ fuselet_status ok() {
   return FUSELET_OK;
 }
 
+fuselet_status no_cuda() {
+  return fail(FUSELET_ERR_UNSUPPORTED, "this libfuselet was built without CUDA (FUSELET_CUDA=OFF)");
+}
+
 const char* dtype_name(fuselet_dtype dtype) {
   switch (dtype) {
     case FUSELET_FLOAT32: return "float32";
@@ -113,6 +117,19 @@ fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
     out->row_stride = row_stride;
   }
   if (t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer is NULL", name);
+  return FUSELET_OK;
+}
+
+fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,
+                           Rows* out) {
+  if (fuselet_status s = as_rows(t, name, out)) return s;
+  if (t->dtype != dtype)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x), got %s", name, dtype_name(dtype),
+                dtype_name(t->dtype));
+  if (out->rows != rows || out->hidden != cols)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: expected %" PRId64 " rows of %" PRId64 " elements, got %" PRId64 " rows of %" PRId64, name, rows,
+                cols, out->rows, out->hidden);
   return FUSELET_OK;
 }
 

@@ -4,6 +4,7 @@
 jax.experimental.custom_partitioning. Each array is one of:
   ROWS       [..., H]  rows of x (x, dy, y, dx): the leading dims keep x's sharding, H is
                        gathered when sharded (the kernels need whole rows)
+  HALF       [..., H/2] rows of half the width (y and dy of a gated linear unit): like ROWS
   STATS      [...]     one value per row (mean, rstd): sharded like the rows
   PARAM      [H] / [0] a per-column parameter (weight, bias; [0] = absent): replicated
   PARAM_SUM  [H] / [0] an output summed over rows (dweight, dbias): each shard sums its
@@ -19,7 +20,7 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-ROWS, STATS, PARAM, PARAM_SUM = "rows", "stats", "param", "param_sum"
+ROWS, HALF, STATS, PARAM, PARAM_SUM = "rows", "half", "stats", "param", "param_sum"
 
 
 def out_types(args, in_kinds, out_kinds) -> tuple:
@@ -28,6 +29,7 @@ def out_types(args, in_kinds, out_kinds) -> tuple:
     x = args[in_kinds.index(ROWS)]
     params = iter([a for a, k in zip(args, in_kinds) if k == PARAM])
     types = {ROWS: lambda: jax.ShapeDtypeStruct(x.shape, x.dtype),
+             HALF: lambda: jax.ShapeDtypeStruct((*x.shape[:-1], x.shape[-1] // 2), x.dtype),
              STATS: lambda: jax.ShapeDtypeStruct(x.shape[:-1], jax.numpy.float32)}
     out = []
     for kind in out_kinds:
@@ -39,14 +41,16 @@ def out_types(args, in_kinds, out_kinds) -> tuple:
     return tuple(out)
 
 
-def _row_spec(sharding, ndim: int) -> tuple:
-    """The partition spec of the leading (row) dims of an [..., H] operand."""
+def _row_spec(sharding, ndim: int, core_dims: int = 1) -> tuple:
+    """The partition spec of the leading (row) dims of an [..., H] operand: all but the last
+    `core_dims` dims (2 where the kernel reads the second-to-last dim too: causal softmax)."""
     spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
-    return (spec + (None,) * ndim)[:ndim - 1]
+    return (spec + (None,) * ndim)[:ndim - core_dims]
 
 
-def _spec(kind: str, rows: tuple) -> P:
-    return {ROWS: P(*rows, None), STATS: P(*rows)}.get(kind, P(None))
+def _spec(kind: str, rows: tuple, core_dims: int = 1) -> P:
+    inner = (None,) * core_dims
+    return {ROWS: P(*rows, *inner), HALF: P(*rows, *inner), STATS: P(*rows)}.get(kind, P(None))
 
 
 def _mesh_axes(rows: tuple) -> tuple:
@@ -57,17 +61,21 @@ def _mesh_axes(rows: tuple) -> tuple:
     return tuple(axes)
 
 
-def _rule(in_kinds, out_kinds):
-    """The Shardy rule: row factors r0.. pass through, H ("h") and absent parameters ("z")
-    need replication. PARAM_SUM results drop the row factors (their psum is in partition)."""
+def _rule(in_kinds, out_kinds, core_dims=1):
+    """The Shardy rule: row factors r0.. pass through, H ("h"), the half width ("f"), a core
+    query dim ("q", core_dims=2) and absent parameters ("z") need replication. PARAM_SUM
+    results drop the row factors (their psum is in partition)."""
     def rule(mesh, value_types, result_types):
         ndim = len(value_types[in_kinds.index(ROWS)].shape)
         hidden = value_types[in_kinds.index(ROWS)].shape[-1]
-        rows = " ".join(f"r{i}" for i in range(ndim - 1))
+        rows = " ".join(f"r{i}" for i in range(ndim - core_dims))
+        q = " q" if core_dims == 2 else ""
 
         def factors(kind, t):
             if kind == ROWS:
-                return f"{rows} h".strip()
+                return f"{rows}{q} h".strip()
+            if kind == HALF:
+                return f"{rows}{q} f".strip()
             if kind == STATS:
                 return rows
             return "h" if t.shape[0] == hidden else "z"
@@ -75,19 +83,22 @@ def _rule(in_kinds, out_kinds):
         ins = ", ".join(factors(k, t) for k, t in zip(in_kinds, value_types))
         outs = ", ".join(factors(k, t) for k, t in zip(out_kinds, result_types))
         rule = f"{ins} -> {outs}"
-        return rule, {"need_replication_factors": tuple(f for f in ("h", "z") if f in rule.replace(",", " ").split())}
+        used = rule.replace(",", " ").split()
+        # In order of first appearance: Shardy wants them sorted by factor index.
+        return rule, {"need_replication_factors": tuple(f for f in dict.fromkeys(used) if f in ("h", "f", "q", "z"))}
     return rule
 
 
-def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple):
-    """fn wrapped so that its rows stay sharded as x's leading dims are (see the module doc)."""
+def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple, core_dims: int = 1):
+    """fn wrapped so that its rows stay sharded as x's leading dims are (see the module doc);
+    core_dims=2: the last two dims are gathered (the kernel indexes the second-to-last)."""
     rows_at = in_kinds.index(ROWS)
 
     def shardings(mesh, arg_shapes):
         x = arg_shapes[rows_at]
-        rows = _row_spec(x.sharding, len(x.shape))
-        ins = tuple(NamedSharding(mesh, _spec(k, rows)) for k in in_kinds)
-        outs = tuple(NamedSharding(mesh, _spec(k, rows)) for k in out_kinds)
+        rows = _row_spec(x.sharding, len(x.shape), core_dims)
+        ins = tuple(NamedSharding(mesh, _spec(k, rows, core_dims)) for k in in_kinds)
+        outs = tuple(NamedSharding(mesh, _spec(k, rows, core_dims)) for k in out_kinds)
         return rows, ins, outs
 
     def infer(mesh, arg_shapes, result_shape):
@@ -104,7 +115,8 @@ def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple):
         return mesh, per_shard, outs, ins
 
     wrapped = custom_partitioning(fn)
-    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=_rule(in_kinds, out_kinds))
+    wrapped.def_partition(partition, infer_sharding_from_operands=infer,
+                          sharding_rule=_rule(in_kinds, out_kinds, core_dims))
     return wrapped
 
 

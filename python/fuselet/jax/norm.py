@@ -1,4 +1,4 @@
-"""RMSNorm and LayerNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
+"""RMSNorm, LayerNorm and residual add + RMSNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
 
 Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
 float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
@@ -10,78 +10,15 @@ An absent parameter reaches the FFI handlers as an array with no elements.
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fuselet import _core
-from fuselet._checks import check_norm_args
-from fuselet.jax import _load, _sharding
+from fuselet._checks import check_like_x, check_norm_args
+from fuselet.jax import _sharding
+from fuselet.jax._ffi import row_op as _row_op
 from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
-
-
-def _call(op: str, outs, *args, **attrs):
-    from fuselet.jax import BUILD_INFO
-
-    target = _load.target(op, cuda_kernels=bool(BUILD_INFO.get("cuda_kernels")))
-    return jax.ffi.ffi_call(target, outs)(*args, **attrs)
-
-
-def _workspace_bytes(x) -> int:
-    """The CUDA backward's workspace for the rows of x: an output buffer of the FFI call (so that
-    XLA can capture the call in a command buffer); 0 where the CUDA handlers are not registered."""
-    from fuselet.jax import BUILD_INFO
-
-    if not _load.cuda_targets(bool(BUILD_INFO.get("cuda_kernels"))):
-        return 0
-    return _core.norm_bwd_workspace_bytes_cuda(math.prod(x.shape[:-1]), x.shape[-1])
-
-
-@functools.cache
-def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tuple):
-    """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...).
-    With `workspace`, the call has one more (uint8) output, its workspace, dropped here."""
-    def call(*args):
-        outs = _sharding.out_types(args, in_kinds, out_kinds)
-        if workspace:
-            outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
-        return tuple(_call(op, outs, *args, **dict(attrs)))[:len(out_kinds)]
-    return _sharding.row_partitioned(call, in_kinds, out_kinds)
-
-
-def _row_op(op, in_kinds, out_kinds, args, fold, workspace=False, **attrs):
-    """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like)."""
-    axes = _sharding.varying_axes(*args)
-    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())))
-    call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
-    return _batched(call, tuple(k in (ROWS, STATS) for k in in_kinds), fold)(*args)
-
-
-def _batched(fn, row_args: tuple[bool, ...], fold: bool):
-    """fn(*args) -> tuple, made vmappable.
-
-    row_args[i]: arg i is [..., H] rows (x, dy) or per-row stats; the others are per-H
-    parameters. With `fold`, a vmap that batches only row args adds a leading row dim
-    (the kernel treats every leading dim as rows); otherwise, or when a parameter is
-    batched, the batch runs as a loop (lax.map).
-    """
-    f = jax.custom_batching.custom_vmap(fn)
-
-    @f.def_vmap
-    def rule(axis_size, in_batched, *args):
-        def full(a, b):
-            return a if b else jnp.broadcast_to(a, (axis_size, *a.shape))
-
-        if fold and not any(b for b, r in zip(in_batched, row_args) if not r):
-            out = fn(*(full(a, b) if r else a for a, b, r in zip(args, in_batched, row_args)))
-        else:
-            out = jax.lax.map(lambda xs: fn(*xs), tuple(full(a, b) for a, b in zip(args, in_batched)))
-        return out, tuple(True for _ in out)
-
-    return f
-
 
 ZERO_CENTERED_GAMMA = 1  # FUSELET_NORM_ZERO_CENTERED_GAMMA of fuselet/norm.h
 
@@ -178,6 +115,53 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma
     axes = _sharding.varying_axes(x)
     weight, bias = (_sharding.vary_like(axes, p) for p in (weight, bias))
     return _layer_norm_jit(x, weight, bias, float(eps), _flags(zero_centered_gamma))
+
+
+# --- residual add + RMSNorm --------------------------------------------------------------
+
+def _add_rms_fwd_call(x, residual, weight, eps, flags):
+    return _row_op("add_rms_norm_fwd", (ROWS, ROWS, PARAM), (ROWS, ROWS, STATS), (x, residual, _param(weight, x)),
+                   True, eps=np.float32(eps), flags=flags)
+
+
+def _add_rms_bwd_call(dy, dresidual_out, residual_out, weight, rstd, flags):
+    return _row_op("add_rms_norm_bwd", (ROWS, ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM),
+                   (dy, dresidual_out, residual_out, _param(weight, residual_out), rstd), False, workspace=True,
+                   flags=flags)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
+def _add_rms_norm(x, residual, weight, eps, flags):
+    return tuple(_add_rms_fwd_call(x, residual, weight, eps, flags)[:2])
+
+
+def _add_rms_norm_fwd(x, residual, weight, eps, flags):
+    y, residual_out, rstd = _add_rms_fwd_call(x, residual, weight, eps, flags)
+    return (y, residual_out), (residual_out, weight, rstd)
+
+
+def _add_rms_norm_bwd(eps, flags, res, cotangents):
+    residual_out, weight, rstd = res
+    dy, dresidual_out = cotangents
+    dx, dweight = _add_rms_bwd_call(dy, dresidual_out, residual_out, weight, rstd, flags)
+    return dx, dx, None if weight is None else dweight
+
+
+_add_rms_norm.defvjp(_add_rms_norm_fwd, _add_rms_norm_bwd)
+_add_rms_norm_jit = jax.jit(_add_rms_norm, static_argnums=(3, 4))
+
+
+def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = False):
+    """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
+
+    The pre-norm transformer step in one pass; residual has x's shape and dtype."""
+    _check(x, eps, zero_centered_gamma, weight=weight)
+    if not hasattr(residual, "shape") or not hasattr(residual, "dtype"):
+        raise TypeError(f"residual: expected a jax.Array, got {type(residual).__name__}")
+    check_like_x("residual", tuple(residual.shape), jnp.dtype(residual.dtype).name, tuple(x.shape),
+                 jnp.dtype(x.dtype).name)
+    axes = _sharding.varying_axes(x, residual)
+    return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
 
 def _check(x, eps, zero_centered_gamma, **params) -> None:

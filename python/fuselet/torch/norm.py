@@ -1,4 +1,4 @@
-"""RMSNorm and LayerNorm for PyTorch: checked wrappers, fake impls, autograd, modules.
+"""RMSNorm, LayerNorm and residual add + RMSNorm for PyTorch: checked wrappers, fake impls, autograd, modules.
 
 Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
 float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from fuselet._checks import check_norm_args
+from fuselet._checks import check_like_x, check_norm_args
 
 ops = torch.ops.fuselet
 
@@ -47,6 +47,21 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
     _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
     return ops.layer_norm_fwd(x, weight, bias, float(eps), zero_centered_gamma)[0]
+
+
+def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
+                 zero_centered_gamma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
+
+    The pre-norm transformer step in one pass; residual has x's shape and dtype."""
+    _check(x, eps, zero_centered_gamma, weight=weight)
+    if not isinstance(residual, torch.Tensor):
+        raise TypeError(f"residual: expected a torch.Tensor, got {type(residual).__name__}")
+    check_like_x("residual", tuple(residual.shape), _dtype(residual), tuple(x.shape), _dtype(x))
+    if residual.device != x.device:
+        raise ValueError(f"residual: expected a tensor on {x.device} (the device of x), got {residual.device}")
+    y, residual_out, _ = ops.add_rms_norm_fwd(x, residual, weight, float(eps), zero_centered_gamma)
+    return y, residual_out
 
 
 def _extra_repr(module) -> str:
@@ -121,6 +136,17 @@ def _(dy, x, weight, rstd, zero_centered_gamma=False):
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x)
 
 
+@torch.library.register_fake("fuselet::add_rms_norm_fwd")
+def _(x, residual, weight, eps, zero_centered_gamma=False):
+    like = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return like, torch.empty_like(like), _rows(x)
+
+
+@torch.library.register_fake("fuselet::add_rms_norm_bwd")
+def _(dy, dresidual_out, residual_out, weight, rstd, zero_centered_gamma=False):
+    return torch.empty_like(residual_out, memory_format=torch.contiguous_format), _grad_of(weight, residual_out)
+
+
 @torch.library.register_fake("fuselet::layer_norm_fwd")
 def _(x, weight, bias, eps, zero_centered_gamma=False):
     return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x), _rows(x)
@@ -157,5 +183,19 @@ def _layer_backward(ctx, dy, _dmean, _drstd):
     return dx, None if weight is None else dweight, None if bias is None else dbias, None, None
 
 
+def _add_rms_setup(ctx, inputs, output):
+    _, _, weight, _, ctx.zero_centered_gamma = inputs
+    ctx.save_for_backward(output[1], weight, output[2])
+
+
+def _add_rms_backward(ctx, dy, dresidual_out, _drstd):
+    residual_out, weight, rstd = ctx.saved_tensors
+    dy = torch.zeros_like(residual_out) if dy is None else dy
+    dresidual_out = torch.zeros_like(residual_out) if dresidual_out is None else dresidual_out
+    dx, dweight = ops.add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, ctx.zero_centered_gamma)
+    return dx, dx, None if weight is None else dweight, None, None
+
+
+torch.library.register_autograd("fuselet::add_rms_norm_fwd", _add_rms_backward, setup_context=_add_rms_setup)
 torch.library.register_autograd("fuselet::rms_norm_fwd", _rms_backward, setup_context=_rms_setup)
 torch.library.register_autograd("fuselet::layer_norm_fwd", _layer_backward, setup_context=_layer_setup)

@@ -26,6 +26,14 @@
  *   LayerNorm: dx_r = rstd_r * (g_r - mean(g_r) - xhat_r * mean(g_r * xhat_r))
  *              dweight = sum_r dy_r * xhat_r,   dbias = sum_r dy_r
  * dweight is the same with and without FUSELET_NORM_ZERO_CENTERED_GAMMA (d(1 + w)/dw = 1).
+ *
+ * Residual add + RMSNorm (the pre-norm transformer step in one pass). residual and
+ * residual_out have x's shape and dtype (and follow x's layout rule):
+ *   h_r = round_to_dtype(x_r + residual_r)          (residual_out, the next residual stream)
+ *   y_r = RMSNorm(h_r)                             (as above, with h_r as its input)
+ * Backward, with dh_out = d(residual_out) from whatever consumes the residual stream:
+ *   dx_r = RMSNorm backward of dy_r at h_r  +  dh_out_r   (= d(residual)_r: both inputs get it)
+ *   dweight = sum_r dy_r * h_r * rstd_r
  * With R == 0 the forward writes nothing and the backward writes zeros to dweight/dbias.
  *
  * Host entry points take host pointers and run on the calling thread plus fuselet's own
@@ -71,6 +79,22 @@ FUSELET_API fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, cons
                                                   const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                                   fuselet_tensor* dweight, fuselet_tensor* dbias);
 
+/* Residual add + RMSNorm forward. In: x [..., H], residual [..., H], weight [H] or NULL, eps, flags.
+ * Out: y [..., H], residual_out [..., H] (x + residual in x's dtype), rstd [R] (float32). */
+FUSELET_API fuselet_status fuselet_add_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                                    const fuselet_tensor* weight, float eps, uint32_t flags,
+                                                    fuselet_tensor* y, fuselet_tensor* residual_out,
+                                                    fuselet_tensor* rstd);
+
+/* Residual add + RMSNorm backward. In: dy, dresidual_out, residual_out (from the forward, the
+ * input of the norm: messages call it x) [..., H], weight [H] or NULL, rstd [R], flags.
+ * Out: dx [..., H] (the gradient of x and of residual alike), dweight [H] (NULL exactly when
+ * weight is). */
+FUSELET_API fuselet_status fuselet_add_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                                    const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                                    const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                                    fuselet_tensor* dweight);
+
 /*
  * Bytes of device workspace the `_cuda` backward entry points need for R rows of H
  * elements (float32 partial sums of dweight and dbias). 0 when R == 0.
@@ -96,6 +120,16 @@ FUSELET_API fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy,
                                                        const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                                        fuselet_tensor* dweight, fuselet_tensor* dbias,
                                                        void* workspace, size_t workspace_bytes, void* stream);
+
+FUSELET_API fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                                         const fuselet_tensor* weight, float eps, uint32_t flags,
+                                                         fuselet_tensor* y, fuselet_tensor* residual_out,
+                                                         fuselet_tensor* rstd, void* stream);
+FUSELET_API fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                                         const fuselet_tensor* residual_out,
+                                                         const fuselet_tensor* weight, const fuselet_tensor* rstd,
+                                                         uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dweight,
+                                                         void* workspace, size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

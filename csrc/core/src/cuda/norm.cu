@@ -25,35 +25,32 @@
  * A second kernel sums the G partials per column in a fixed order (deterministic) and writes
  * dweight / dbias in the storage dtype.
  *
+ * Residual add + RMSNorm (kRes): the first pass reads x and residual, forms h = x + residual
+ * rounded to the storage dtype, writes it to residual_out and normalizes h (a chunked row
+ * re-reads h from residual_out, written by the same thread). Its backward is RMSNorm's, plus
+ * d(residual_out) added to dx as it is stored.
+ *
  * All launches go on the caller's stream; every launch is followed by a cudaGetLastError() check.
  */
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
-#include <algorithm>
 #include <cinttypes>
-#include <cstdint>
-#include <initializer_list>
-#include <utility>
 
+#include "common.cuh"
 #include "fuselet/norm.h"
-#include "internal.h"
 #include "norm_check.h"
 
 namespace fuselet {
 namespace {
+
+using namespace gpu;  // NOLINT: the shared building blocks (common.cuh)
 
 constexpr int kWarpRows = 8;               // warps (= rows in flight) per block on the warp path
 constexpr int kElems = 16;                 // elements a thread holds per chunk (vectorized / warp)
 constexpr int kMaxWarpHidden = 32 * kElems;  // largest H served by one warp per row
 // Block-per-row teams have 128..max_threads() threads. The backward (and the scalar forward)
 // keep more live values per thread, so they stop at 512 threads (128 registers each).
-constexpr int kMinThreads = 128;
 __host__ __device__ constexpr int max_threads(bool backward, int vec) {
   return backward || vec == 1 ? 512 : 1024;
 }
-constexpr int64_t kMaxGrid = int64_t(1) << 20;  // rows beyond this are grid-strided
 constexpr int kFinalizeSlices = 8;         // threadIdx.y extent of the partial-sum kernel
 
 // Kernel variants: one warp per row; one block per row held in registers; one block per row
@@ -67,39 +64,7 @@ __host__ __device__ constexpr int vecs_per_thread(Team team, int vec) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Element access.
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// N consecutive elements moved as one (16-byte when N * sizeof(T) == 16) access.
-template <typename T, int N>
-struct alignas(sizeof(T) * N) Vec {
-  T v[N];
-};
-
-template <typename T, int N>
-__device__ __forceinline__ void load(const T* p, float (&out)[N]) {
-  const Vec<T, N> v = *reinterpret_cast<const Vec<T, N>*>(p);
-#pragma unroll
-  for (int j = 0; j < N; ++j) out[j] = to_float(v.v[j]);
-}
-
-template <typename T, int N>
-__device__ __forceinline__ void store(T* p, const float (&in)[N]) {
-  Vec<T, N> v;
-#pragma unroll
-  for (int j = 0; j < N; ++j) v.v[j] = from_float<T>(in[j]);
-  *reinterpret_cast<Vec<T, N>*>(p) = v;
-}
+// Parameters.
 
 // A parameter vector (weight or bias) as the kernels read it: float32 or the storage dtype T,
 // or absent (NULL: every element reads as `fill`); `offset` is added to present elements.
@@ -125,79 +90,6 @@ __device__ __forceinline__ void load_param(const ParamRef& r, int64_t e, float (
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reductions. Every lane/thread of a team gets the same, deterministic result.
-
-struct Add {
-  __device__ float operator()(float a, float b) const { return a + b; }
-  __device__ float2 operator()(float2 a, float2 b) const { return make_float2(a.x + b.x, a.y + b.y); }
-};
-
-__device__ __forceinline__ float shfl_xor(float v, int m) { return __shfl_xor_sync(0xffffffffu, v, m); }
-__device__ __forceinline__ float2 shfl_xor(float2 v, int m) { return make_float2(shfl_xor(v.x, m), shfl_xor(v.y, m)); }
-
-// Butterfly all-reduce; the lower lane's value is always the left operand, so every lane ends
-// with the bit-identical result.
-template <typename V, typename Op>
-__device__ __forceinline__ V warp_allreduce(V v, Op op) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int m = 16; m > 0; m >>= 1) {
-    const V o = shfl_xor(v, m);
-    v = (lane & m) ? op(o, v) : op(v, o);
-  }
-  return v;
-}
-
-// Block all-reduce through `scratch` (>= 33 entries of V). blockDim.x must be a multiple of 32.
-// Safe to call back to back: the result slot (32) and the per-warp slots do not alias.
-template <typename V, typename Op>
-__device__ V block_allreduce(V v, Op op, V* scratch) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-  v = warp_allreduce(v, op);
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    V t = lane < nwarps ? scratch[lane] : V{};
-    t = warp_allreduce(t, op);
-    if (lane == 0) scratch[32] = t;
-  }
-  __syncthreads();
-  return scratch[32];
-}
-
-template <bool kWarp, typename V, typename Op>
-__device__ __forceinline__ V team_allreduce(V v, Op op, void* scratch) {
-  if constexpr (kWarp) {
-    return warp_allreduce(v, op);
-  } else {
-    return block_allreduce(v, op, static_cast<V*>(scratch));
-  }
-}
-
-// Thread `tid` of a team of `nthr` owns vectors base + k * nthr, k < kVecs, of each chunk
-// (base = chunk start + tid): the elements at base * kVec + k * step, step = nthr * kVec.
-// Only the first `count` of them lie inside the row.
-template <int kVecs>
-__device__ __forceinline__ int valid_count(int64_t base, int nthr, int64_t nvec) {
-  if (base >= nvec) return 0;
-  const int64_t n = (nvec - base - 1) / nthr + 1;
-  return n < kVecs ? static_cast<int>(n) : kVecs;
-}
-
-template <typename T, int kVecs, int kVec>
-__device__ __forceinline__ void load_chunk(const T* p, int step, int count, float (&v)[kVecs][kVec]) {
-#pragma unroll
-  for (int k = 0; k < kVecs; ++k) {
-    if (k < count) {
-      load(p + k * step, v[k]);
-    } else {
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) v[k][j] = 0.f;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Forward.
 
 struct FwdArgs {
@@ -209,9 +101,25 @@ struct FwdArgs {
   float* rstd;
   int64_t rows, x_stride, y_stride, hidden;
   float eps, inv_h;  // inv_h = 1 / hidden
+  const void* res;  // residual add (kRes): the norm's input is x + res rounded to T, written to hout
+  void* hout;
+  int64_t res_stride, hout_stride;
 };
 
-template <typename T, int kVec, Team kTeam, bool kLN>
+// v = x + res rounded to T (and written to h), for the `count` valid vectors of a chunk.
+template <typename T, int kVecs, int kVec>
+__device__ __forceinline__ void add_residual(const T* res, T* h, int step, int count, float (&v)[kVecs][kVec]) {
+  float r[kVecs][kVec];
+  load_chunk(res, step, count, r);
+#pragma unroll
+  for (int k = 0; k < kVecs; ++k) {
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) v[k][j] = to_float(from_float<T>(v[k][j] + r[k][j]));
+    if (k < count) store(h + k * step, v[k]);
+  }
+}
+
+template <typename T, int kVec, Team kTeam, bool kLN, bool kRes = false>
 __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_threads(false, kVec), 1)
     norm_fwd_kernel(const FwdArgs a) {
   constexpr int kVecs = vecs_per_thread(kTeam, kVec);
@@ -229,15 +137,20 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
        row += int64_t(gridDim.x) * teams) {
     const T* x = static_cast<const T*>(a.x) + row * a.x_stride;
     T* y = static_cast<T*>(a.y) + row * a.y_stride;
+    T* h = kRes ? static_cast<T*>(a.hout) + row * a.hout_stride : nullptr;
     float v[kVecs][kVec];
     float sum = 0.f;  // LayerNorm: sum(x); RMSNorm: sum(x^2)
     for (int64_t c = 0; c < nchunks; ++c) {
-      load_chunk(x + (c * chunk + tid) * kVec, step, valid_count<kVecs>(c * chunk + tid, nthr, nvec), v);
+      const int64_t e0 = (c * chunk + tid) * kVec;
+      const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+      load_chunk(x + e0, step, count, v);
+      if constexpr (kRes) add_residual(static_cast<const T*>(a.res) + row * a.res_stride + e0, h + e0, step, count, v);
 #pragma unroll
       for (int k = 0; k < kVecs; ++k)
 #pragma unroll
         for (int j = 0; j < kVec; ++j) sum += kLN ? v[k][j] : v[k][j] * v[k][j];  // zero padded
     }
+    if constexpr (kRes) x = h;  // later passes re-read the norm's input: this thread's own writes
     sum = team_allreduce<kWarp>(sum, Add(), scratch) * a.inv_h;
     float mu = 0.f, var = sum;
     if constexpr (kLN) {  // second pass over the registers (or the re-read chunks): mean((x - mu)^2)
@@ -292,6 +205,8 @@ struct BwdArgs {
   bool smem_acc;  // chunked rows: accumulate in dynamic shared memory (else in part_w / part_b)
   int64_t rows, rows_per_group, dy_stride, x_stride, dx_stride, hidden;
   float inv_h;  // 1 / hidden
+  const void* dres;  // residual add + RMSNorm: added to dx (null otherwise)
+  int64_t dres_stride;
 };
 
 // Loads one vector of dy, x, w and forms xhat and g = dy * w.
@@ -409,6 +324,12 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
         float out[kVec];
 #pragma unroll
         for (int j = 0; j < kVec; ++j) out[j] = rs * (g[k][j] - mg - xh[k][j] * mgx);
+        if (a.dres != nullptr) {
+          float d[kVec];
+          load(static_cast<const T*>(a.dres) + row * a.dres_stride + e, d);
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) out[j] += d[j];
+        }
         store(dx + e, out);
       }
     }
@@ -504,31 +425,6 @@ size_t workspace_bytes(int64_t rows, int64_t hidden) {
   return static_cast<size_t>(h * per_col);
 }
 
-bool aligned(const void* p, size_t n) { return reinterpret_cast<uintptr_t>(p) % n == 0; }
-
-fuselet_status launch_status(const char* kernel) {
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return fail(FUSELET_ERR_CUDA, "%s launch failed: %s", kernel, cudaGetErrorString(err));
-  return FUSELET_OK;
-}
-
-// Threads of a block-per-row team: enough for `vecs_per_thread` vectors each, 128..1024.
-int team_threads(int64_t nvec, int vecs_per_thread, int max_threads) {
-  const int64_t t = ((nvec - 1) / vecs_per_thread + 1 + 31) / 32 * 32;
-  return static_cast<int>(std::min<int64_t>(max_threads, std::max<int64_t>(kMinThreads, t)));
-}
-
-// Data pointers must be aligned to their element size (a misaligned access would poison the
-// CUDA context). Null pointers (absent or empty tensors) pass.
-fuselet_status check_alignment(std::initializer_list<std::pair<const char*, const void*>> tensors, size_t elem) {
-  for (const auto& t : tensors)
-    if (!aligned(t.second, elem))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer %p is not aligned to its element size (%zu bytes)",
-                  t.first, t.second, elem);
-  return FUSELET_OK;
-}
-
-size_t dtype_size(fuselet_dtype dtype) { return dtype == FUSELET_FLOAT32 ? 4 : 2; }
 
 // ParamRef of a checked parameter of problem `p`.
 ParamRef param_ref(const NormProblem& p, const void* param, float offset, float fill) {
@@ -542,46 +438,43 @@ bool params_vectorizable(const NormProblem& p, int kV, std::initializer_list<con
   return true;
 }
 
-// Calls f(T{}) with T the storage type of `dtype`.
-template <typename F>
-fuselet_status dispatch(fuselet_dtype dtype, F&& f) {
-  switch (dtype) {
-    case FUSELET_FLOAT32: return f(float{});
-    case FUSELET_FLOAT16: return f(__half{});
-    case FUSELET_BFLOAT16: return f(__nv_bfloat16{});
-  }
-  return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: unsupported dtype code %d", static_cast<int>(dtype));
-}
 
-template <typename T, int kVec, bool kLN>
+template <typename T, int kVec, bool kLN, bool kRes = false>
 fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
   const FwdArgs a{p.x,      param_ref(p, p.weight, p.w_offset, 1.f), param_ref(p, p.bias, 0.f, 0.f),
                   p.y,      p.mean, p.rstd, p.rows, p.x_stride, p.y_stride, p.hidden, p.eps,
-                  static_cast<float>(1.0 / p.hidden)};
+                  static_cast<float>(1.0 / p.hidden), p.res, p.hout, p.res_stride, p.hout_stride};
   if (p.hidden <= kMaxWarpHidden) {
     const int64_t grid = std::min<int64_t>((p.rows - 1) / kWarpRows + 1, kMaxGrid);
-    norm_fwd_kernel<T, kVec, kWarpTeam, kLN><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
+    norm_fwd_kernel<T, kVec, kWarpTeam, kLN, kRes><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
   } else {
     constexpr int kVecs = vecs_per_thread(kBlockTeam, kVec);
     const int threads = team_threads(p.hidden / kVec, kVecs, max_threads(false, kVec));
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
     if (p.hidden / kVec <= int64_t(threads) * kVecs)
-      norm_fwd_kernel<T, kVec, kBlockTeam, kLN><<<grid, threads, 0, stream>>>(a);
+      norm_fwd_kernel<T, kVec, kBlockTeam, kLN, kRes><<<grid, threads, 0, stream>>>(a);
     else
-      norm_fwd_kernel<T, kVec, kChunkedTeam, kLN><<<grid, threads, 0, stream>>>(a);
+      norm_fwd_kernel<T, kVec, kChunkedTeam, kLN, kRes><<<grid, threads, 0, stream>>>(a);
   }
-  return launch_status(kLN ? "layer_norm_fwd_kernel" : "rms_norm_fwd_kernel");
+  return launch_status(kLN ? "layer_norm_fwd_kernel" : kRes ? "add_rms_norm_fwd_kernel" : "rms_norm_fwd_kernel");
 }
 
 template <typename T, bool kLN>
 fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment({{"x", p.x}, {"y", p.y}}, sizeof(T))) return s;
+  if (fuselet_status s = check_alignment(
+          {{"x", p.x}, {"y", p.y}, {"residual", p.res}, {"residual_out", p.hout}}, sizeof(T)))
+    return s;
   if (fuselet_status s = check_alignment({{"weight", p.weight}, {"bias", p.bias}}, dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
   const bool vec = aligned(p.x, 16) && aligned(p.y, 16) && params_vectorizable(p, kV, {p.weight, p.bias}) &&
-                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0;
+                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0 &&
+                   aligned(p.res, 16) && aligned(p.hout, 16) && p.res_stride % kV == 0 && p.hout_stride % kV == 0;
+  if constexpr (!kLN) {
+    if (p.res != nullptr)
+      return vec ? launch_fwd<T, kV, false, true>(p, stream) : launch_fwd<T, 1, false, true>(p, stream);
+  }
   return vec ? launch_fwd<T, kV, kLN>(p, stream) : launch_fwd<T, 1, kLN>(p, stream);
 }
 
@@ -589,7 +482,8 @@ template <typename T, int kVec, bool kLN>
 fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
   float* part_b = kLN ? ws + groups * p.hidden : nullptr;
   BwdArgs a{p.dy,   p.x, param_ref(p, p.weight, p.w_offset, 1.f), p.mean,     p.rstd,      p.dx,     ws, part_b,
-            false,  p.rows, per, p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden)};
+            false,  p.rows, per, p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden),
+            p.dres, p.dres_stride};
   const char* name = kLN ? "layer_norm_bwd_kernel" : "rms_norm_bwd_kernel";
   if (p.hidden <= kMaxWarpHidden) {
     const size_t smem = sizeof(float) * kWarpRows * static_cast<size_t>(p.hidden);
@@ -631,14 +525,17 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
 
 template <typename T, bool kLN>
 fuselet_status run_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment({{"dy", p.dy}, {"x", p.x}, {"dx", p.dx}}, sizeof(T))) return s;
+  if (fuselet_status s =
+          check_alignment({{"dy", p.dy}, {"x", p.x}, {"dx", p.dx}, {"dresidual_out", p.dres}}, sizeof(T)))
+    return s;
   if (fuselet_status s = check_alignment({{"weight", p.weight}, {"dweight", p.dweight}, {"dbias", p.dbias}},
                                          dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
   const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) && params_vectorizable(p, kV, {p.weight}) &&
-                   p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0;
+                   p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0 &&
+                   aligned(p.dres, 16) && p.dres_stride % kV == 0;
   return vec ? launch_bwd<T, kV, kLN>(p, ws, groups, per, stream) : launch_bwd<T, 1, kLN>(p, ws, groups, per, stream);
 }
 
@@ -699,6 +596,28 @@ fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet
   fuselet::NormProblem p;
   if (fuselet_status s =
           fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
+    return s;
+  return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+}
+
+fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                             const fuselet_tensor* weight, float eps, uint32_t flags,
+                                             fuselet_tensor* y, fuselet_tensor* residual_out, fuselet_tensor* rstd,
+                                             void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
+    return s;
+  return fuselet::norm_fwd<false>(p, stream);
+}
+
+fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                             const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                             const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
+                                             fuselet_tensor* dweight, void* workspace, size_t workspace_bytes,
+                                             void* stream) {
+  fuselet::NormProblem p;
+  if (fuselet_status s =
+          fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
     return s;
   return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
 }

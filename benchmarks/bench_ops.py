@@ -1,0 +1,196 @@
+"""Benchmark fuselet's residual add + RMSNorm, SwiGLU / GeGLU and softmax against the unfused
+expressions they replace, in the same run: torch eager, torch.compile and jax.jit.
+
+Prints one table per framework and device: median time per call (forward, and forward +
+backward) and the ratio best peer / fuselet (> 1: fuselet is faster). In the torch table the
+peer is the faster of eager and torch.compile (both times are shown); in the JAX table it is
+jax.jit of the jax.numpy expression. Medians of --repeats timed batches; the machines this
+runs on are noisy, so read the ratios, not the times.
+
+    python benchmarks/bench_ops.py [--family add_norm|glu|softmax|all] [--framework torch|jax|all]
+                                   [--device cpu|cuda] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+
+from bench_norm import median_seconds
+
+SHAPES_CPU = [(1024, 1024), (4096, 4096)]
+SHAPES_GPU = [(8192, 4096), (16384, 8192)]
+FAMILIES = {"add_norm": ("add_rms_norm",), "glu": ("swiglu", "geglu"), "softmax": ("softmax", "softmax_causal")}
+
+
+def table(title: str, rows: list[tuple], peers: tuple[str, ...]) -> list[float]:
+    print(f"\n{title}")
+    head = (f"{'op':<15}{'shape':>14}{'dtype':>10}{'pass':>9}{'fuselet':>12}"
+            + "".join(f"{p:>12}" for p in peers) + f"{'peer/fuselet':>14}")
+    print(head)
+    print("-" * len(head))
+    ratios = []
+    for op, shape, dtype, kind, ours, *theirs in rows:
+        ratio = min(theirs) / ours
+        ratios.append(ratio)
+        print(f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us"
+              + "".join(f"{t * 1e6:>10.1f}us" for t in theirs) + f"{ratio:>13.2f}x")
+    met = sum(r >= 1.0 for r in ratios)
+    print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases; "
+          f"ratio >= 1.0 in {met} of {len(rows)}")
+    return ratios
+
+
+def torch_cases(ops, shape, dtype, device):
+    """op -> (inputs needing grad, fuselet fn, unfused fn, output shape) for one shape and dtype."""
+    import fuselet.torch as ft
+    import torch
+    import torch.nn.functional as F
+
+    rows, h = shape
+    out = {}
+
+    def t(*s, grad=True):
+        return torch.randn(*s, device=device, dtype=dtype, requires_grad=grad)
+
+    if "add_rms_norm" in ops:
+        x, r, w = t(rows, h), t(rows, h), t(h)
+
+        def unfused(x=x, r=r, w=w):
+            res = x + r
+            return F.rms_norm(res, (h,), w, 1e-6), res
+        out["add_rms_norm"] = ((x, r, w), lambda x=x, r=r, w=w: ft.add_rms_norm(x, r, w, 1e-6), unfused)
+    for op, fused, act in (("swiglu", ft.swiglu, F.silu), ("geglu", ft.geglu, F.gelu)):
+        if op in ops:
+            x = t(rows, h)
+
+            def unfused(x=x, act=act):
+                g, u = x.chunk(2, -1)
+                return act(g) * u
+            out[op] = ((x,), lambda x=x, fused=fused: fused(x), unfused)
+    if "softmax" in ops:
+        x = t(rows, h)
+        out["softmax"] = ((x,), lambda x=x: ft.softmax(x, 0.125), lambda x=x: torch.softmax(x * 0.125, -1))
+    if "softmax_causal" in ops:
+        x = t(1, rows, h)
+        mask = torch.ones(rows, h, dtype=torch.bool, device=device).tril(h - rows)
+        out["softmax_causal"] = ((x,), lambda x=x: ft.softmax(x, 0.125, causal=True),
+                                 lambda x=x: torch.softmax((x * 0.125).masked_fill(~mask, -math.inf), -1))
+    return out
+
+
+def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
+    import torch
+
+    torch._dynamo.config.cache_size_limit = 256
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    rows = []
+    for dtype_name in dtypes:
+        for shape in shapes:
+            for op, (inputs, ours, unfused) in torch_cases(ops, shape, getattr(torch, dtype_name), device).items():
+                torch._dynamo.reset()
+                compiled = torch.compile(unfused)
+                fns = (ours, unfused, compiled)
+                with torch.no_grad():
+                    t = [median_seconds(f, sync, repeats) for f in fns]
+                rows.append((op, shape, dtype_name, "fwd", *t))
+
+                def fwd_bwd(f):
+                    def run():
+                        out = f()
+                        outs = out if isinstance(out, tuple) else (out,)
+                        torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs])
+                    return run
+                t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
+                rows.append((op, shape, dtype_name, "fwd+bwd", *t))
+    return table(f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
+                 f"expression, eager and torch.compile", rows, ("eager", "compile"))
+
+
+def jax_cases(ops, shape, dtype, dev):
+    import fuselet.jax as fj
+    import jax
+    import jax.numpy as jnp
+
+    rows, h = shape
+    keys = jax.random.split(jax.random.PRNGKey(0), 3)
+    out = {}
+
+    def t(i, *s):
+        return jax.device_put(jax.random.normal(keys[i], s, dtype), dev)
+
+    if "add_rms_norm" in ops:
+        def unfused_add(x, r, w):
+            res = x + r
+            rf = res.astype(jnp.float32)
+            return (rf * jax.lax.rsqrt(jnp.mean(rf * rf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * w, res
+        out["add_rms_norm"] = ((t(0, rows, h), t(1, rows, h), t(2, h)),
+                               lambda x, r, w: fj.add_rms_norm(x, r, w, 1e-6), unfused_add)
+
+    def glu(act):
+        def f(x):
+            g, u = jnp.split(x, 2, axis=-1)
+            return act(g) * u
+        return f
+    if "swiglu" in ops:
+        out["swiglu"] = ((t(0, rows, h),), fj.swiglu, glu(jax.nn.silu))
+    if "geglu" in ops:
+        out["geglu"] = ((t(0, rows, h),), fj.geglu, glu(lambda g: jax.nn.gelu(g, approximate=False)))
+    if "softmax" in ops:
+        out["softmax"] = ((t(0, rows, h),), lambda x: fj.softmax(x, 0.125),
+                          lambda x: jax.nn.softmax(x * 0.125, axis=-1))
+    if "softmax_causal" in ops:
+        mask = jnp.tril(jnp.ones((rows, h), bool), h - rows)
+        out["softmax_causal"] = ((t(0, 1, rows, h),), lambda x: fj.softmax(x, 0.125, causal=True),
+                                 lambda x: jax.nn.softmax(jnp.where(mask, x * 0.125, -jnp.inf), axis=-1))
+    return out
+
+
+def bench_jax(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
+    import jax
+    import jax.numpy as jnp
+
+    dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
+    rows = []
+    for dtype_name in dtypes:
+        for shape in shapes:
+            for op, (args, ours, unfused) in jax_cases(ops, shape, dtype_name, dev).items():
+                fwd = [jax.jit(f) for f in (ours, unfused)]
+                t = [median_seconds(lambda f=f: jax.block_until_ready(f(*args)), lambda: None, repeats) for f in fwd]
+                rows.append((op, shape, dtype_name, "fwd", *t))
+
+                def loss(f):
+                    def g(*a):
+                        out = f(*a)
+                        return sum(jnp.sum(o.astype(jnp.float32)) for o in (out if isinstance(out, tuple) else (out,)))
+                    return g
+                grads = [jax.jit(jax.grad(loss(f), tuple(range(len(args))))) for f in (ours, unfused)]
+                t = [median_seconds(lambda g=g: jax.block_until_ready(g(*args)), lambda: None, repeats) for g in grads]
+                rows.append((op, shape, dtype_name, "fwd+bwd", *t))
+    return table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the unfused jax.numpy expression",
+                 rows, ("jax.jit",))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--family", choices=[*FAMILIES, "all"], default="all")
+    parser.add_argument("--framework", choices=["torch", "jax", "all"], default="all")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--repeats", type=int, default=7, help="timed batches per case (median is reported)")
+    parser.add_argument("--quick", action="store_true", help="the smaller shape, float32 only")
+    args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    ops = [op for fam, names in FAMILIES.items() if args.family in (fam, "all") for op in names]
+    shapes = SHAPES_GPU if args.device == "cuda" else SHAPES_CPU
+    dtypes = ["float32", "bfloat16"]
+    if args.quick:
+        shapes, dtypes = shapes[:1], ["float32"]
+    if args.framework in ("torch", "all"):
+        bench_torch(ops, args.device, shapes, dtypes, args.repeats)
+    if args.framework in ("jax", "all"):
+        bench_jax(ops, args.device, shapes, dtypes, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+// Branch-free float32 exp / erf / sigmoid for the CPU kernels: plain arithmetic and
+// bit moves only, so that GCC vectorizes the loops that call them (the libm functions stop
+// vectorization). Relative error of exp_approx about 1e-7 (Cephes expf); erf_approx absolute
+// error below 1.5e-7 (Abramowitz and Stegun 7.1.26).
+#pragma once
+
+#include <cstdint>
+
+#include "dtype.h"
+
+namespace fuselet {
+namespace cpu {
+
+// Out of range the result is selected at the end (0 below -87.3, inf above 88.3) rather than
+// clamping x first: a clamp lets GCC fold exp of the bound into the callers' vector code,
+// where constants like sigmoid(-88.3) are subnormal and every use costs a microcode assist.
+__attribute__((always_inline)) inline float exp_approx(float x) {
+  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const float v = p * bits_to_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  const float big = x > 88.3f ? __builtin_huge_valf() : v;
+  return x < -87.3f ? 0.f : big;
+}
+
+__attribute__((always_inline)) inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }
+
+__attribute__((always_inline)) inline float erf_approx(float x) {
+  const float a = x < 0.f ? -x : x;
+  const float t = 1.f / (1.f + 0.3275911f * a);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float y = 1.f - p * t * exp_approx(-a * a);
+  return x < 0.f ? -y : y;
+}
+
+}  // namespace cpu
+}  // namespace fuselet

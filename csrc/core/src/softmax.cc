@@ -1,0 +1,162 @@
+// Scaled, optionally causal softmax on the CPU: rows split across fuselet's own thread
+// pool, each row read once into float32 scratch. Math and shapes: fuselet/softmax.h.
+#include <cinttypes>
+#include <cmath>
+
+#include "cpu_common.h"
+#include "cpu_math.h"
+#include "parallel.h"
+#include "softmax_check.h"
+
+namespace fuselet {
+
+namespace {
+
+fuselet_status check_rows(const fuselet_tensor* x, const char* name, float scale, Rows* rx, SoftmaxProblem* p) {
+  if (fuselet_status s = as_rows(x, name, rx)) return s;
+  if (rx->hidden == 0)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension (keys) must be > 0, got 0", name);
+  if (!std::isfinite(scale))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "scale: expected a finite number, got %g", static_cast<double>(scale));
+  p->dtype = x->dtype;
+  p->rows = rx->rows;
+  p->keys = rx->hidden;
+  p->scale = scale;
+  p->x = rx->data;
+  p->x_stride = rx->row_stride;
+  return FUSELET_OK;
+}
+
+}  // namespace
+
+fuselet_status check_softmax_fwd(const fuselet_tensor* x, float scale, uint32_t flags, fuselet_tensor* y,
+                                 SoftmaxProblem* p) {
+  Rows rx, ry;
+  if (fuselet_status s = check_rows(x, "x", scale, &rx, p)) return s;
+  if (flags & ~static_cast<uint32_t>(FUSELET_SOFTMAX_CAUSAL))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: unknown bits 0x%x (known: FUSELET_SOFTMAX_CAUSAL)",
+                static_cast<unsigned>(flags & ~static_cast<uint32_t>(FUSELET_SOFTMAX_CAUSAL)));
+  if (flags & FUSELET_SOFTMAX_CAUSAL) {
+    if (x->ndim < 2)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                  "flags: FUSELET_SOFTMAX_CAUSAL needs x of shape [..., Q, K] (2 or more dimensions), got %d",
+                  static_cast<int>(x->ndim));
+    p->causal = true;
+    p->queries = x->shape[x->ndim - 2] > 0 ? x->shape[x->ndim - 2] : 1;
+    p->shift = rx.hidden - x->shape[x->ndim - 2];
+  }
+  if (fuselet_status s = rows_like_x(y, "y", x->dtype, rx.rows, rx.hidden, &ry)) return s;
+  p->out = ry.data;
+  p->out_stride = ry.row_stride;
+  return ok();
+}
+
+fuselet_status check_softmax_bwd(const fuselet_tensor* dy, const fuselet_tensor* y, float scale, fuselet_tensor* dx,
+                                 SoftmaxProblem* p) {
+  Rows ry, rdy, rdx;
+  if (fuselet_status s = check_rows(y, "y", scale, &ry, p)) return s;
+  if (fuselet_status s = rows_like_x(dy, "dy", y->dtype, ry.rows, ry.hidden, &rdy)) return s;
+  if (fuselet_status s = rows_like_x(dx, "dx", y->dtype, ry.rows, ry.hidden, &rdx)) return s;
+  p->dy = rdy.data;
+  p->dy_stride = rdy.row_stride;
+  p->out = rdx.data;
+  p->out_stride = rdx.row_stride;
+  return ok();
+}
+
+namespace {
+
+using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h, cpu_math.h)
+
+// y = softmax of rows [r0, r1) (buf: 2K floats of scratch).
+template <typename T>
+struct FwdRows {
+  static FUSELET_INLINE void run(const SoftmaxProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t K = p->keys;
+    const float scale = p->scale;
+    float* e = buf + K;
+    for (int64_t r = r0; r < r1; ++r) {
+      T* y = static_cast<T*>(p->out) + r * p->out_stride;
+      const int64_t n = p->visible(r);
+      for (int64_t j = n; j < K; ++j) y[j] = from_float<T>(0.f);
+      if (n == 0) continue;
+      const float* x = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, n);
+      const float m = lane_max(n, [=](int64_t j) { return scale * x[j]; });
+      for (int64_t j = 0; j < n; ++j) e[j] = exp_approx(scale * x[j] - m);
+      const float inv = 1.f / lane_reduce(n, [=](int64_t j) { return e[j]; });
+      for (int64_t j = 0; j < n; ++j) y[j] = from_float<T>(e[j] * inv);
+    }
+  }
+};
+
+// dx = scale * y * (dy - sum(dy * y)) for rows [r0, r1) (buf: 2K floats of scratch).
+template <typename T>
+struct BwdRows {
+  static FUSELET_INLINE void run(const SoftmaxProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t K = p->keys;
+    const float scale = p->scale;
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* y = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, K);
+      const float* dy = row_as_float(static_cast<const T*>(p->dy) + r * p->dy_stride, buf + K, K);
+      T* dx = static_cast<T*>(p->out) + r * p->out_stride;
+      const float dot = lane_reduce(K, [=](int64_t j) { return dy[j] * y[j]; });
+      for (int64_t j = 0; j < K; ++j) dx[j] = from_float<T>(scale * y[j] * (dy[j] - dot));
+    }
+  }
+};
+
+template <typename T>
+void softmax_fwd(const SoftmaxProblem& p, Scratch& s) {
+  parallel_for(p.rows, row_grain(p.keys), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<FwdRows<T>>(&p, s.task(c), r0, r1);
+  });
+}
+
+template <typename T>
+void softmax_bwd(const SoftmaxProblem& p, Scratch& s) {
+  parallel_for(p.rows, row_grain(p.keys), [&](int64_t c, int64_t r0, int64_t r1) {
+    run_best<BwdRows<T>>(&p, s.task(c), r0, r1);
+  });
+}
+
+fuselet_status run(const SoftmaxProblem& p, bool backward) {
+  if (p.rows == 0) return ok();
+  const int64_t tasks = parallel_chunks(p.rows, row_grain(p.keys));
+  return with_scratch(tasks, 2 * p.keys, [&](Scratch& s) {
+    dispatch(p.dtype, [&](auto tag) {
+      if (backward)
+        softmax_bwd<decltype(tag)>(p, s);
+      else
+        softmax_fwd<decltype(tag)>(p, s);
+    });
+  });
+}
+
+}  // namespace
+}  // namespace fuselet
+
+extern "C" {
+
+fuselet_status fuselet_softmax_fwd(const fuselet_tensor* x, float scale, uint32_t flags, fuselet_tensor* y) {
+  fuselet::SoftmaxProblem p;
+  if (fuselet_status s = fuselet::check_softmax_fwd(x, scale, flags, y, &p)) return s;
+  return fuselet::run(p, false);
+}
+
+fuselet_status fuselet_softmax_bwd(const fuselet_tensor* dy, const fuselet_tensor* y, float scale,
+                                   fuselet_tensor* dx) {
+  fuselet::SoftmaxProblem p;
+  if (fuselet_status s = fuselet::check_softmax_bwd(dy, y, scale, dx, &p)) return s;
+  return fuselet::run(p, true);
+}
+
+#ifndef FUSELET_WITH_CUDA
+fuselet_status fuselet_softmax_fwd_cuda(const fuselet_tensor*, float, uint32_t, fuselet_tensor*, void*) {
+  return fuselet::no_cuda();
+}
+fuselet_status fuselet_softmax_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, float, fuselet_tensor*, void*) {
+  return fuselet::no_cuda();
+}
+#endif
+
+}  // extern "C"

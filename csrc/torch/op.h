@@ -1,0 +1,86 @@
+// What every op implementation of the torch layer does the same way: run a core entry point
+// on the tensor's device (the CPU kernel, or the CUDA kernel on the current stream of x's
+// device), optional parameters, float32 per-row outputs.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <optional>
+
+#ifdef FUSELET_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+#include "view.h"
+
+namespace fuselet_torch {
+
+using at::Tensor;
+using OptTensor = std::optional<Tensor>;
+
+// x [..., N] must have at least one dimension.
+inline void check_x(const Tensor& x) {
+  TORCH_CHECK_VALUE(x.dim() >= 1, "x: expected a tensor of shape [..., H], got a 0-d tensor");
+}
+
+// Float32 values, one per row of x: shape x.shape[:-1].
+inline Tensor row_stats(const Tensor& x) {
+  return at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+}
+
+// Calls the core: cpu() for tensors in host memory, cuda(stream) for CUDA tensors with x's
+// device current and its current stream; a failed status raises (see check).
+template <typename Cpu, typename Cuda>
+void run_on(const Tensor& x, Cpu&& cpu, [[maybe_unused]] Cuda&& cuda) {
+#ifdef FUSELET_TORCH_CUDA
+  if (x.is_cuda()) {
+    const c10::cuda::CUDAGuard guard(x.device());
+    check(cuda(static_cast<void*>(at::cuda::getCurrentCUDAStream(x.device().index()).stream())));
+    return;
+  }
+#else
+  TORCH_CHECK_NOT_IMPLEMENTED(!x.is_cuda(), "fuselet: this fuselet-torch was built without CUDA kernels");
+#endif
+  check(cpu());
+}
+
+// An optional parameter made contiguous (on x's device), and its core view (NULL when absent).
+struct Param {
+  OptTensor t;
+  fuselet_tensor v{};
+  Param(const Tensor& x, const OptTensor& in, const char* name) {
+    if (!in.has_value()) return;
+    check_same_device(x, *in, name);
+    t = in->contiguous();
+    v = view(*t, name);
+  }
+  fuselet_tensor* ptr() { return t.has_value() ? &v : nullptr; }
+  // The gradient of this parameter: like it, or an empty tensor of x's dtype when absent.
+  Tensor grad_like(const Tensor& x) const { return t.has_value() ? at::empty_like(*t) : x.new_empty({0}); }
+};
+
+// View of a gradient output that exists only when its parameter does.
+struct GradView {
+  fuselet_tensor v{};
+  fuselet_tensor* ptr = nullptr;
+  GradView(const Param& param, const Tensor& g, const char* name) {
+    if (!param.t.has_value()) return;
+    v = view(g, name);
+    ptr = &v;
+  }
+};
+
+}  // namespace fuselet_torch
+
+// Registers a family's implementations, fn(torch::Library&), for CPU tensors and (in builds
+// with CUDA kernels) CUDA tensors: the same functions serve both.
+#ifdef FUSELET_TORCH_CUDA
+#define FUSELET_TORCH_IMPLS(fn)             \
+  TORCH_LIBRARY_IMPL(fuselet, CPU, m) { fn(m); } \
+  TORCH_LIBRARY_IMPL(fuselet, CUDA, m) { fn(m); }
+#else
+#define FUSELET_TORCH_IMPLS(fn) \
+  TORCH_LIBRARY_IMPL(fuselet, CPU, m) { fn(m); }
+#endif

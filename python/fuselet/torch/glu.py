@@ -1,0 +1,82 @@
+"""SwiGLU and GeGLU for PyTorch: checked wrappers, fake impls, autograd.
+
+Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up]; y [..., F] has
+x's dtype (float32, float16 or bfloat16; the math runs in float32).
+"""
+from __future__ import annotations
+
+import torch
+
+from fuselet._checks import check_approximate, check_glu_args
+
+ops = torch.ops.fuselet
+
+
+def _check(x) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    check_glu_args(tuple(x.shape), str(x.dtype).removeprefix("torch."))
+
+
+def swiglu(x: torch.Tensor) -> torch.Tensor:
+    """y = silu(gate) * up with x [..., 2F] = [gate, up]; y [..., F]."""
+    _check(x)
+    return ops.swiglu_fwd(x)
+
+
+def geglu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
+    """y = gelu(gate, approximate) * up with x [..., 2F] = [gate, up]; approximate "none" (erf) or "tanh"."""
+    _check(x)
+    check_approximate(approximate)
+    return ops.geglu_fwd(x, approximate)
+
+
+# --- fake (meta) implementations ----------------------------------------------------------
+
+def _half(x):
+    return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
+
+
+@torch.library.register_fake("fuselet::swiglu_fwd")
+def _(x):
+    return _half(x)
+
+
+@torch.library.register_fake("fuselet::swiglu_bwd")
+def _(dy, x):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("fuselet::geglu_fwd")
+def _(x, approximate="none"):
+    return _half(x)
+
+
+@torch.library.register_fake("fuselet::geglu_bwd")
+def _(dy, x, approximate="none"):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+# --- autograd: the backward of each forward op is itself a registered op ----------------
+
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _swiglu_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return ops.swiglu_bwd(dy, x)
+
+
+def _geglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.approximate = inputs[1]
+
+
+def _geglu_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return ops.geglu_bwd(dy, x, ctx.approximate), None
+
+
+torch.library.register_autograd("fuselet::swiglu_fwd", _swiglu_backward, setup_context=_swiglu_setup)
+torch.library.register_autograd("fuselet::geglu_fwd", _geglu_backward, setup_context=_geglu_setup)

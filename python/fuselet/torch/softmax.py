@@ -1,0 +1,44 @@
+"""Scaled, optionally causal softmax for PyTorch: checked wrapper, fake impls, autograd.
+
+Math and shapes: csrc/core/include/fuselet/softmax.h. y = softmax(scale * x) over the last
+dim of x [..., K]; causal=True takes x [..., Q, K] and masks key j for query i when
+j > i + (K - Q) (bottom-right aligned); a fully masked row is zeros. y has x's dtype.
+"""
+from __future__ import annotations
+
+import torch
+
+from fuselet._checks import check_softmax_args
+
+ops = torch.ops.fuselet
+
+
+def softmax(x: torch.Tensor, scale: float = 1.0, causal: bool = False) -> torch.Tensor:
+    """y = softmax(scale * x, dim=-1), with the bottom-right causal mask when causal=True."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    check_softmax_args(tuple(x.shape), str(x.dtype).removeprefix("torch."), scale, causal)
+    return ops.softmax_fwd(x, float(scale), causal)
+
+
+@torch.library.register_fake("fuselet::softmax_fwd")
+def _(x, scale=1.0, causal=False):
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("fuselet::softmax_bwd")
+def _(dy, y, scale=1.0):
+    return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+
+def _setup(ctx, inputs, output):
+    ctx.scale = inputs[1]
+    ctx.save_for_backward(output)
+
+
+def _backward(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return ops.softmax_bwd(dy, y, ctx.scale), None, None
+
+
+torch.library.register_autograd("fuselet::softmax_fwd", _backward, setup_context=_setup)

@@ -1,0 +1,178 @@
+// Standalone test of the CUDA entry points of add_rms_norm, glu and softmax against the CPU
+// entry points of the same library (float32, rows of every kernel path). Prints one line per
+// failure and "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip)
+// without a GPU.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fuselet/glu.h"
+#include "fuselet/norm.h"
+#include "fuselet/softmax.h"
+
+namespace {
+
+int g_passed = 0, g_failed = 0;
+
+void check(bool ok, const std::string& what) {
+  ok ? ++g_passed : ++g_failed;
+  if (!ok) std::printf("FAIL: %s (%s)\n", what.c_str(), fuselet_last_error());
+}
+
+#define CUDA_OK(expr)                                                                              \
+  do {                                                                                             \
+    const cudaError_t err_ = (expr);                                                               \
+    if (err_ != cudaSuccess) {                                                                     \
+      std::printf("FAIL: %s: %s (%s:%d)\n", #expr, cudaGetErrorString(err_), __FILE__, __LINE__); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+// A float32 buffer on the host and its device twin.
+struct Buf {
+  std::vector<float> h;
+  float* d = nullptr;
+  explicit Buf(size_t n, unsigned seed = 0) : h(n) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> dist(0.3f, 2.0f);
+    for (auto& v : h) v = seed ? dist(rng) : 0.f;
+    CUDA_OK(cudaMalloc(&d, (n ? n : 1) * sizeof(float)));
+    if (n) CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~Buf() { cudaFree(d); }
+  Buf(const Buf&) = delete;
+  Buf& operator=(const Buf&) = delete;
+  std::vector<float> download() const {
+    std::vector<float> out(h.size());
+    if (!out.empty()) CUDA_OK(cudaMemcpy(out.data(), d, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    return out;
+  }
+};
+
+// A contiguous float32 view of `data` with `shape`.
+fuselet_tensor view(void* data, std::vector<int64_t> shape) {
+  fuselet_tensor t{};
+  t.data = data;
+  t.dtype = FUSELET_FLOAT32;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t s = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = s;
+    s *= shape[d];
+  }
+  return t;
+}
+
+void compare(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0;
+  for (size_t i = 0; i < want.size(); ++i) err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
+  check(err < 1e-4, what + ": max error " + std::to_string(err));
+}
+
+void glu_case(int act, int64_t rows, int64_t f, cudaStream_t s) {
+  const std::string name = "glu act=" + std::to_string(act) + " " + std::to_string(rows) + "x" + std::to_string(f);
+  Buf x(rows * 2 * f, 1), dy(rows * f, 2), y(rows * f), dx(rows * 2 * f);
+  fuselet_tensor hx = view(x.h.data(), {rows, 2 * f}), hdy = view(dy.h.data(), {rows, f}),
+                 hy = view(y.h.data(), {rows, f}), hdx = view(dx.h.data(), {rows, 2 * f});
+  fuselet_tensor vx = view(x.d, {rows, 2 * f}), vdy = view(dy.d, {rows, f}), vy = view(y.d, {rows, f}),
+                 vdx = view(dx.d, {rows, 2 * f});
+  check(fuselet_glu_fwd(&hx, act, &hy) == FUSELET_OK && fuselet_glu_bwd(&hdy, &hx, act, &hdx) == FUSELET_OK,
+        name + " cpu");
+  check(fuselet_glu_fwd_cuda(&vx, act, &vy, s) == FUSELET_OK && fuselet_glu_bwd_cuda(&vdy, &vx, act, &vdx, s) == FUSELET_OK,
+        name + " cuda");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " y", y.download(), y.h);
+  compare(name + " dx", dx.download(), dx.h);
+}
+
+void softmax_case(int64_t b, int64_t q, int64_t k, bool causal, cudaStream_t s) {
+  const std::string name = "softmax " + std::to_string(b) + "x" + std::to_string(q) + "x" + std::to_string(k) +
+                           (causal ? " causal" : "");
+  const int64_t n = b * q * k;
+  Buf x(n, 3), dy(n, 4), y(n), dx(n);
+  const uint32_t flags = causal ? FUSELET_SOFTMAX_CAUSAL : 0;
+  fuselet_tensor hx = view(x.h.data(), {b, q, k}), hdy = view(dy.h.data(), {b, q, k}), hy = view(y.h.data(), {b, q, k}),
+                 hdx = view(dx.h.data(), {b, q, k});
+  fuselet_tensor vx = view(x.d, {b, q, k}), vdy = view(dy.d, {b, q, k}), vy = view(y.d, {b, q, k}),
+                 vdx = view(dx.d, {b, q, k});
+  check(fuselet_softmax_fwd(&hx, 0.7f, flags, &hy) == FUSELET_OK &&
+            fuselet_softmax_bwd(&hdy, &hy, 0.7f, &hdx) == FUSELET_OK, name + " cpu");
+  // The CUDA backward takes the CPU forward's y, so that both backwards see the same input.
+  CUDA_OK(cudaMemcpy(y.d, y.h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  check(fuselet_softmax_bwd_cuda(&vdy, &vy, 0.7f, &vdx, s) == FUSELET_OK, name + " cuda bwd");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " dx", dx.download(), dx.h);
+  check(fuselet_softmax_fwd_cuda(&vx, 0.7f, flags, &vy, s) == FUSELET_OK, name + " cuda fwd");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " y", y.download(), y.h);
+}
+
+void add_rms_norm_case(int64_t rows, int64_t h, cudaStream_t s) {
+  const std::string name = "add_rms_norm " + std::to_string(rows) + "x" + std::to_string(h);
+  Buf x(rows * h, 5), res(rows * h, 6), w(h, 7), dy(rows * h, 8), dh(rows * h, 9), y(rows * h), ho(rows * h),
+      rstd(rows), dx(rows * h), dw(h);
+  auto rows_of = [&](Buf& b, bool dev) { return view(dev ? static_cast<void*>(b.d) : b.h.data(), {rows, h}); };
+  auto vec_of = [&](Buf& b, bool dev, int64_t n) { return view(dev ? static_cast<void*>(b.d) : b.h.data(), {n}); };
+  for (bool dev : {false, true}) {
+    fuselet_tensor tx = rows_of(x, dev), tres = rows_of(res, dev), tw = vec_of(w, dev, h), tdy = rows_of(dy, dev),
+                   tdh = rows_of(dh, dev), ty = rows_of(y, dev), tho = rows_of(ho, dev), tr = vec_of(rstd, dev, rows),
+                   tdx = rows_of(dx, dev), tdw = vec_of(dw, dev, h);
+    if (!dev) {
+      check(fuselet_add_rms_norm_fwd(&tx, &tres, &tw, 1e-5f, 0, &ty, &tho, &tr) == FUSELET_OK &&
+                fuselet_add_rms_norm_bwd(&tdy, &tdh, &tho, &tw, &tr, 0, &tdx, &tdw) == FUSELET_OK,
+            name + " cpu");
+      continue;
+    }
+    const size_t bytes = fuselet_norm_bwd_workspace_bytes_cuda(rows, h);
+    void* ws = nullptr;
+    if (bytes) CUDA_OK(cudaMalloc(&ws, bytes));
+    check(fuselet_add_rms_norm_fwd_cuda(&tx, &tres, &tw, 1e-5f, 0, &ty, &tho, &tr, s) == FUSELET_OK &&
+              fuselet_add_rms_norm_bwd_cuda(&tdy, &tdh, &tho, &tw, &tr, 0, &tdx, &tdw, ws, bytes, s) == FUSELET_OK,
+          name + " cuda");
+    CUDA_OK(cudaStreamSynchronize(s));
+    cudaFree(ws);
+  }
+  compare(name + " residual_out", ho.download(), ho.h);
+  compare(name + " y", y.download(), y.h);
+  compare(name + " dx", dx.download(), dx.h);
+  std::vector<float> got = dw.download(), want = dw.h;
+  double err = 0;
+  for (int64_t i = 0; i < h; ++i) err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
+  check(err < 1e-4 * std::sqrt(double(rows) + 1.0), name + " dweight: max error " + std::to_string(err));
+}
+
+}  // namespace
+
+int main() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("no CUDA device: skipped\n");
+    return 77;
+  }
+  if (!fuselet_has_cuda()) {
+    std::printf("libfuselet was built without CUDA: skipped\n");
+    return 77;
+  }
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (int act : {FUSELET_GLU_SILU, FUSELET_GLU_GELU, FUSELET_GLU_GELU_TANH})
+    for (int64_t f : {1, 3, 127, 4096, 4097}) glu_case(act, 9, f, s);
+  glu_case(FUSELET_GLU_SILU, 70000, 8, s);  // more rows than the grid's y extent
+  for (bool causal : {false, true}) {
+    for (int64_t k : {1, 3, 127, 4096, 4097}) softmax_case(2, 5, k, causal, s);
+    softmax_case(1, 7, 3, causal, s);  // Q > K: fully masked rows
+    softmax_case(3, 130, 129, causal, s);
+  }
+  // Warp rows, block rows, chunked rows (shared memory and workspace partials), 16-byte and scalar.
+  for (int64_t h : {1, 3, 127, 512, 1027, 4096, 20000}) add_rms_norm_case(33, h, s);
+  add_rms_norm_case(1000, 1024, s);
+  CUDA_OK(cudaStreamDestroy(s));
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
