@@ -103,9 +103,11 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--progress", action="store_true", help="show live progress even without a terminal")
     sp.set_defaults(func=cmd_build)
 
-    sp = sub.add_parser("verify", help="check pins + provenance of built packages, install and run them")
+    sp = sub.add_parser("verify", help="check pins, provenance, linkage, file modes and dist-info of built "
+                                       "packages, install and run them")
     common(sp)
-    sp.add_argument("--no-install", action="store_true", help="only check metadata and provenance")
+    sp.add_argument("--no-install", action="store_true",
+                    help="only what needs no install: pins, provenance, file modes, dist-info")
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("index", help="(re)write the repodata of a local channel folder (py-rattler)")
