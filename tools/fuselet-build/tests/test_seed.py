@@ -189,7 +189,7 @@ def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp
                                                 "torch/share/cmake/Torch/TorchConfig.cmake": ("", 0o644),
                                                 "torch/bin/torch_shm_manager": ("", 0o755)}))
     plan = plan_wheel(cuda, T, {})
-    pytorch, lib = libtorch.split_plan(plan)
+    pytorch, lib = libtorch.split_plan(plan, T)
     # pytorch-cpu-feedstock: libtorch has no python in its build string; pytorch pins it exactly
     assert re.fullmatch(r"cuda130_mkl_h[0-9a-f]{7}_300", lib.build), lib.build
     assert re.fullmatch(r"cuda130_mkl_py311_h[0-9a-f]{7}_300", pytorch.build), pytorch.build
@@ -248,7 +248,7 @@ def test_wheel_layout_scripts_and_entry_points(tmp_path):
 HOST = host.HostToolchain(
     gcc_version="12.2.0", triplet="x86_64-linux-gnu", glibc="2.36",
     tools={"CC": "/usr/bin/gcc", "CXX": "/usr/bin/g++", "GXX": "/usr/bin/g++", "AR": "/usr/bin/ar"},
-    cuda_root=Path("/opt/cuda-13.0"), nvcc_version="13.0.88", cudart_version="13.0.96")
+    cuda_root=Path("/opt/cuda-13.0"), nvcc_version="13.0.88")
 
 
 def test_host_packages_are_what_compiler_and_stdlib_ask_for():

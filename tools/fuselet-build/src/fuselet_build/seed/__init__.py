@@ -127,16 +127,14 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     try:
         running = Interpreter.running()
         check_interpreter(running)
-        interpreters = [running]
-        for other in find_interpreters(running):
-            if other == running:
-                continue
+        interpreters = []                      # one per minor, in order (find_interpreters)
+        for interp in find_interpreters(running):
             try:
-                check_interpreter(other)
-                interpreters.append(other)
+                if interp != running:
+                    check_interpreter(interp)
+                interpreters.append(interp)
             except SeedError as exc:
-                report.warnings.append(f"python {other.short} left out: {exc}")
-        interpreters.sort(key=lambda i: tuple(map(int, i.short.split("."))))
+                report.warnings.append(f"python {interp.short} left out: {exc}")
         # 1. what to make: host packages (python, python_abi, compilers, stdlib, CUDA), wheels
         doing = "inspecting the host toolchain"
         host = detect_host(with_cuda)
@@ -164,7 +162,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
         plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
                  if str(i.path) not in plugins] + cuda_jaxlibs
-        plans = [part for p in plans for part in (libtorch.split_plan(p) if p.name == "pytorch" else (p,))]
+        plans = [part for p in plans for part in (libtorch.split_plan(p, target) if p.name == "pytorch" else (p,))]
         plans.sort(key=lambda p: (p.info.path.stat().st_size, p.name))   # big ones last
         if groups is None:
             _check_flavors(plans, with_cuda, report.warnings)

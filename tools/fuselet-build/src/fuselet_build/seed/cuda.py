@@ -18,6 +18,7 @@ from pathlib import Path
 from fuselet_build.buildlog import BuildLog
 from fuselet_build.seed import wheels
 from fuselet_build.seed.cache import Cache, Options, SeedError, tmpdir_env
+from fuselet_build.seed.host import cuda_version_range
 from fuselet_build.seed.wheels import WheelPlan
 
 RECIPE = Path(__file__).parent / "recipes" / "cuda" / "recipe.yaml"
@@ -60,24 +61,19 @@ def plan_split(plans: list[WheelPlan]) -> list[SplitPackage]:
     return [SplitPackage(name, versions[folder], subdir, digest, src) for name, (folder, subdir) in PACKAGES.items()]
 
 
-def cuda_major_minor(version: str) -> tuple[str, str]:
-    """'13.0.96' -> ('13.0', '13.1'): the cuda-version range a CUDA 13.0 library needs."""
-    major, minor = version.split(".")[:2]
-    return f"{major}.{minor}", f"{major}.{int(minor) + 1}"
-
-
 def extract_sources(split: SplitPackage, dest: Path) -> None:
     """The nvidia/cuXX/{include,lib} folder of each wheel into dest/<cudart|nvrtc|nvtx>."""
     for plan in split.wheels:
         folder = dest / SOURCES[plan.name]
         with zipfile.ZipFile(plan.info.path) as zf:
-            members = [m for m in zf.infolist() if m.filename.startswith("nvidia/") and not m.is_dir()
-                       and m.filename.split("/")[2:3] and m.filename.split("/")[2] in ("include", "lib")]
+            # nvidia/<cuda>/{include,lib}/... -> <folder>/{include,lib}/...
+            members = [(m, parts[2:]) for m in zf.infolist() if not m.is_dir()
+                       and len(parts := m.filename.split("/")) > 3 and parts[0] == "nvidia"
+                       and parts[2] in ("include", "lib")]
             if not members:
                 raise SeedError(f"{plan.info.path.name} has no nvidia/<cuda>/include or lib folder")
-            for m in members:
-                rel = Path(*m.filename.split("/")[2:])
-                out = folder / rel
+            for m, rel in members:
+                out = folder.joinpath(*rel)
                 out.parent.mkdir(parents=True, exist_ok=True)
                 with zf.open(m) as s, open(out, "wb") as d:
                     shutil.copyfileobj(s, d, 1 << 20)
@@ -91,7 +87,7 @@ def make_split_package(cache: Cache, split: SplitPackage, opts: Options) -> Path
     try:
         extract_sources(split, work / "src")
         runtime = next(p for p in split.wheels if p.name == "nvidia-cuda-runtime")
-        mm, nxt = cuda_major_minor(runtime.version)
+        mm, nxt = cuda_version_range(runtime.version)
         versions = {SOURCES[p.name]: p.version for p in split.wheels}
         ctx = {"src": str(work / "src"), "cudart_version": versions["cudart"], "nvrtc_version": versions["nvrtc"],
                "nvtx_version": versions["nvtx"], "cuda_mm": mm, "cuda_next": nxt, "seed_hash": split.digest}

@@ -30,11 +30,6 @@ class HostToolchain:
     glibc: str                        # "2.36"
     cuda_root: Path | None = None     # the toolkit root (resolved through a wrapper script)
     nvcc_version: str | None = None   # "13.0.88"
-    cudart_version: str | None = None  # "13.0.96"
-
-    @property
-    def cuda_major_minor(self) -> str | None:
-        return ".".join(self.nvcc_version.split(".")[:2]) if self.nvcc_version else None
 
 
 _GCC_TOOLS = {"CC": "gcc", "CPP": "cpp", "GCC": "gcc", "AR": "ar", "AS": "as", "LD": "ld", "NM": "nm",
@@ -83,11 +78,7 @@ def detect_host(with_cuda: bool = True) -> HostToolchain:
     root = find_cuda_root() if with_cuda else None
     if root is not None:
         m = re.search(r"V(\d+\.\d+\.\d+)", _out([str(root / "bin" / "nvcc"), "--version"]))
-        nvcc_version = m.group(1) if m else None
-        cudart = None
-        for d in sorted((root / "dist-info").glob("nvidia_cuda_runtime-*.dist-info")) if (root / "dist-info").is_dir() else []:
-            cudart = d.name.removesuffix(".dist-info").split("-")[1]
-        host.update(cuda_root=root, nvcc_version=nvcc_version, cudart_version=cudart or nvcc_version)
+        host.update(cuda_root=root, nvcc_version=m.group(1) if m else None)
     return HostToolchain(**host)
 
 
@@ -171,8 +162,8 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
                     summary=f"Metadata: the host glibc {host.glibc} is the C standard library"),
     ]
     if host.cuda_root is not None and host.nvcc_version:
-        root, mm = str(host.cuda_root), host.cuda_major_minor
-        nxt = f"{mm.split('.')[0]}.{int(mm.split('.')[1]) + 1}"
+        root = str(host.cuda_root)
+        mm, nxt = cuda_version_range(host.nvcc_version)
         pin = f"cuda-version >={mm},<{nxt}.0a0"
         pkgs += [
             _cuda_version_package(mm, root),
@@ -185,6 +176,12 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
                         summary=f"activation of the host nvcc {host.nvcc_version} ({root}/bin/nvcc)"),
         ]
     return pkgs
+
+
+def cuda_version_range(version: str) -> tuple[str, str]:
+    """'13.0.96' -> ('13.0', '13.1'): the cuda-version range a CUDA 13.0 library needs."""
+    major, minor = version.split(".")[:2]
+    return f"{major}.{minor}", f"{major}.{int(minor) + 1}"
 
 
 def _cuda_version_package(mm: str, root: str | None) -> HostPackage:

@@ -258,10 +258,10 @@ def merge_specs(depends: Iterable[str]) -> list[str]:
 
 
 def conda_depends(info: WheelInfo, target: Target, closure: dict[str, list[WheelInfo]] | None = None,
-                  warn: Callable[[str], None] | None = None) -> list[str]:
-    """Requires-Dist of `info` as conda depends for `target`.
+                  warn: Callable[[str], None] | None = None, extra: str = "") -> list[str]:
+    """Requires-Dist of `info` as conda depends for `target`, installed with `extra` (if any).
 
-    Requirements whose markers are false for the target (including every `extra == ...`
+    Requirements whose markers are false for the target (including every other `extra == ...`
     one) are dropped. A requirement with extras, `X[a,b]`, becomes `X` plus the requirements
     X declares for extras a and b (found in `closure`: canonical name -> wheels resolved
     together with this one); without X's metadata the extras are dropped with a warning.
@@ -295,7 +295,7 @@ def conda_depends(info: WheelInfo, target: Target, closure: dict[str, list[Wheel
                         break
 
     for raw in info.requires_dist:
-        add(Requirement(raw), "")
+        add(Requirement(raw), extra)
     return merge_specs(out)
 
 
@@ -455,6 +455,7 @@ class WheelPlan:
     noarch: str | None
     bundled: tuple[WheelInfo, ...] = ()   # wheels packed into the same package (CUDA jaxlib)
     part: str | None = None               # "libtorch" / "pytorch": one side of a torch wheel
+    flavor: str | None = None             # "cpu" / "cuda130" of a FLAVORED package
 
     @property
     def filename(self) -> str:
@@ -484,27 +485,26 @@ def plan_wheel(info: WheelInfo, target: Target, closure: dict[str, list[WheelInf
     return WheelPlan(info=info, name=name, version=info.conda_version,
                      subdir="noarch" if info.pure else target.subdir,
                      build=build_string(info, target, digest, number, flavor), build_number=number,
-                     depends=depends, noarch="python" if info.pure else None, bundled=bundle)
+                     depends=depends, noarch="python" if info.pure else None, bundled=bundle, flavor=flavor)
 
 
 def bundle_depends(bundle: tuple[WheelInfo, ...], target: Target, closure: dict[str, list[WheelInfo]],
                    warn: Callable[[str], None] | None = None) -> list[str]:
     """The CUDA libraries the plugin wheels ask for (their `with-cuda` extra), as conda depends;
     what the channel lacks is left out with a warning, the bundled wheels themselves too."""
-    inside = {b.key for b in bundle}
+    inside = {b.conda_name for b in bundle}
+    in_channel = {conda_name(key) for key in closure}
     out = []
     for b in bundle:
-        for raw in b.requires_dist:
-            req = Requirement(raw)
-            if canonicalize_name(req.name) in inside:
+        for dep in conda_depends(b, target, closure, warn, extra="with-cuda"):
+            name = dep.split(" ", 1)[0]
+            if name in inside:
                 continue
-            if req.marker is not None and not req.marker.evaluate(target.marker_env("with-cuda")):
-                continue
-            if canonicalize_name(req.name) not in closure:
+            if name not in in_channel:
                 if warn:
-                    warn(f"CUDA jaxlib {b.version}: {req.name} is not in the channel; left out of its depends")
+                    warn(f"CUDA jaxlib {b.version}: {name} is not in the channel; left out of its depends")
                 continue
-            out.append(f"{conda_name(req.name)} {conda_spec(req.specifier)}".strip())
+            out.append(dep)
     return out
 
 
@@ -539,6 +539,7 @@ def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
             native = work / "libtorch"
             libtorch.split_files(files, target, native)
             if plan.part == "libtorch":
+                libtorch.relocate_runpaths(native, target)
                 files = native
         update(stage=f"packing (zstd {opts.compression_level})")
         with tmpdir_env(work):
