@@ -79,12 +79,12 @@ print(json.dumps([m for m in ("torch", "jax") if importlib.util.find_spec(m) is 
   set(FUSELET_JAX ${jax} PARENT_SCOPE)
 endfunction()
 
-# fuselet_dist_info(<component> <distribution> [REQUIRES <requirement>...]): in a prefix
-# install (conda), the Python parts of <component> get a <distribution>-<version>.dist-info in
-# site-packages, so pip (pip check, pip list) and importlib.metadata see them as they see a
-# pip-installed fuselet. The wheel (FUSELET_PYTHON=ON) gets its metadata from scikit-build-core.
+# fuselet_dist_info(<component> <distribution>): in a prefix install (conda), the Python package
+# gets a <distribution>-<version>.dist-info in site-packages, so pip (pip check, pip list) and
+# importlib.metadata see it as they see a pip-installed fuselet. The wheel (FUSELET_PYTHON=ON)
+# gets its metadata from scikit-build-core. The framework libraries of a prefix install hold no
+# Python, and so no dist-info: conda's own pins tie them to their framework.
 function(fuselet_dist_info component dist)
-  cmake_parse_arguments(ARG "" "" "REQUIRES" ${ARGN})
   if(FUSELET_PYTHON OR NOT FUSELET_PYTHON_SITE)
     return()
   endif()
@@ -92,9 +92,6 @@ function(fuselet_dist_info component dist)
   set(dir "${CMAKE_CURRENT_BINARY_DIR}/dist-info/${stem}-${PROJECT_VERSION}.dist-info")
   set(meta "Metadata-Version: 2.1\nName: ${dist}\nVersion: ${PROJECT_VERSION}\n")
   string(APPEND meta "Summary: ${PROJECT_DESCRIPTION}\nLicense: Apache-2.0\nRequires-Python: >=3.10\n")
-  foreach(req IN LISTS ARG_REQUIRES)
-    string(APPEND meta "Requires-Dist: ${req}\n")
-  endforeach()
   file(WRITE "${dir}/METADATA" "${meta}")
   file(WRITE "${dir}/INSTALLER" "conda\n")
   install(DIRECTORY "${dir}" DESTINATION "${FUSELET_PYTHON_SITE}" COMPONENT ${component})

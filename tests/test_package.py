@@ -78,16 +78,40 @@ def test_report_structure():
     assert Path(core["path"]).exists() and core["version"] == fuselet.__version__ and core["num_threads"] >= 1
     for layer in LAYERS:
         status = report[layer]
-        assert set(status) == {"built", "running", "status"}
+        assert set(status) == {"built", "running", "status", "path"}
         assert status["built"] == built(layer)
         if status["built"] is None:
-            assert status["status"] == "not built"
+            assert status["status"] == "not built" and status["path"] is None
         elif importlib.util.find_spec(layer) is None:
             assert status["status"] == f"{layer} not installed"
         else:
             keys = {"version", "cuda", "cxx11_abi"} if layer == "torch" else {"jaxlib_version", "ffi_api"}
             assert set(status["running"]) == keys
             assert status["status"] == "ok"
+            assert status["path"] == str(PACKAGE / layer)      # a pip install: inside the package
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_a_conda_environment_has_the_layer_libraries_in_its_lib_folder(layer, tmp_path, monkeypatch):
+    """fuselet-torch / fuselet-jax install lib/fuselet/<layer>/ (no Python in them): the noarch
+    fuselet finds them there when its own package folder holds none, and the package folder
+    (a pip wheel) first when it does."""
+    from fuselet import _core
+
+    package, prefix = tmp_path / "site" / "fuselet", tmp_path / "env"
+    monkeypatch.setattr(_core, "_HERE", package)
+    monkeypatch.setattr(sys, "prefix", str(prefix))
+    monkeypatch.delenv("CONDA_PREFIX", raising=False)
+    assert _core.layer_candidates(layer) == [package / layer, prefix / "lib" / "fuselet" / layer]
+    assert _core.layer_dir(layer) is None
+    conda = prefix / "lib" / "fuselet" / layer
+    conda.mkdir(parents=True)
+    assert _core.layer_dir(layer) is None                # a folder without provenance is no layer
+    (conda / "_build_info.json").write_text(json.dumps(TORCH))
+    assert _core.layer_dir(layer) == conda
+    (package / layer).mkdir(parents=True)
+    (package / layer / "_build_info.json").write_text(json.dumps(TORCH))
+    assert _core.layer_dir(layer) == package / layer
 
 
 # --- a framework that cannot be imported --------------------------------------------------------

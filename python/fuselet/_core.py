@@ -11,13 +11,30 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 
 
+def _prefixes() -> list[str]:
+    """The environment prefixes a conda install puts fuselet's libraries under."""
+    return [p for p in dict.fromkeys([sys.prefix, os.environ.get("CONDA_PREFIX", "")]) if p]
+
+
 def library_candidates() -> list[Path]:
     """Where libfuselet may live: inside this package (pip wheels), else the env's lib dir (conda)."""
     found = [_HERE / "lib" / "libfuselet.so"]
-    for prefix in dict.fromkeys([sys.prefix, os.environ.get("CONDA_PREFIX", "")]):
-        if prefix:
-            found += [Path(p) for p in sorted(glob.glob(os.path.join(prefix, "lib", "libfuselet.so*")))]
+    for prefix in _prefixes():
+        found += [Path(p) for p in sorted(glob.glob(os.path.join(prefix, "lib", "libfuselet.so*")))]
     return found
+
+
+def layer_candidates(layer: str) -> list[Path]:
+    """Where the library of a framework layer ("torch", "jax") and its _build_info.json may
+    live: inside this package (a pip wheel: fuselet/<layer>/), else the environment's
+    lib/fuselet/<layer>/ (the conda packages fuselet-torch and fuselet-jax, which hold no Python
+    and so serve every Python of the environment)."""
+    return [_HERE / layer] + [Path(prefix) / "lib" / "fuselet" / layer for prefix in _prefixes()]
+
+
+def layer_dir(layer: str) -> Path | None:
+    """The first of layer_candidates() that holds a built layer (its _build_info.json), or None."""
+    return next((d for d in layer_candidates(layer) if (d / "_build_info.json").is_file()), None)
 
 
 @functools.cache

@@ -4,16 +4,14 @@ from __future__ import annotations
 import importlib.util
 import platform
 import sys
-from pathlib import Path
 
-from fuselet import _guard
-
-_HERE = Path(__file__).resolve().parent
+from fuselet import _core, _guard
 
 
 def _layer_status(layer: str) -> dict:
-    built = _guard.read_build_info(_HERE / layer)
-    status = {"built": built, "running": None, "status": "not built"}
+    where = _core.layer_dir(layer)
+    built = _guard.read_build_info(where) if where else None
+    status = {"built": built, "running": None, "status": "not built", "path": str(where) if where else None}
     if built is None:
         return status
     if importlib.util.find_spec(layer) is None:
@@ -66,4 +64,5 @@ def info(file=None) -> None:
         lines.append(f"  {layer}: built against {_guard.describe(layer, built)}, {kernels} kernels, "
                      f"compiler {built['compiler']}, CUDA toolkit {built['cuda_toolkit'] or '-'}")
         lines.append(f"         found {running}: {s['status']}")
+        lines.append(f"         {s['path']}")
     print("\n".join(lines), file=file)

@@ -10,12 +10,10 @@ import ctypes
 import functools
 import sys
 import threading
-from pathlib import Path
 
-from fuselet import _guard
+from fuselet import _core, _guard
 
-_HERE = Path(__file__).resolve().parent
-LIBRARY = _HERE / "libfuselet_jax.so"
+LIBRARY_NAME = "libfuselet_jax.so"
 _lock = threading.Lock()
 _registered: set[str] = set()
 _lib = None
@@ -31,7 +29,8 @@ def _install_hint(built: dict | None) -> str:
 def load() -> dict:
     """Check the FFI library against the running jaxlib and load it; returns its build info."""
     global _lib
-    built = _guard.read_build_info(_HERE)
+    where = _core.layer_dir("jax")
+    built = _guard.read_build_info(where) if where else None
     try:
         import jax  # noqa: F401
     except ImportError as exc:
@@ -39,9 +38,10 @@ def load() -> dict:
             f"fuselet.jax needs JAX, which cannot be imported in this environment ({sys.executable}): "
             f"{exc}. Fix: {_install_hint(built)}."
         ) from exc
-    if built is None or not LIBRARY.exists():
+    if built is None or not (where / LIBRARY_NAME).exists():
         raise ImportError(
-            "fuselet.jax: this fuselet was built without its JAX extension. Fix: "
+            "fuselet.jax: this fuselet was built without its JAX extension (looked in "
+            + ", ".join(map(str, _core.layer_candidates("jax"))) + "). Fix: "
             "FUSELET_FRAMEWORK=jax pip install --no-build-isolation --force-reinstall <fuselet source>, "
             "or conda install fuselet-jax."
         )
@@ -49,7 +49,7 @@ def load() -> dict:
     fix = (f"install the fuselet-jax build for your jaxlib (conda install fuselet-jax), rebuild against it "
            f"(pip install --no-build-isolation --force-reinstall <fuselet source>), or {_install_hint(built)}")
     _guard.enforce("jax", built, running, _guard.jax_mismatches(built, running), fix)
-    _lib = ctypes.CDLL(str(LIBRARY))
+    _lib = ctypes.CDLL(str(where / LIBRARY_NAME))
     return built
 
 

@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-from fuselet import _guard
+from fuselet import _core, _guard
 
-_HERE = Path(__file__).resolve().parent
-LIBRARY = _HERE / "libfuselet_torch.so"
+LIBRARY_NAME = "libfuselet_torch.so"
 
 
 def _install_hint(built: dict | None) -> str:
@@ -32,11 +30,13 @@ def import_torch(built: dict | None):
 
 def load() -> dict:
     """Check and load the op library; returns its build info."""
-    built = _guard.read_build_info(_HERE)
+    where = _core.layer_dir("torch")
+    built = _guard.read_build_info(where) if where else None
     torch = import_torch(built)
-    if built is None or not LIBRARY.exists():
+    if built is None or not (where / LIBRARY_NAME).exists():
         raise ImportError(
-            "fuselet.torch: this fuselet was built without its PyTorch extension. Fix: "
+            "fuselet.torch: this fuselet was built without its PyTorch extension (looked in "
+            + ", ".join(map(str, _core.layer_candidates("torch"))) + "). Fix: "
             "FUSELET_FRAMEWORK=torch pip install --no-build-isolation --force-reinstall <fuselet source>, "
             "or conda install fuselet-torch."
         )
@@ -45,5 +45,5 @@ def load() -> dict:
            f"or go back to the torch it was built for: {_install_hint(built)}")
     running = _guard.running_torch()
     _guard.enforce("torch", built, running, _guard.torch_mismatches(built, running), fix)
-    torch.ops.load_library(str(LIBRARY))
+    torch.ops.load_library(str(where / LIBRARY_NAME))
     return built
