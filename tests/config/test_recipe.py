@@ -2,6 +2,7 @@
 build strings and pins, from rattler-build's own render."""
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import re
@@ -39,33 +40,37 @@ def _by_name(jobs):
 
 def test_offline_matrix_is_additive(offline_jobs):
     v = _variants("offline.yaml")
-    cuda, python, torch, jaxlib = (len(v[k]) for k in ("cuda_compiler_version", "python", "pytorch", "jaxlib"))
+    cuda, torch, jaxlib = (len(v[k]) for k in ("cuda_compiler_version", "pytorch", "jaxlib"))
     jobs = _by_name(offline_jobs)
     # cuda and pytorch are zipped here (cpu + 2.13, cuda 13.0 + 2.14): one torch per cuda flavor.
-    assert len(jobs["fuselet-torch"]) == cuda * python
-    assert len(jobs["fuselet-jax"]) == cuda * python * jaxlib  # not x pytorch
+    assert len(jobs["fuselet-torch"]) == cuda
+    assert len(jobs["fuselet-jax"]) == cuda * jaxlib  # not x pytorch
     assert len(jobs["libfuselet"]) == cuda  # the core: once per CUDA variant, not per python/framework
     assert len(jobs["fuselet"]) == 1  # noarch
     assert torch == 2
 
 
 def test_conda_forge_matrix_counts(conda_forge_jobs):
+    """One fuselet-torch per CUDA flavor x pytorch minor and one fuselet-jax per CUDA flavor x XLA
+    FFI level: neither varies with python (their libraries link no Python) nor with the other
+    framework."""
     v = _variants("conda-forge.yaml")
     cudas = [str(c) for c in v["cuda_compiler_version"]]
     jobs = _by_name(conda_forge_jobs)
     # conda-forge has every pytorch of the file in every CUDA flavor (conda-forge-snapshot.yaml)
-    expected_torch = set(itertools.product(cudas, v["python"], v["pytorch"]))
-    got_torch = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["pytorch"])
-                 for j in jobs["fuselet-torch"]}
-    assert got_torch == expected_torch
+    expected_torch = set(itertools.product(cudas, v["pytorch"]))
+    got_torch = [(j.variant["cuda_compiler_version"], j.variant["pytorch"]) for j in jobs["fuselet-torch"]]
+    assert sorted(got_torch) == sorted(expected_torch)
     jaxlib_cuda = str(v["jaxlib_cuda"][0]).split(",")   # CUDA versions with a CUDA jaxlib on conda-forge
-    expected_jax = {(c, p, j) for c, p, j in itertools.product(cudas, v["python"], v["jaxlib"])
-                    if p != "3.10" and (c == "None" or c in jaxlib_cuda)}
-    got_jax = {(j.variant["cuda_compiler_version"], j.variant["python"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]}
-    assert got_jax == expected_jax
+    expected_jax = {(c, j) for c, j in itertools.product(cudas, v["jaxlib"]) if c == "None" or c in jaxlib_cuda}
+    got_jax = [(j.variant["cuda_compiler_version"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]]
+    assert sorted(got_jax) == sorted(expected_jax)
     assert len(jobs["libfuselet"]) == len(cudas)
-    assert all("pytorch" not in j.variant for j in jobs["fuselet-jax"])
-    assert all("jaxlib" not in j.variant for j in jobs["fuselet-torch"])
+    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (6, 4)   # the README's matrix table
+    for name, other in (("fuselet-torch", "jaxlib"), ("fuselet-jax", "pytorch")):
+        for j in jobs[name]:
+            assert other not in j.variant and "python" not in j.variant, (j.key, j.variant)
+            assert "_py" not in j.build_string, j.build_string
 
 
 def test_conda_forge_matrix_follows_the_global_pins():
@@ -80,9 +85,11 @@ def test_build_strings_say_what_is_inside(offline_jobs):
     strings = {j.name: [] for j in offline_jobs}
     for j in offline_jobs:
         strings[j.name].append(j.build_string)
-    assert any(re.fullmatch(r"cpu_torch213_py311_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
-    assert any(re.fullmatch(r"cuda130_torch214_py311_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
-    assert {s.split("_py")[0] for s in strings["fuselet-jax"]} == {"cpu_ffi02", "cpu_ffi03", "cuda130_ffi02", "cuda130_ffi03"}
+    # no python part: one framework package serves every python
+    assert any(re.fullmatch(r"cpu_torch213_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
+    assert any(re.fullmatch(r"cuda130_torch214_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
+    assert all(re.fullmatch(r"(cpu|cuda130)_ffi0[23]_h[0-9a-f]{7}_0", s) for s in strings["fuselet-jax"])
+    assert {s.split("_h")[0] for s in strings["fuselet-jax"]} == {"cpu_ffi02", "cpu_ffi03", "cuda130_ffi02", "cuda130_ffi03"}
     assert {s.split("_h")[0] for s in strings["libfuselet"]} == {"cpu", "cuda130"}
 
 
@@ -126,7 +133,7 @@ def test_release_candidates_are_pinned_exactly(matrix_mod):
         job = matrix_mod.job_of(r)
         run = [str(s) for s in r.recipe.requirements.run]
         if job.name == "fuselet-torch":
-            assert "torch214rc_py312" in job.build_string, job.build_string
+            assert "_torch214rc_h" in job.build_string, job.build_string
             assert "{'pin_compatible': {'name': 'pytorch', 'exact': True}}" in run, run
             seen.add(job.name)
         if job.name == "fuselet-jax":
@@ -219,18 +226,24 @@ def test_fuselet_jax_pins_the_jaxlib_flavor(matrix_mod):
     assert seen == {"cpu", "cuda"}
 
 
-def test_skips_match_conda_forges_python_values(matrix_mod, tmp_path):
-    """conda-forge's python variants read `3.10.* *_cpython`: a skip written `python == "3.10"`
-    never matches them. Render with the pinning's own values."""
+def test_framework_packages_ignore_conda_forges_python_values(matrix_mod, tmp_path):
+    """Rendered with conda-forge's own python values (`3.10.* *_cpython`, ...), the framework
+    packages still come once per CUDA x framework, with no python and no python_abi in their
+    requirements; only the noarch fuselet names python (its python_min)."""
     pins = yaml.safe_load(re.sub(r"#.*", "", shared_file("anchors/conda-forge-pinning.yaml").read_text()))
     values = [str(p) for p in pins["python"] if "3.14" not in str(p)]
     override = tmp_path / "python.yaml"
     override.write_text(yaml.safe_dump({"python": values}))
-    jobs = matrix_mod.jobs(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", override])
-    jax_pythons = {str(j.variant["python"]) for j in jobs if j.name == "fuselet-jax"}
-    torch_pythons = {str(j.variant["python"]) for j in jobs if j.name == "fuselet-torch"}
-    assert jax_pythons and not [p for p in jax_pythons if p.startswith("3.10")], jax_pythons
-    assert any(p.startswith("3.10") for p in torch_pythons), torch_pythons
+    rendered = [(matrix_mod.job_of(r), r.recipe.to_dict()) for r in
+                matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", override])]
+    frameworks = [(job, d) for job, d in rendered if job.name in ("fuselet-torch", "fuselet-jax")]
+    assert sorted(collections.Counter(job.name for job, _ in frameworks).items()) == [("fuselet-jax", 4),
+                                                                                      ("fuselet-torch", 6)]
+    for job, d in frameworks:
+        names = {str(r).split(" ")[0] for k in ("host", "run") for r in d["requirements"].get(k, [])}
+        assert not names & {"python", "python_abi"}, (job.key, names)
+    (noarch,) = [d for job, d in rendered if job.name == "fuselet"]
+    assert any(str(r).startswith("python ") for r in noarch["requirements"]["run"])
 
 
 def test_python_parts_are_tested_as_conda_forge_tests_them():

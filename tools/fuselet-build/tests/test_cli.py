@@ -9,7 +9,7 @@ def test_matrix_json_is_one_entry_per_build_job(cli):
     assert proc.returncode == 0, proc.stderr
     jobs = json.loads(proc.stdout)
     ids = [j["id"] for j in jobs]
-    assert len(ids) == len(set(ids)) and len(ids) == 3 + 1 + 24 + 12
+    assert len(ids) == len(set(ids)) and len(ids) == 3 + 1 + 6 + 4   # no python axis in the framework packages
     assert {j["name"] for j in jobs} == {"libfuselet", "fuselet", "fuselet-torch", "fuselet-jax"}
     assert all(j["subdir"] in ("linux-64", "noarch") for j in jobs)
 

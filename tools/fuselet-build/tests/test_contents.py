@@ -81,9 +81,32 @@ def test_indexing_makes_packages_and_index_readable_by_everyone(tmp_path):
 def test_dist_info_is_required_of_the_python_parts(tmp_path):
     sp = tmp_path / "lib/python3.11/site-packages"
     (sp / "fuselet/torch").mkdir(parents=True)
-    assert "no site-packages/fuselet_torch-0.2.0.dist-info" in contents.dist_info_problems(tmp_path, "fuselet-torch",
-                                                                                           "0.2.0")[0]
-    di = sp / "fuselet_torch-0.2.0.dist-info"
+    assert "no site-packages/fuselet-0.2.0.dist-info" in contents.dist_info_problems(tmp_path, "fuselet", "0.2.0")[0]
+    di = sp / "fuselet-0.2.0.dist-info"
     di.mkdir()
-    (di / "METADATA").write_text("Metadata-Version: 2.1\nName: fuselet-torch\nVersion: 0.2.0\n")
-    assert contents.dist_info_problems(tmp_path, "fuselet-torch", "0.2.0") == []
+    (di / "METADATA").write_text("Metadata-Version: 2.1\nName: fuselet\nVersion: 0.2.0\n")
+    assert contents.dist_info_problems(tmp_path, "fuselet", "0.2.0") == []
+
+
+@needs_cc
+def test_verify_refuses_a_framework_package_tied_to_one_python(tmp_path):
+    """fuselet-torch / fuselet-jax serve every python: a python pin, a file under lib/pythonX.Y or
+    a library linking libpython each make verify fail, naming it."""
+    from fuselet_build import matrix, verify
+
+    job = matrix.Job("fuselet-torch", "0.2.0", "cpu_torch213_h0000000_0", "linux-64", {})
+    pkg = tmp_path / "pkg"
+    (pkg / "lib" / "fuselet" / "torch").mkdir(parents=True)
+    shutil.copy(shared_library(tmp_path, "clean"), pkg / "lib" / "fuselet" / "torch" / "libfuselet_torch.so")
+    assert verify.python_free_problems(pkg, ["pytorch >=2.13.0,<2.14.0a0", "libfuselet ==0.2.0 cpu_h0_0"], job) == []
+    assert verify.python_free_problems(pkg, ["python >=3.11,<3.12.0a0"], job) == [
+        "depends on python >=3.11,<3.12.0a0: the package would be tied to one Python"]
+    (pkg / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
+    (pkg / "lib" / "python3.11" / "site-packages" / "x.py").write_text("")
+    assert verify.python_free_problems(pkg, [], job) == ["lib/python3.11/site-packages/x.py is under a Python folder"]
+    shutil.rmtree(pkg / "lib" / "python3.11")
+    shared_library(tmp_path, "python3")
+    shutil.copy(shared_library(tmp_path, "ext", ["python3"]), pkg / "lib" / "fuselet" / "torch" / "libext.so")
+    assert verify.python_free_problems(pkg, [], job) == ["lib/fuselet/torch/libext.so links libpython3.so"]
+    other = matrix.Job("fuselet", "0.2.0", "pyh0000000_0", "noarch", {})
+    assert verify.python_free_problems(pkg, ["python >=3.10"], other) == []     # the noarch package may

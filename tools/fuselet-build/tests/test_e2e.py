@@ -101,6 +101,7 @@ def test_forced_mismatch_raises_the_guard_error(torch213_env, tmp_path_factory):
     channel.install(prefix, ["pytorch ==2.14.1", "python 3.11.*"], CHANNELS, cuda="13.0")
     site = next(prefix.glob("lib/python3.11/site-packages"))
     shutil.copytree(next(torch213_env.glob("lib/python3.11/site-packages/fuselet")), site / "fuselet")
+    shutil.copytree(torch213_env / "lib" / "fuselet", prefix / "lib" / "fuselet")
     for lib in torch213_env.glob("lib/libfuselet.so*"):
         shutil.copy2(lib, prefix / "lib" / lib.name, follow_symlinks=False)
     proc = run(prefix, "import fuselet.torch")
@@ -156,13 +157,104 @@ def test_linkage_is_checked_against_the_installed_run_dependencies(built, torch2
     assert contents.linkage_problems(tmp_path / "pkg", torch213_env) == []
 
 
-def test_python_parts_are_seen_by_pip_and_importlib_metadata(torch213_env):
-    proc = run(torch213_env, "import importlib.metadata as m; "
-                             "print(m.version('fuselet'), m.version('fuselet-torch'), m.requires('fuselet-torch'))")
+def test_the_python_package_is_seen_by_pip_and_importlib_metadata(torch213_env):
+    """fuselet (noarch) carries the dist-info; fuselet-torch holds no Python, so none."""
+    proc = run(torch213_env, "import importlib.metadata as m; print(m.version('fuselet'), "
+                             "[d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('fuselet')])")
     assert proc.returncode == 0, proc.stderr
     version = (ROOT / "VERSION").read_text().strip()
-    assert proc.stdout.startswith(f"{version} {version} "), proc.stdout
-    assert "torch<2.14,>=2.13" in proc.stdout, proc.stdout
+    assert proc.stdout.strip() == f"{version} ['fuselet']", proc.stdout
+
+
+# --- one framework package for every python -------------------------------------------------------
+
+def _installed(prefix: Path, name: str) -> str:
+    """The file name (name-version-build) of the package `name` installed in `prefix`."""
+    (meta,) = [p for p in (prefix / "conda-meta").glob(f"{name}-*.json") if p.stem.rsplit("-", 2)[0] == name]
+    return meta.stem
+
+
+def _channel_pythons(name: str) -> set[str]:
+    """The pythons ("3.11") the offline channel has a package `name` for (from its python pin)."""
+    import json
+    import re
+
+    data = json.loads((OFFLINE / "linux-64" / "repodata.json").read_text())["packages.conda"]
+    return {m.group(1) for r in data.values() if r["name"] == name for d in r["depends"]
+            if (m := re.match(r"python >=(\d+\.\d+),", d))}
+
+
+CROSS_PYTHON = {
+    "fuselet-jax": ("jaxlib", "fuselet-jax * cpu_ffi03*", """
+import sys, jax.numpy as jnp, fuselet.jax as fj
+x = jnp.arange(12.0).reshape(3, 4)
+ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+assert float(jnp.abs(fj.rms_norm(x, jnp.ones(4)) - ref).max()) < 1e-5
+print(sys.version_info[:2])
+"""),
+    "fuselet-torch": ("pytorch", "fuselet-torch * cpu_torch213*", """
+import sys, torch, fuselet.torch as ft
+x = torch.arange(12.0).reshape(3, 4)
+assert torch.allclose(ft.rms_norm(x, torch.ones(4)), torch.nn.functional.rms_norm(x, (4,), eps=1e-6), atol=1e-5)
+print(sys.version_info[:2])
+"""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_PYTHON))
+def test_one_framework_package_serves_two_pythons(built, name, tmp_path_factory):
+    """The SAME fuselet-jax (fuselet-torch) package installs next to python 3.11 and 3.12 and
+    runs an op in each: its library links no Python."""
+    framework, spec, code = CROSS_PYTHON[name]
+    pythons = _channel_pythons(framework)
+    if name == "fuselet-torch" and "3.12" not in pythons:
+        # the seed makes only the JAX group for 3.12 (fuselet_build.seed.OTHER_PYTHONS)
+        pytest.skip(f"the offline channel has pytorch for python {sorted(pythons)} only: PyPI has no CPU torch "
+                    f"wheel for cp312, and a CUDA one needs the NVIDIA wheels converted again for 3.12")
+    installed = set()
+    for python in ("3.11", "3.12"):
+        prefix = env_with(tmp_path_factory, f"{name}-py{python}", [spec, f"python {python}.*"])
+        proc = run(prefix, code)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert proc.stdout.strip() == f"({python.replace('.', ', ')})", proc.stdout
+        installed.add(_installed(prefix, name))
+    assert len(installed) == 1, installed
+
+
+@pytest.mark.parametrize("name", sorted(CROSS_PYTHON))
+def test_framework_packages_depend_on_no_python(built, name):
+    from rattler_build import Package
+
+    pkgs = [p for p in built if p.startswith(f"{name}-")]
+    assert pkgs, built
+    for pkg in pkgs:
+        depends = Package.from_file(str(OUTPUT / "linux-64" / pkg)).depends
+        assert not [d for d in depends if d.split(" ")[0] in ("python", "python_abi")], (pkg, depends)
+
+
+def test_the_guard_reads_the_conda_layout_before_loading(built, tmp_path_factory):
+    """In a conda env the torch library and its provenance lie in lib/fuselet/torch: a doctored
+    provenance there is refused with the guard's message, before the library is mapped."""
+    import json
+
+    prefix = env_with(tmp_path_factory, "guard-conda", ["fuselet-torch * cpu_torch213*", "python 3.11.*"])
+    info_path = prefix / "lib" / "fuselet" / "torch" / "_build_info.json"
+    info = json.loads(info_path.read_text())
+    info_path.unlink()   # installed as a hard link into the package cache: replace, never edit in place
+    info_path.write_text(json.dumps({**info, "version": "2.12.0+cpu"}))
+    proc = run(prefix, """
+import fuselet, sys
+try:
+    import fuselet.torch
+except ImportError as e:
+    print(type(e).__name__, e)
+print("mapped" if "libfuselet_torch.so" in open("/proc/self/maps").read() else "not mapped")
+fuselet.info()
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("FuseletABIError fuselet.torch was built against torch 2.12.0+cpu"), proc.stdout
+    assert "found torch 2.13.0" in proc.stdout and "\nnot mapped\n" in proc.stdout, proc.stdout
+    assert str(prefix / "lib" / "fuselet" / "torch") in proc.stdout     # fuselet.info() names where it found it
 
 
 @needs_nvcc

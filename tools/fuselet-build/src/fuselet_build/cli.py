@@ -103,11 +103,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--progress", action="store_true", help="show live progress even without a terminal")
     sp.set_defaults(func=cmd_build)
 
-    sp = sub.add_parser("verify", help="check pins, provenance, linkage, file modes and dist-info of built "
+    sp = sub.add_parser("verify", help="check pins, provenance, linkage, file modes, dist-info and Python-free framework "
                                        "packages, install and run them")
     common(sp)
     sp.add_argument("--no-install", action="store_true",
-                    help="only what needs no install: pins, provenance, file modes, dist-info")
+                    help="only what needs no install: pins, provenance, file modes, dist-info, no Python "
+                         "in the framework packages")
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("index", help="(re)write the repodata of a local channel folder (py-rattler)")

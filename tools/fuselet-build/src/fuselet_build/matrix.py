@@ -101,14 +101,15 @@ def print_table(job_list: list[Job], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title)
-    for col in ("package", "build string", "subdir", "cuda", "python", "pytorch", "jaxlib (FFI)"):
+    # no python column: the framework packages serve every python, fuselet is noarch
+    for col in ("package", "build string", "subdir", "cuda", "pytorch", "jaxlib (FFI)"):
         table.add_column(col)
     for j in job_list:
         a = j.abi()
         jax = f"{a['jaxlib']} ({a.get('jaxlib_ffi', '?')})" if "jaxlib" in a else ""
         cuda = a.get("cuda_compiler_version", "")
         table.add_row(j.name, j.build_string, j.subdir, "cpu" if cuda == "None" else cuda,
-                      a.get("python", ""), a.get("pytorch", ""), jax)
+                      a.get("pytorch", ""), jax)
     console = Console()
     console.width = max(console.width, 150)  # build strings stay whole in CI logs and pipes
     console.print(table)

@@ -29,7 +29,8 @@ SMOKE = {
 }
 
 
-PYTHON_PARTS = ("fuselet", "fuselet-torch", "fuselet-jax")   # packages with a dist-info
+PYTHON_PARTS = ("fuselet",)                               # packages with a dist-info
+FRAMEWORK_LAYERS = {"fuselet-torch": "torch", "fuselet-jax": "jax"}   # packages that hold no Python
 
 
 @dataclass
@@ -74,13 +75,13 @@ def extract(pkg_path: Path, job: matrix.Job, workdir: Path) -> Path:
 def provenance(dest: Path, job: matrix.Job) -> tuple[dict | None, list[str]]:
     """The _build_info.json inside a framework package (extracted at `dest`), and how it
     disagrees with the variant."""
-    layer = {"fuselet-torch": "torch", "fuselet-jax": "jax"}.get(job.name)
+    layer = FRAMEWORK_LAYERS.get(job.name)
     if layer is None:
         return None, []
-    found = list(dest.glob(f"lib/python*/site-packages/fuselet/{layer}/_build_info.json"))
-    if not found:
-        return None, [f"no fuselet/{layer}/_build_info.json in the package"]
-    info = json.loads(found[0].read_text())
+    path = dest / "lib" / "fuselet" / layer / "_build_info.json"
+    if not path.is_file():
+        return None, [f"no lib/fuselet/{layer}/_build_info.json in the package"]
+    info = json.loads(path.read_text())
     v, problems = job.variant, []
     cuda = str(v.get("cuda_compiler_version", "None"))
     if layer == "torch":
@@ -96,6 +97,20 @@ def provenance(dest: Path, job: matrix.Job) -> tuple[dict | None, list[str]]:
     if bool(info.get("cuda_kernels")) != (cuda != "None"):
         problems.append(f"cuda_kernels={info.get('cuda_kernels')} for a {cuda} variant")
     return info, problems
+
+
+def python_free_problems(dest: Path, depends: list[str], job: matrix.Job) -> list[str]:
+    """A framework package serves every Python: no python / python_abi dependency, no file
+    under a pythonX.Y folder, and no ELF file linking libpython."""
+    if job.name not in FRAMEWORK_LAYERS:
+        return []
+    problems = [f"depends on {d}: the package would be tied to one Python" for d in depends
+                if d.split(" ")[0] in ("python", "python_abi")]
+    problems += [f"{p.relative_to(dest)} is under a Python folder" for p in dest.glob("lib/python*/**/*") if p.is_file()]
+    for path in sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink()):
+        problems += [f"{path.relative_to(dest)} links {n}" for n in contents.elf_needed(path) or []
+                     if n.startswith(("libpython", "libtorch_python"))]
+    return problems
 
 
 def install_env(job: matrix.Job, channels: list[str], workdir: Path) -> tuple[Path | None, list[str]]:
@@ -149,6 +164,7 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
                     check.problems.append(f"missing pin /{pin}/ in depends {depends}")
             dest = extract(path, job, work)
             check.problems += provenance(dest, job)[1]
+            check.problems += python_free_problems(dest, depends, job)
             check.problems += contents.readable_problems(path)
             if job.name in PYTHON_PARTS:
                 check.problems += contents.dist_info_problems(dest, job.name, job.version)
