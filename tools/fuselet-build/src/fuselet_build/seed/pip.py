@@ -52,12 +52,15 @@ def _pip(args: list[str], what: str, tmp: Path | None = None) -> subprocess.Comp
 
 
 def resolve_group(cache: Cache, group: str, requirements: list[str], refresh: bool = False,
-                  log: Callable[[str], None] | None = None) -> list[ResolvedWheel]:
-    """pip's resolution of one group for this interpreter (linux, this python), remembered in
-    cache/resolve/<group>.json; reused while the requirements are unchanged (refresh=True
-    asks pip again)."""
-    key = short_hash(requirements, sys.version_info[:2], platform.machine())
-    lock = cache.resolve / f"{group}.json"
+                  log: Callable[[str], None] | None = None, python: str | None = None) -> list[ResolvedWheel]:
+    """pip's resolution of one group for this interpreter (linux, this python), or for another
+    `python` ("3.12": pip's --python-version, wheels only), remembered in
+    cache/resolve/<group>[-pyXY].json; reused while the requirements are unchanged
+    (refresh=True asks pip again)."""
+    version = tuple(map(int, python.split("."))) if python else sys.version_info[:2]
+    key = short_hash(requirements, version, platform.machine())
+    name = f"{group}-py{version[0]}{version[1]}" if python else group
+    lock = cache.resolve / f"{name}.json"
     if not refresh and lock.exists():
         try:
             data = json.loads(lock.read_text())
@@ -67,11 +70,12 @@ def resolve_group(cache: Cache, group: str, requirements: list[str], refresh: bo
         except (ValueError, KeyError, TypeError):
             pass
     if log:
-        log(f"resolving {group} with pip: {' '.join(requirements)}")
-    report = cache.workdir(f"resolve-{group}") / "report.json"
+        log(f"resolving {name} with pip: {' '.join(requirements)}")
+    report = cache.workdir(f"resolve-{name}") / "report.json"
     _pip(["install", "--dry-run", "--ignore-installed", "--only-binary=:all:", "--progress-bar=off",
-          "--report", str(report), *requirements],
-         f"resolving the wheels of group '{group}' ({' '.join(requirements)})", cache.tmp)
+          *(["--python-version", python] if python else []), "--report", str(report), *requirements],
+         f"resolving the wheels of group '{group}' for python {'.'.join(map(str, version))} "
+         f"({' '.join(requirements)})", cache.tmp)
     data = json.loads(report.read_text())
     wheels = []
     for item in data.get("install", []):
@@ -92,9 +96,10 @@ def _local_path(url: str) -> Path | None:
     return None
 
 
-def fetch_wheels(cache: Cache, wheels: list[ResolvedWheel], ui: ProgressUi) -> None:
+def fetch_wheels(cache: Cache, wheels: list[ResolvedWheel], ui: ProgressUi, python: str | None = None) -> None:
     """Give every wheel a verified local path: file:// wheels are used where they lie, the
-    others are downloaded by pip into cache/wheels (sha256-checked)."""
+    others are downloaded by pip into cache/wheels (sha256-checked); `python`: the wheels are
+    for that python ("3.12"), not the running one."""
     missing = []
     for w in wheels:
         local = _local_path(w.url)
@@ -110,7 +115,8 @@ def fetch_wheels(cache: Cache, wheels: list[ResolvedWheel], ui: ProgressUi) -> N
         ui.log(f"downloading {len(missing)} wheels: {', '.join(f'{w.name}=={w.version}' for w in missing)}")
         urls = [f"{w.url}#sha256={w.sha256}" if w.sha256 else w.url for w in missing]
         try:
-            _pip(["download", "--no-deps", "--only-binary=:all:", "--progress-bar=off", "--dest", str(cache.wheels), *urls],
+            _pip(["download", "--no-deps", "--only-binary=:all:", "--progress-bar=off",
+                  *(["--python-version", python] if python else []), "--dest", str(cache.wheels), *urls],
                  "downloading " + ", ".join(f"{w.name}=={w.version}" for w in missing), cache.tmp)
         except SeedError as exc:
             gone = [w for w in missing if not w.path.exists()] or missing
