@@ -73,3 +73,57 @@ def get_requires_for_build_wheel(config_settings=None):
 
 def get_requires_for_build_editable(config_settings=None):
     return _skbuild.get_requires_for_build_editable(config_settings) + framework_requirements()
+
+
+# --- the wheel's Requires-Dist: the framework it was compiled against -------------------------
+# scikit-build-core calls dynamic_metadata() ([tool.scikit-build.metadata.dependencies] in
+# pyproject.toml) in the build environment, the one CMake compiles in: a torch 2.13 build
+# requires torch>=2.13,<2.14 and a jax build jaxlib >= the oldest release of the XLA FFI level it
+# was compiled against, so pip keeps them together and `pip check` names a mismatch.
+
+# The first jaxlib release of each XLA FFI API level (read from xla/ffi/api/c_api.h of the PyPI
+# wheels; variants/conda-forge-snapshot.yaml lists the releases). An unknown level falls back to
+# the jaxlib release compiled against.
+FFI_LEVEL_FIRST_JAXLIB = {(0, 2): "0.8.1", (0, 3): "0.9.1"}
+
+
+def built_frameworks(environ=os.environ) -> list[str]:
+    """The extensions CMake builds here (fuselet_select_frameworks): FUSELET_FRAMEWORK's, where
+    "auto" means each framework the build environment can import."""
+    framework = environ.get("FUSELET_FRAMEWORK", "auto")
+    if framework == "auto":
+        return [f for f in ("torch", "jax") if importlib.util.find_spec(f)]
+    return requested_frameworks(framework)
+
+
+def jaxlib_ffi_level(jaxlib_dir) -> tuple[int, int]:
+    """(major, minor) of the XLA FFI API in the headers of the jaxlib installed at `jaxlib_dir`."""
+    import re
+    from pathlib import Path
+
+    text = (Path(jaxlib_dir) / "include" / "xla" / "ffi" / "api" / "c_api.h").read_text()
+    return tuple(int(re.search(rf"#define XLA_FFI_API_{part} (\d+)", text).group(1)) for part in ("MAJOR", "MINOR"))
+
+
+def framework_dependencies(environ=os.environ) -> list[str]:
+    """Requires-Dist of the wheel built here: one requirement per framework extension."""
+    import importlib.metadata
+    import re
+
+    deps = []
+    for fw in built_frameworks(environ):
+        if fw == "torch":
+            major, minor = map(int, re.match(r"(\d+)\.(\d+)", importlib.metadata.version("torch")).groups())
+            deps.append(f"torch>={major}.{minor},<{major}.{minor + 1}")
+        else:
+            release = re.match(r"\d+\.\d+\.\d+", importlib.metadata.version("jaxlib")).group(0)
+            level = jaxlib_ffi_level(importlib.util.find_spec("jaxlib").submodule_search_locations[0])
+            deps.append(f"jaxlib>={FFI_LEVEL_FIRST_JAXLIB.get(level, release)}")
+    return deps
+
+
+def dynamic_metadata(field, settings=None, project=None):
+    """scikit-build-core's metadata provider hook."""
+    if field != "dependencies":
+        raise ValueError(f"fuselet_backend provides the `dependencies` field only, not {field!r}")
+    return framework_dependencies()

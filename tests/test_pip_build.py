@@ -55,6 +55,31 @@ def test_unknown_framework_is_named():
         fuselet_backend.framework_requirements({"FUSELET_FRAMEWORK": "pytorch"})
 
 
+def test_the_wheel_requires_the_framework_it_was_compiled_against(monkeypatch, tmp_path):
+    """Requires-Dist (dynamic_metadata): the torch minor of a torch build, and for a jax build
+    the oldest jaxlib of the XLA FFI level in the headers compiled against."""
+    import importlib.metadata
+
+    versions = {"torch": "2.13.0+cpu", "jaxlib": "0.10.2"}
+    header = tmp_path / "jaxlib" / "include" / "xla" / "ffi" / "api" / "c_api.h"
+    header.parent.mkdir(parents=True)
+    header.write_text("#define XLA_FFI_API_MAJOR 0\n#define XLA_FFI_API_MINOR 3\n")
+    spec = importlib.util.spec_from_file_location("jaxlib", tmp_path / "jaxlib" / "__init__.py",
+                                                  submodule_search_locations=[str(tmp_path / "jaxlib")])
+    monkeypatch.setattr(importlib.metadata, "version", versions.__getitem__)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name in ("torch", "jax", "jaxlib") else None)
+    deps = fuselet_backend.framework_dependencies
+    assert deps({"FUSELET_FRAMEWORK": "torch"}) == ["torch>=2.13,<2.14"]
+    assert deps({"FUSELET_FRAMEWORK": "jax"}) == ["jaxlib>=0.9.1"]          # FFI 0.3 began with 0.9.1
+    assert deps({"FUSELET_FRAMEWORK": "auto"}) == ["torch>=2.13,<2.14", "jaxlib>=0.9.1"]
+    assert deps({"FUSELET_FRAMEWORK": "none"}) == []
+    versions.update(torch="2.9.1", jaxlib="0.12.0")
+    header.write_text("#define XLA_FFI_API_MAJOR 0\n#define XLA_FFI_API_MINOR 9\n")
+    assert deps({"FUSELET_FRAMEWORK": "all"}) == ["torch>=2.9,<2.10", "jaxlib>=0.12.0"]   # unknown level: itself
+    with pytest.raises(ValueError, match="dependencies"):
+        fuselet_backend.dynamic_metadata("version")
+
+
 def test_isolated_build_without_version_fails_at_once(tmp_path):
     proc = pip("wheel", "--no-deps", "-w", str(tmp_path), str(ROOT), env={"FUSELET_FRAMEWORK": "torch"}, timeout=300)
     assert proc.returncode != 0
@@ -98,6 +123,19 @@ def test_the_wheel_holds_the_library_and_nothing_else(torch_wheel):
     assert {Path(n).name for n in dist_info} <= {"METADATA", "WHEEL", "RECORD", "LICENSE"}, sorted(dist_info)
     assert entry_points == [] and not any(n.startswith("fuselet_build") for n in names)
     assert f"Version: {VERSION}\n" in metadata
+
+
+def test_the_wheel_serves_every_python_and_names_its_torch(torch_wheel):
+    """No Python C API in the libraries: tagged py3-none-<platform>; built against torch 2.13, it
+    requires torch>=2.13,<2.14, so pip keeps the two together."""
+    with zipfile.ZipFile(torch_wheel) as z:
+        names = z.namelist()
+        wheel = z.read(next(n for n in names if n.endswith(".dist-info/WHEEL"))).decode()
+        metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert torch_wheel.name.split("-", 2)[2].startswith("py3-none-linux_x86_64"), torch_wheel.name
+    assert "Tag: py3-none-linux_x86_64" in wheel, wheel
+    requires = [ln.split(": ", 1)[1] for ln in metadata.splitlines() if ln.startswith("Requires-Dist:")]
+    assert [r for r in requires if "extra ==" not in r] == ["torch<2.14,>=2.13"], requires
 
 
 def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
