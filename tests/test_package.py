@@ -88,6 +88,9 @@ def test_report_structure():
             keys = {"version", "cuda", "cxx11_abi"} if layer == "torch" else {"jaxlib_version", "ffi_api"}
             assert set(status["running"]) == keys
             assert status["status"] == "ok"
+            # the provenance names the framework this build was compiled against: the one here
+            for key in keys - {"cxx11_abi"}:
+                assert status["built"][key] == status["running"][key], (layer, key, status)
             assert status["path"] == str(PACKAGE / layer)      # a pip install: inside the package
 
 

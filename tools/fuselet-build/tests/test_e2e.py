@@ -87,11 +87,17 @@ print(torch.__version__)
 
 @needs_nvcc
 def test_solver_refuses_the_213_build_with_torch_2141(built):
+    virtual = channel.virtual_packages("13.0")     # torch 2.14.1 is a CUDA build: the same __cuda for both
     with pytest.raises(Exception) as err:
         channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.14.1", "python 3.11.*"], CHANNELS,
-                      virtual_packages=channel.virtual_packages("13.0"))   # torch 2.14.1 is a CUDA build
+                      virtual_packages=virtual)
     message = str(err.value)
     assert "pytorch" in message and "fuselet-torch" in message, message
+    # the positive control: with its own torch the same solve succeeds
+    solved = channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.13.0", "python 3.11.*"], CHANNELS,
+                           virtual_packages=virtual)
+    versions = {r.name.normalized: str(r.version) for r in solved}
+    assert versions["pytorch"] == "2.13.0" and "fuselet-torch" in versions, versions
 
 
 @needs_nvcc
