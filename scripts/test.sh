@@ -11,5 +11,7 @@ source "$(dirname "$0")/env.sh"
 log "pytest"
 # The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
 export FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel"
+# What .venv must import (requirements/dev.txt): a broken one fails the run, never skips it.
+export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml}"
 cd "$ROOT"
 "$PY" -m pytest tests tools/fuselet-build/tests -p no:cacheprovider "$@"
