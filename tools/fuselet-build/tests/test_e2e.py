@@ -338,3 +338,54 @@ def test_the_channel_has_more_than_one_python(built, python, tmp_path_factory):
     proc = run(prefix, "import sys, fuselet; print(sys.version_info[:2], fuselet.__version__)")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(f"({python.replace('.', ', ')})"), proc.stdout
+
+
+# --- verify fails on what it exists to catch ---------------------------------------------------------
+
+def _torch213_job():
+    jobs = matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+    return next(j for j in jobs if j.name == "fuselet-torch" and j.build_string.startswith("cpu_torch213_"))
+
+
+def test_verify_names_a_missing_torch_range_pin(built):
+    from fuselet_build import verify
+    from rattler_build import Package
+
+    job = _torch213_job()
+    depends = Package.from_file(str(build.existing_package(OUTPUT, job))).depends
+    assert verify.pin_problems(job, depends) == []
+    doctored = [d for d in depends if not d.startswith("pytorch >=")]
+    (problem,) = verify.pin_problems(job, doctored)
+    assert problem.startswith("missing pin /^pytorch >=2\\.13\\.\\d+,<2\\.14\\.0a0$/"), problem
+
+
+def test_verify_names_doctored_provenance(built, tmp_path):
+    import json
+
+    from fuselet_build import verify
+
+    job = _torch213_job()
+    dest = verify.extract(build.existing_package(OUTPUT, job), job, tmp_path)
+    info, problems = verify.provenance(dest, job)
+    assert problems == [] and info["version"].startswith("2.13.")
+    path = dest / "lib" / "fuselet" / "torch" / "_build_info.json"
+    path.write_text(json.dumps({**info, "version": "2.14.1", "cuda": "13.0"}))
+    assert verify.provenance(dest, job)[1] == ["built against torch 2.14.1, variant says pytorch 2.13",
+                                               "built against torch CUDA 13.0, variant says cuda None"]
+    path.unlink()
+    assert verify.provenance(dest, job)[1] == ["no lib/fuselet/torch/_build_info.json in the package"]
+
+
+def test_verify_names_a_smoke_op_that_computes_garbage(built, tmp_path):
+    """The package installs, but its op is wrong: the smoke test fails and says so."""
+    from fuselet_build import verify
+
+    job = _torch213_job()
+    prefix, problems = verify.install_env(job, CHANNELS, tmp_path)
+    assert problems == [] and verify.smoke(job, prefix, tmp_path) == []
+    norm = next(prefix.glob("lib/python3.11/site-packages/fuselet/torch/norm.py"))
+    text = norm.read_text()
+    norm.unlink()     # a hard link into the package cache: replace it, never edit it in place
+    norm.write_text(text + "\n_rms_norm_right = rms_norm\nrms_norm = lambda *a, **k: 2 * _rms_norm_right(*a, **k)\n")
+    (problem,) = verify.smoke(job, prefix, tmp_path)
+    assert problem.startswith(f"smoke test failed in {prefix}: AssertionError: rms_norm mismatch"), problem

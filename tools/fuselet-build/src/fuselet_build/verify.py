@@ -64,6 +64,12 @@ def expected_pins(job: matrix.Job) -> list[str]:
     return pins
 
 
+def pin_problems(job: matrix.Job, depends: list[str]) -> list[str]:
+    """The expected pins of `job` that no dependency in `depends` matches."""
+    return [f"missing pin /{pin}/ in depends {depends}" for pin in expected_pins(job)
+            if not any(re.match(pin, d) for d in depends)]
+
+
 def extract(pkg_path: Path, job: matrix.Job, workdir: Path) -> Path:
     import rattler.package_streaming as ps
 
@@ -159,9 +165,7 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 check.problems.append(f"not built: no {job.key}.conda in {output / job.subdir}")
                 continue
             depends = Package.from_file(str(path)).depends
-            for pin in expected_pins(job):
-                if not any(re.match(pin, d) for d in depends):
-                    check.problems.append(f"missing pin /{pin}/ in depends {depends}")
+            check.problems += pin_problems(job, depends)
             dest = extract(path, job, work)
             check.problems += provenance(dest, job)[1]
             check.problems += python_free_problems(dest, depends, job)
