@@ -227,6 +227,8 @@ with warnings.catch_warnings(record=True) as caught:
         import fuselet.{layer}
     except ImportError as e:
         print("ImportError", type(e).__name__, e)
+        # the guard decides BEFORE the library is loaded: a refused library is never mapped
+        print("mapped" if "libfuselet_{layer}.so" in open("/proc/self/maps").read() else "not mapped")
         raise SystemExit
 for w in caught:
     print("warning", w.category.__name__, w.message)
@@ -262,6 +264,7 @@ def test_abi_guard_refuses_other_torch_minor(tmp_path):
     for part in (f"found torch {running}", f"torch {'.'.join(claimed.split('.')[:2])} != {running}", "Fix:",
                  f"{_guard.SKIP_ENV}=1"):
         assert part in out.stdout
+    assert out.stdout.endswith("\nnot mapped\n"), out.stdout
 
 
 def test_abi_guard_skip_env_torch(tmp_path):
@@ -282,6 +285,7 @@ def test_abi_guard_refuses_newer_ffi_api(tmp_path):
     assert out.stdout.startswith("ImportError FuseletABIError fuselet.jax was built against jaxlib "
                                  f"{info['jaxlib_version']} (XLA FFI API 0.9)")
     assert "is newer than or incompatible with" in out.stdout and "Fix:" in out.stdout
+    assert out.stdout.endswith("\nnot mapped\n"), out.stdout
 
 
 def test_abi_guard_skip_env_jax(tmp_path):
