@@ -389,3 +389,27 @@ def test_verify_names_a_smoke_op_that_computes_garbage(built, tmp_path):
     norm.write_text(text + "\n_rms_norm_right = rms_norm\nrms_norm = lambda *a, **k: 2 * _rms_norm_right(*a, **k)\n")
     (problem,) = verify.smoke(job, prefix, tmp_path)
     assert problem.startswith(f"smoke test failed in {prefix}: AssertionError: rms_norm mismatch"), problem
+
+
+def test_verify_reports_a_damaged_package_and_goes_on(built, cli, tmp_path):
+    """A truncated package is a failed row naming the file and the fix; the others are checked."""
+    out = tmp_path / "out"
+    jobs = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+            if j.name in ("fuselet", "fuselet-torch") and (j.subdir == "noarch" or "cpu_torch213_" in j.build_string)]
+    for job in jobs:
+        src = build.existing_package(OUTPUT, job)
+        (out / job.subdir).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, out / job.subdir / src.name)
+    torch_pkg = next(out.glob("linux-64/fuselet-torch-*.conda"))
+    torch_pkg.write_bytes(torch_pkg.read_bytes()[:4096])      # an interrupted copy
+    select = [f"--select={j.key}" for j in jobs]
+    proc = cli("verify", "--no-install", "--output", str(out), *select)
+    assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr
+    from fuselet_build import verify
+
+    checks = {c.job.name: c for c in verify.verify(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS], out, CHANNELS,
+                                                    install=False, select=[j.key for j in jobs])}
+    assert checks["fuselet"].ok, checks["fuselet"].problems                 # the others are still checked
+    (problem,) = checks["fuselet-torch"].problems
+    assert problem.startswith(f"cannot read {torch_pkg}: ") and problem.endswith(
+        "delete it and run `fuselet-build build` again"), problem

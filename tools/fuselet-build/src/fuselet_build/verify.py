@@ -164,9 +164,14 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
             if path is None:
                 check.problems.append(f"not built: no {job.key}.conda in {output / job.subdir}")
                 continue
-            depends = Package.from_file(str(path)).depends
+            try:
+                depends = Package.from_file(str(path)).depends
+                dest = extract(path, job, work)
+            except Exception as exc:  # a damaged file is this package's failure, never the run's
+                check.problems.append(f"cannot read {path}: {str(exc).strip()[:200]}. The file is damaged (an "
+                                      f"interrupted copy or build?): delete it and run `fuselet-build build` again")
+                continue
             check.problems += pin_problems(job, depends)
-            dest = extract(path, job, work)
             check.problems += provenance(dest, job)[1]
             check.problems += python_free_problems(dest, depends, job)
             check.problems += contents.readable_problems(path)
