@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 
 def test_matrix_json_is_one_entry_per_build_job(cli):
@@ -48,3 +50,36 @@ def test_select_matching_nothing_is_a_clear_error(cli, tmp_path):
                          "--select", "no-such-package")
     assert proc.returncode == 2
     assert "--select" in proc.stderr and "matches none" in proc.stderr
+
+
+HOLD_LOCK = """
+import sys, time
+from fuselet_build.errors import UserError
+from fuselet_build.lock import folder_lock
+with folder_lock(sys.argv[1], "test holder", UserError):
+    print("holding", flush=True)
+    time.sleep(120)
+"""
+
+
+def test_one_build_per_output_folder_and_a_killed_holder_frees_it(cli, tmp_path):
+    """A second build into a busy output folder stops at once, naming the holder; once the holder
+    is killed (SIGKILL: no clean-up runs) the folder is free again."""
+    import signal
+
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        proc = cli("build", "--output", str(out), "--select", "libfuselet", timeout=120)
+        assert proc.returncode == 2, proc.stderr
+        assert f"{out} is in use by pid {holder.pid} (`-c {out}`" in proc.stderr, proc.stderr
+        assert "one fuselet-build build at a time per folder" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    from fuselet_build.errors import UserError
+    from fuselet_build.lock import folder_lock
+
+    with folder_lock(out, "fuselet-build build", UserError):     # the dead holder's lock is gone
+        pass

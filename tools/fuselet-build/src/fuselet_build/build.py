@@ -18,6 +18,7 @@ from pathlib import Path
 from fuselet_build import channel, matrix
 from fuselet_build.buildlog import BuildLog
 from fuselet_build.errors import UserError
+from fuselet_build.lock import folder_lock
 from fuselet_build.sibling_pins import pinned_siblings
 
 
@@ -53,6 +54,14 @@ def check_space(output: Path, need_gb: float = 2.0) -> None:
 def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
           select: list[str] | None = None, skip_existing: bool = True, test: bool = True,
           show_progress: bool = True) -> list[Result]:
+    """Build the selected variants into `output`; one build per output folder at a time."""
+    with folder_lock(output, "fuselet-build build", UserError):
+        return _build(recipe, variant_files, output, channels, select=select, skip_existing=skip_existing,
+                      test=test, show_progress=show_progress)
+
+
+def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
+           select: list[str] | None, skip_existing: bool, test: bool, show_progress: bool) -> list[Result]:
     from rattler_build import ToolConfiguration
 
     rendered = matrix.select(matrix.render(recipe, variant_files), select, key=lambda r: matrix.job_of(r).key)

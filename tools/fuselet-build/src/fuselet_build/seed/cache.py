@@ -15,6 +15,7 @@ from pathlib import Path
 
 from fuselet_build.channel import SUBDIRS
 from fuselet_build.errors import UserError
+from fuselet_build.lock import folder_lock
 
 
 class SeedError(UserError):
@@ -43,15 +44,8 @@ class Cache:
 
     @contextmanager
     def lock(self) -> Iterator[None]:
-        """One seed per cache at a time (CI jobs sharing a cache folder)."""
-        import fcntl
-
-        with open(self.root / ".lock", "w") as f:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                raise SeedError(f"another `fuselet-build seed` is using the cache {self.root}; wait for it "
-                                f"or pass another --cache") from None
+        """One seed per cache at a time (CI jobs sharing a cache folder); the error names the holder."""
+        with folder_lock(self.root, "`fuselet-build seed` (pass another --cache to run one beside it)", SeedError):
             yield
 
     def clean_tmp(self) -> None:
