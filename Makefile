@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test core-test cuda-build gpu-test bench lint matrix packages clean
+.PHONY: help venv build demo test core-test sanitize cuda-build gpu-test bench lint matrix packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -19,6 +19,9 @@ test:            ## build, then run every test (core C++, CUDA compile check, py
 
 core-test:       ## the framework-free core alone: C++ tests + find_package consumer
 	scripts/core-test.sh
+
+sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan (CI runs it after make test)
+	scripts/sanitize.sh
 
 cuda-build:      ## compile all CUDA sources with nvcc (no GPU needed)
 	scripts/cuda-build.sh

@@ -196,9 +196,15 @@ void check_errors() {
   }
   fuselet_tensor t0 = view(x, {2, 0});
   expect_error(fuselet_rms_norm_fwd(&t0, &tw, 1e-5f, 0, &ty, &tr), "hidden size", "H = 0");
+  // A C caller (ctypes, C) may store any integer in the dtype field: stored as bytes, as it would.
+  const int32_t code = 7;
   fuselet_tensor bad = tx;
-  bad.dtype = static_cast<fuselet_dtype>(7);
+  std::memcpy(&bad.dtype, &code, sizeof code);
   expect_error(fuselet_rms_norm_fwd(&bad, &tw, 1e-5f, 0, &ty, &tr), "x: expected dtype", "integer dtype code");
+  fuselet_tensor badw = tw;
+  std::memcpy(&badw.dtype, &code, sizeof code);
+  expect_error(fuselet_rms_norm_fwd(&tx, &badw, 1e-5f, 0, &ty, &tr), "got an unknown dtype code",
+               "integer dtype code of weight");
   expect_error(fuselet_rms_norm_fwd(nullptr, &tw, 1e-5f, 0, &ty, &tr), "x: expected a tensor", "NULL x");
   fuselet_tensor cols = view(x, {3, 2}, {1, 3});  // a transposed view: last dim not contiguous
   expect_error(fuselet_rms_norm_fwd(&cols, &tw2, 1e-5f, 0, &ty, &tr), "stride 1", "transposed x");

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "fuselet/fuselet.h"
 
@@ -24,6 +25,14 @@ fuselet_status ok();
 
 const char* dtype_name(fuselet_dtype dtype);
 bool is_float_dtype(int dtype);
+
+// The dtype field as the integer a C caller stored (ctypes, C, another compiler): loading an
+// out-of-range value as the C++ enum type is undefined behaviour, so it is read as bytes.
+inline int dtype_code(const fuselet_tensor* t) {
+  std::underlying_type_t<fuselet_dtype> code;
+  std::memcpy(&code, &t->dtype, sizeof code);
+  return static_cast<int>(code);
+}
 
 // A tensor view read as `rows` rows of `hidden` contiguous elements `row_stride` apart.
 struct Rows {

@@ -44,13 +44,14 @@ fuselet_status check_param(const fuselet_tensor* t, const char* name, fuselet_dt
   if (t->shape[0] != hidden)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
                 "%s: expected %" PRId64 " elements (the hidden size of x), got %" PRId64, name, hidden, t->shape[0]);
-  if (*pdtype >= 0 && t->dtype != *pdtype)
+  const int code = dtype_code(t);
+  const char* got = is_float_dtype(code) ? dtype_name(static_cast<fuselet_dtype>(code)) : "an unknown dtype code";
+  if (*pdtype >= 0 && code != *pdtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of %s), got %s", name,
-                dtype_name(static_cast<fuselet_dtype>(*pdtype)), like, dtype_name(t->dtype));
-  if (*pdtype < 0 && t->dtype != x_dtype && t->dtype != FUSELET_FLOAT32)
+                dtype_name(static_cast<fuselet_dtype>(*pdtype)), like, got);
+  if (*pdtype < 0 && code != x_dtype && code != FUSELET_FLOAT32)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x)%s, got %s", name,
-                dtype_name(x_dtype), x_dtype == FUSELET_FLOAT32 ? "" : " or float32",
-                is_float_dtype(t->dtype) ? dtype_name(t->dtype) : "an unknown dtype code");
+                dtype_name(x_dtype), x_dtype == FUSELET_FLOAT32 ? "" : " or float32", got);
   if (fuselet_status s = as_vector(t, name, t->dtype, hidden, out)) return s;
   *pdtype = t->dtype;
   return FUSELET_OK;

@@ -61,9 +61,9 @@ static fuselet_status check_header(const fuselet_tensor* t, const char* name) {
   if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected 0..%d dimensions, got %d", name, FUSELET_MAX_DIMS,
                 static_cast<int>(t->ndim));
-  if (!is_float_dtype(t->dtype))
+  if (!is_float_dtype(dtype_code(t)))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
-                static_cast<int>(t->dtype));
+                dtype_code(t));
   for (int32_t d = 0; d < t->ndim; ++d)
     if (t->shape[d] < 0)
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative size %" PRId64, name,
