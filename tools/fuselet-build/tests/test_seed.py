@@ -495,3 +495,56 @@ def test_other_pythons_are_resolved_for_that_python(monkeypatch, tmp_path):
     assert (cache.resolve / "jax-0.10-py312.json").exists() and not (cache.resolve / "jax-0.10.json").exists()
     seed_pip.resolve_group(cache, "jax-0.10", ["jaxlib==0.10.2"])
     assert "--python-version" not in calls[1]
+
+
+def test_a_damaged_cached_package_is_made_again(monkeypatch, tmp_path):
+    """The cache records each finished package's sha256: a truncated one is made again (and
+    replaces its link in the channel), never served."""
+    import rattler_build
+
+    made = []
+
+    def fake_python(cache, interp, subdir, opts, key):
+        made.append(interp.version)
+        work = cache.workdir("fakepy")
+        (work / "files").mkdir()
+        out = rattler_build.assemble_package("python", interp.version, subdir, f"h{key}_0_{interp.tag}",
+                                             work / "out", files_dir=work / "files", depends=[])
+        return cache.store(out.path, subdir)
+
+    monkeypatch.setattr(seed, "make_python_package", fake_python)
+    monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
+    monkeypatch.setattr(seed, "python_package_key", lambda target: "0000000")
+    monkeypatch.setattr(seed, "find_interpreters", lambda running: [running])
+    chan, cache_dir = tmp_path / "channel", tmp_path / "cache"
+    seed.seed(chan, cache_dir, with_cuda=False, progress=False, groups={})
+    cache = Cache(cache_dir)
+    (pkg,) = [p for p in cache.pkgs.glob("*/python-3*.conda")]
+    assert made and cache.damaged(pkg) == ""
+    pkg.write_bytes(pkg.read_bytes()[:100])                     # truncated on disk
+    assert "truncated or overwritten" in cache.damaged(pkg)
+    made.clear()
+    again = seed.seed(chan, cache_dir, with_cuda=False, progress=False, groups={})
+    assert len(made) == 1 and not next(p for p in again.packages if p.name == "python").cached
+    assert cache.damaged(pkg) == "" and pkg.stat().st_size > 100
+    assert (chan / pkg.parent.name / pkg.name).stat().st_size == pkg.stat().st_size    # the channel's too
+
+
+def test_a_damaged_cached_wheel_is_downloaded_again(monkeypatch, tmp_path):
+    from fuselet_build.seed import pip as seed_pip
+
+    cache = Cache(tmp_path / "cache")
+    good = make_wheel(tmp_path, "tiny", "1.0")
+    digest = cache.sha256(good)
+    cached = cache.wheels / good.name
+    cached.write_bytes(good.read_bytes()[:50])                  # an interrupted download
+    downloads = []
+
+    def fake_pip(args, what, tmp=None):
+        downloads.append(args)
+        shutil.copy(good, cache.wheels / good.name)
+
+    monkeypatch.setattr(seed_pip, "_pip", fake_pip)
+    w = ResolvedWheel("tiny", "1.0", f"https://example.invalid/{good.name}", digest)
+    fetch_wheels(cache, [w], report.ProgressUi(False))
+    assert len(downloads) == 1 and cache.sha256(cached) == digest

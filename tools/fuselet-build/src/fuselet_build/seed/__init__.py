@@ -213,8 +213,8 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         # Record what is about to be placed first: an interrupted seed's files stay known.
         atomic_write(channel / MANIFEST, json.dumps({**old, "files": sorted({*old.get("files", []), *files})},
                                                      indent=1))
-        for sub, path, _ in produced:
-            place_in_channel(path, channel, sub)
+        for sub, path, result in produced:
+            place_in_channel(path, channel, sub, replace=not result.cached)
         stamp = wheels.short_hash(files, [(channel / f).stat().st_size for f in files])
         fresh = all((channel / s / "repodata.json").exists() for s in SUBDIRS)
         others = sorted(f"{s}/{p.name}" for s in SUBDIRS for p in (channel / s).glob("*.conda")
@@ -295,6 +295,10 @@ def _make(cache: Cache, subdir: str, filename: str, source: str, ui: ProgressUi,
     t = time.monotonic()
     path = cache.package(subdir, filename)
     cached = path.exists()
+    if cached and (why := cache.damaged(path)):
+        ui.log(f"making {subdir}/{filename} again: {why}")
+        path.unlink()
+        cached = False
     if not cached:
         with ui.package(label, total() if total else None) as update:
             path = build(update)

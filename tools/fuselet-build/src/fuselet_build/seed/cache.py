@@ -71,11 +71,40 @@ class Cache:
         return digest
 
     def store(self, built: Path, subdir: str) -> Path:
-        """Move a finished package into pkgs/ (atomically; mode 0644)."""
+        """Move a finished package into pkgs/ (atomically; mode 0644) and record its sha256."""
         dest = self.package(subdir, built.name)
         os.chmod(built, 0o644)
         os.replace(built, dest)
+        self._record(dest)
         return dest
+
+    @staticmethod
+    def _record_path(path: Path) -> Path:
+        return path.with_name(f".{path.name}.sha256.json")
+
+    def _record(self, path: Path, digest: str | None = None) -> None:
+        st = path.stat()
+        atomic_write(self._record_path(path), json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                                                          "sha256": digest or sha256_file(path)}))
+
+    def damaged(self, path: Path) -> str:
+        """Why the finished package `path` of the cache cannot be used ("" when it can): its
+        sha256, recorded when it was made, is checked whenever its size or mtime changed. A
+        package made before records existed gets its record now."""
+        try:
+            rec = json.loads(self._record_path(path).read_text())
+        except (OSError, ValueError):
+            self._record(path)
+            return ""
+        st = path.stat()
+        if (st.st_size, st.st_mtime_ns) == (rec.get("size"), rec.get("mtime_ns")):
+            return ""
+        digest = sha256_file(path)
+        if digest != rec.get("sha256"):
+            return (f"its sha256 is not the one recorded when it was made ({st.st_size} bytes, "
+                    f"{rec.get('size')} then): truncated or overwritten")
+        self._record(path, digest)   # touched, not changed
+        return ""
 
 
 def atomic_write(path: Path, text: str) -> None:

@@ -17,9 +17,11 @@ MANIFEST = ".fuselet-seed.json"
 
 # --- the channel ---------------------------------------------------------------------------
 
-def place_in_channel(src: Path, channel: Path, subdir: str) -> None:
+def place_in_channel(src: Path, channel: Path, subdir: str, replace: bool = False) -> None:
+    """Link (or copy) the cache's package `src` into the channel; an existing file of the same
+    name is kept unless `replace` (a package made anew) or it differs in size."""
     dest = channel / subdir / src.name
-    if dest.exists():
+    if dest.exists() and not replace:
         s, d = src.stat(), dest.stat()
         if (s.st_ino, s.st_dev) == (d.st_ino, d.st_dev) or s.st_size == d.st_size:
             return

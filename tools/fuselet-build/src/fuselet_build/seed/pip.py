@@ -106,6 +106,9 @@ def fetch_wheels(cache: Cache, wheels: list[ResolvedWheel], ui: ProgressUi, pyth
         if local is None:
             local = cache.wheels / urllib.parse.unquote(urllib.parse.urlparse(w.url).path.rsplit("/", 1)[-1])
         w.path = local
+        if local.exists() and _local_path(w.url) is None and w.sha256 and cache.sha256(local) != w.sha256:
+            ui.log(f"downloading {local.name} again: its sha256 is not the one pip reported (a truncated download?)")
+            local.unlink()
         if not local.exists():
             if _local_path(w.url) is not None:
                 raise SeedError(f"wheel {w.name} {w.version}: {local} has gone (it was resolved from a local "
