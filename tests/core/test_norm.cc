@@ -154,6 +154,93 @@ void check_add_rms_norm(int64_t R, int64_t H) {
   expect(max_err(dw, dwr) < 1e-4 * std::sqrt(double(R) + 1.0), name + " dweight");
 }
 
+// --- statistics, half-precision storage, extreme inputs ---------------------------------------
+
+float from_bf16(uint16_t b) {
+  uint32_t u = uint32_t(b) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+uint16_t to_bf16(float f) {  // round to nearest even
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float from_f16(uint16_t h) {
+  _Float16 v;
+  std::memcpy(&v, &h, sizeof v);
+  return static_cast<float>(v);
+}
+uint16_t to_f16(float f) {
+  _Float16 v = static_cast<_Float16>(f);
+  uint16_t h;
+  std::memcpy(&h, &v, sizeof h);
+  return h;
+}
+
+// LayerNorm and RMSNorm forward on R x H rows of `dtype` drawn around `center` (x = center +
+// N(0, spread)), with a non-default eps: y against float64 math on the stored (rounded) input,
+// within `ulps` units in the last place of the output dtype (+ a tiny absolute part); mean and
+// rstd (float32) against float64 within a few float32 ulps. A one-pass variance
+// (E[x^2] - E[x]^2) in float32 fails at center 1e3; squares in half precision overflow at 300.
+void check_stats(fuselet_dtype dtype, float center, float spread, float eps) {
+  const int64_t R = 16, H = 1024;
+  const bool half = dtype != FUSELET_FLOAT32;
+  const double ulp = dtype == FUSELET_BFLOAT16 ? 1.0 / 128 : dtype == FUSELET_FLOAT16 ? 1.0 / 1024 : 1.0 / (1 << 23);
+  std::mt19937 rng(static_cast<unsigned>(dtype * 100 + static_cast<int>(center)));
+  std::normal_distribution<float> dist(center, spread);
+  std::vector<float> xs(R * H);  // the input as stored, read back as float
+  std::vector<uint16_t> xh(R * H), yh(R * H);
+  std::vector<float> xf(R * H), yf(R * H);
+  for (int64_t i = 0; i < R * H; ++i) {
+    const float v = dist(rng);
+    if (dtype == FUSELET_BFLOAT16) xh[i] = to_bf16(v), xs[i] = from_bf16(xh[i]);
+    else if (dtype == FUSELET_FLOAT16) xh[i] = to_f16(v), xs[i] = from_f16(xh[i]);
+    else xf[i] = xs[i] = v;
+  }
+  void* xd = half ? static_cast<void*>(xh.data()) : static_cast<void*>(xf.data());
+  void* yd = half ? static_cast<void*>(yh.data()) : static_cast<void*>(yf.data());
+  for (bool layer : {false, true}) {
+    std::vector<float> mean(R), rstd(R);
+    fuselet_tensor tx = view(xd, {R, H}, {}, dtype), ty = view(yd, {R, H}, {}, dtype), tm = view(mean.data(), {R}),
+                   tr = view(rstd.data(), {R});
+    const fuselet_status st = layer ? fuselet_layer_norm_fwd(&tx, nullptr, nullptr, eps, 0, &ty, &tm, &tr)
+                                    : fuselet_rms_norm_fwd(&tx, nullptr, eps, 0, &ty, &tr);
+    char name[160];
+    std::snprintf(name, sizeof(name), "%s %s x = %g + N(0, %g) eps=%g", layer ? "layer_norm" : "rms_norm",
+                  dtype == FUSELET_BFLOAT16 ? "bfloat16" : dtype == FUSELET_FLOAT16 ? "float16" : "float32",
+                  double(center), double(spread), double(eps));
+    expect(st == FUSELET_OK, std::string(name) + " status: " + fuselet_last_error());
+    double worst_y = 0, worst_m = 0, worst_r = 0;
+    for (int64_t r = 0; r < R; ++r) {
+      double m = 0, var = 0;
+      if (layer) {
+        for (int64_t i = 0; i < H; ++i) m += xs[r * H + i];
+        m /= H;
+      }
+      for (int64_t i = 0; i < H; ++i) var += (xs[r * H + i] - m) * (xs[r * H + i] - m);
+      const double rs = 1.0 / std::sqrt(var / H + eps);
+      if (layer) worst_m = std::fmax(worst_m, std::fabs(mean[r] - m) / std::fmax(std::fabs(m), 1.0));
+      worst_r = std::fmax(worst_r, std::fabs(rstd[r] - rs) / rs);
+      for (int64_t i = 0; i < H; ++i) {
+        const double want = (xs[r * H + i] - m) * rs;
+        const double got = dtype == FUSELET_BFLOAT16 ? from_bf16(yh[r * H + i])
+                           : dtype == FUSELET_FLOAT16 ? from_f16(yh[r * H + i]) : yf[r * H + i];
+        // the output's rounding (ulps of its dtype) + the float32 math: x - mean loses |mean|
+        // float32 ulps whatever the algorithm, and a sum of H terms a few more
+        const double f32 = 1.0 / (1 << 23), allowed = std::fabs(want) * ulp + 16 * f32 * (1 + std::fabs(m) * rs);
+        worst_y = std::fmax(worst_y, std::fabs(got - want) / allowed);
+      }
+    }
+    expect(worst_y <= 1.0, std::string(name) + " y within 1 ulp of its dtype + 16 float32 ulps of the math; "
+                               "worst " + std::to_string(worst_y) + " of that");
+    std::printf("%s: worst y error %.3f of the tolerance\n", name, worst_y);
+    expect(worst_r < 1e-5, std::string(name) + " rstd; worst relative error " + std::to_string(worst_r));
+    if (layer) expect(worst_m < 1e-6, std::string(name) + " mean; worst relative error " + std::to_string(worst_m));
+  }
+}
+
 void expect_error(fuselet_status s, const char* needle, const std::string& what) {
   expect(s == FUSELET_ERR_INVALID_ARGUMENT && std::strstr(fuselet_last_error(), needle) != nullptr,
          what + " -> '" + fuselet_last_error() + "'");
@@ -244,6 +331,11 @@ int main() {
   fuselet_set_num_threads(3);
   check_numerics(333, 64, 64, false);
   for (int64_t H : {1, 3, 127, 4097}) check_add_rms_norm(19, H);
+  for (fuselet_dtype dt : {FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16}) {
+    check_stats(dt, 0.f, 1.f, 1e-6f);
+    check_stats(dt, 1e3f, 1.f, 1e-3f);    // large mean, small variance: a one-pass variance fails
+    check_stats(dt, 300.f, 10.f, 1e-5f);  // x^2 > 65504: overflows where squares are kept in float16
+  }
   {
     float a[6] = {}, b[4] = {}, w[3] = {1, 1, 1}, o[6], h[6], r[2];
     fuselet_tensor ta = view(a, {2, 3}), tb = view(b, {2, 2}), tw = view(w, {3}), to = view(o, {2, 3}),
