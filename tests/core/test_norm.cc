@@ -293,6 +293,39 @@ void check_errors() {
   expect_error(fuselet_rms_norm_fwd(&tx, &badw, 1e-5f, 0, &ty, &tr), "got an unknown dtype code",
                "integer dtype code of weight");
   expect_error(fuselet_rms_norm_fwd(nullptr, &tw, 1e-5f, 0, &ty, &tr), "x: expected a tensor", "NULL x");
+  {  // the strided-view checks of the C API itself (the framework layers copy before calling)
+    float big[64] = {};
+    fuselet_tensor over = view(big, {4, 3}, {2, 1});     // row stride 2 < H = 3
+    expect_error(fuselet_rms_norm_fwd(&over, &tw, 1e-5f, 0, &ty, &tr), "x: rows overlap (row stride 2 < hidden size 3)",
+                 "overlapping rows");
+    fuselet_tensor y4 = view(big, {4, 3}), r4 = view(big + 32, {4});
+    fuselet_tensor gap = view(big, {2, 2, 3}, {16, 3, 1});  // dims 0 and 1 do not collapse into one stride
+    expect_error(fuselet_rms_norm_fwd(&gap, &tw, 1e-5f, 0, &y4, &r4), "x: the leading dimensions must collapse",
+                 "non-collapsible leading dims");
+    fuselet_tensor null_x = tx;
+    null_x.data = nullptr;
+    expect_error(fuselet_rms_norm_fwd(&null_x, &tw, 1e-5f, 0, &ty, &tr), "x: data pointer is NULL", "NULL data");
+    fuselet_tensor deep = tx;
+    deep.ndim = FUSELET_MAX_DIMS + 1;
+    expect_error(fuselet_rms_norm_fwd(&deep, &tw, 1e-5f, 0, &ty, &tr), "x: expected 0..8 dimensions, got 9", "ndim > 8");
+    fuselet_tensor r3 = view(big + 32, {3});
+    expect_error(fuselet_rms_norm_fwd(&tx, &tw, 1e-5f, 0, &ty, &r3), "rstd", "rstd of 3 for 2 rows");
+    float m3[3];
+    fuselet_tensor tm3 = view(m3, {3});
+    expect_error(fuselet_layer_norm_fwd(&tx, &tw, nullptr, 1e-5f, 0, &ty, &tm3, &tr), "mean", "mean of 3 for 2 rows");
+    // a strided view that is valid: every other row of a buffer, through the C API directly
+    float xs[4 * 6], ys[2 * 3], rs[2];
+    for (int i = 0; i < 24; ++i) xs[i] = static_cast<float>(i % 7) - 3.f;
+    fuselet_tensor every_other = view(xs, {2, 3}, {12, 1}), tys = view(ys, {2, 3}), trs = view(rs, {2});
+    expect(fuselet_rms_norm_fwd(&every_other, &tw, 1e-5f, 0, &tys, &trs) == FUSELET_OK, "rows 12 elements apart");
+    for (int r = 0; r < 2; ++r) {
+      double ss = 0;
+      for (int i = 0; i < 3; ++i) ss += double(xs[12 * r + i]) * xs[12 * r + i];
+      const double rstd = 1.0 / std::sqrt(ss / 3 + 1e-5);
+      for (int i = 0; i < 3; ++i)
+        expect(std::fabs(ys[3 * r + i] - xs[12 * r + i] * rstd) < 1e-6, "strided row " + std::to_string(r) + " y");
+    }
+  }
   fuselet_tensor cols = view(x, {3, 2}, {1, 3});  // a transposed view: last dim not contiguous
   expect_error(fuselet_rms_norm_fwd(&cols, &tw2, 1e-5f, 0, &ty, &tr), "stride 1", "transposed x");
   expect(fuselet_set_num_threads(0) == FUSELET_ERR_INVALID_ARGUMENT, "set_num_threads(0) rejected");
