@@ -7,16 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "fuselet/glu.h"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  ok ? ++g_passed : ++g_failed;
-  if (!ok) std::printf("FAIL: %s (%s)\n", what.c_str(), fuselet_last_error());
-}
+using fuselet_test::expect;
+using fuselet_test::expect_error;
 
 fuselet_tensor rows(float* data, int64_t r, int64_t n, int64_t stride) {
   fuselet_tensor t{};
@@ -73,10 +70,6 @@ void check_numerics(int kind, int64_t R, int64_t F, int64_t pad) {
   expect(err < 1e-5, name + " values, max error " + std::to_string(err));
 }
 
-void expect_error(fuselet_status s, const char* needle, const std::string& what) {
-  expect(s == FUSELET_ERR_INVALID_ARGUMENT && std::strstr(fuselet_last_error(), needle) != nullptr, what);
-}
-
 }  // namespace
 
 int main() {
@@ -94,6 +87,5 @@ int main() {
   expect_error(fuselet_glu_fwd(nullptr, FUSELET_GLU_SILU, &ty), "x: expected a tensor", "NULL x");
   if (!fuselet_has_cuda())
     expect(fuselet_glu_fwd_cuda(&tx, FUSELET_GLU_SILU, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED, "CPU-only build");
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return fuselet_test::report();
 }

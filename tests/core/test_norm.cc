@@ -7,20 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "fuselet/norm.h"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL: %s\n", what.c_str());
-  }
-}
+using fuselet_test::expect;
+using fuselet_test::expect_error;
 
 fuselet_tensor view(void* data, std::vector<int64_t> shape, std::vector<int64_t> strides = {},
                     fuselet_dtype dtype = FUSELET_FLOAT32) {
@@ -241,11 +234,6 @@ void check_stats(fuselet_dtype dtype, float center, float spread, float eps) {
   }
 }
 
-void expect_error(fuselet_status s, const char* needle, const std::string& what) {
-  expect(s == FUSELET_ERR_INVALID_ARGUMENT && std::strstr(fuselet_last_error(), needle) != nullptr,
-         what + " -> '" + fuselet_last_error() + "'");
-}
-
 void check_errors() {
   float x[6] = {1, 2, 3, 4, 5, 6}, w[3] = {1, 1, 1}, y[6], r[2];
   fuselet_tensor tx = view(x, {2, 3}), tw = view(w, {3}), ty = view(y, {2, 3}), tr = view(r, {2});
@@ -380,6 +368,5 @@ int main() {
   }
   check_errors();
   check_empty_batch();
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return fuselet_test::report();
 }

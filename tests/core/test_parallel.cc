@@ -13,20 +13,12 @@
 #include <thread>
 #include <vector>
 
+#include "expect.h"
 #include "fuselet/norm.h"
 
 namespace {
 
-std::atomic<int> g_passed{0}, g_failed{0};
-
-void expect(bool ok, const std::string& what) {
-  if (ok) {
-    ++g_passed;
-  } else {
-    ++g_failed;
-    std::printf("FAIL: %s\n", what.c_str());
-  }
-}
+using fuselet_test::expect;
 
 constexpr int64_t kRows = 512, kHidden = 384;
 
@@ -106,9 +98,7 @@ int main() {
 #if defined(__SANITIZE_THREAD__)
   // ThreadSanitizer cannot follow a multi-threaded process into fork() (it stops the child);
   // the plain and AddressSanitizer builds run the part below.
-  std::printf("%d passed, %d failed (fork part left to the builds without ThreadSanitizer)\n", g_passed.load(),
-              g_failed.load());
-  return g_failed.load() == 0 ? 0 : 1;
+  return fuselet_test::report(" (fork part left to the builds without ThreadSanitizer)");
 #endif
 
   // fork() after the pool ran: the child has no workers and must build its own.
@@ -126,6 +116,5 @@ int main() {
   expect(pid > 0 && waitpid(pid, &status, 0) == pid, "fork + waitpid");
   expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the forked child computes the same result");
 
-  std::printf("%d passed, %d failed\n", g_passed.load(), g_failed.load());
-  return g_failed.load() == 0 ? 0 : 1;
+  return fuselet_test::report();
 }

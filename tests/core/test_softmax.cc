@@ -7,16 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "fuselet/softmax.h"
 
 namespace {
 
-int g_passed = 0, g_failed = 0;
-
-void expect(bool ok, const std::string& what) {
-  ok ? ++g_passed : ++g_failed;
-  if (!ok) std::printf("FAIL: %s (%s)\n", what.c_str(), fuselet_last_error());
-}
+using fuselet_test::expect;
+using fuselet_test::expect_error;
 
 fuselet_tensor view(float* data, int64_t b, int64_t q, int64_t k) {
   fuselet_tensor t{};
@@ -58,10 +55,6 @@ void check(int64_t B, int64_t Q, int64_t K, float scale, bool causal) {
   expect(err < 1e-5, name + " values, max error " + std::to_string(err));
 }
 
-void expect_error(fuselet_status s, const char* needle, const std::string& what) {
-  expect(s == FUSELET_ERR_INVALID_ARGUMENT && std::strstr(fuselet_last_error(), needle) != nullptr, what);
-}
-
 }  // namespace
 
 int main() {
@@ -83,6 +76,5 @@ int main() {
   expect_error(fuselet_softmax_bwd(&tx, &tx, 1.f, nullptr), "dx: expected a tensor", "NULL dx");
   if (!fuselet_has_cuda())
     expect(fuselet_softmax_fwd_cuda(&tx, 1.f, 0, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED, "CPU-only build");
-  std::printf("%d passed, %d failed\n", g_passed, g_failed);
-  return g_failed == 0 ? 0 : 1;
+  return fuselet_test::report();
 }

@@ -376,11 +376,14 @@ def test_one_seed_per_cache(tmp_path):
             seed.seed(tmp_path / "channel", tmp_path / "cache", progress=False, groups={})
 
 
-def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
-    """seed() with no wheels and a stand-in python: activation packages, index, warm no-op."""
+def stand_in_pythons(monkeypatch, made: list | None = None) -> None:
+    """seed() makes empty `python` packages (named as the real ones) instead of packing the
+    interpreters; `made` collects the versions it made."""
     import rattler_build
 
     def fake_python(cache, interp, subdir, opts, key):
+        if made is not None:
+            made.append(interp.version)
         work = cache.workdir("fakepy")
         (work / "files").mkdir()
         out = rattler_build.assemble_package("python", interp.version, subdir, f"h{key}_0_{interp.tag}",
@@ -390,6 +393,11 @@ def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
     monkeypatch.setattr(seed, "make_python_package", fake_python)
     monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
     monkeypatch.setattr(seed, "python_package_key", lambda target: "0000000")
+
+
+def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
+    """seed() with no wheels and a stand-in python: activation packages, index, warm no-op."""
+    stand_in_pythons(monkeypatch)
     chan, cache = tmp_path / "channel", tmp_path / "cache"
     report = seed.seed(chan, cache, with_cuda=True, progress=False, groups={})
     names = {p.name for p in report.packages}
@@ -500,21 +508,8 @@ def test_other_pythons_are_resolved_for_that_python(monkeypatch, tmp_path):
 def test_a_damaged_cached_package_is_made_again(monkeypatch, tmp_path):
     """The cache records each finished package's sha256: a truncated one is made again (and
     replaces its link in the channel), never served."""
-    import rattler_build
-
-    made = []
-
-    def fake_python(cache, interp, subdir, opts, key):
-        made.append(interp.version)
-        work = cache.workdir("fakepy")
-        (work / "files").mkdir()
-        out = rattler_build.assemble_package("python", interp.version, subdir, f"h{key}_0_{interp.tag}",
-                                             work / "out", files_dir=work / "files", depends=[])
-        return cache.store(out.path, subdir)
-
-    monkeypatch.setattr(seed, "make_python_package", fake_python)
-    monkeypatch.setattr(seed, "check_interpreter", lambda target: None)
-    monkeypatch.setattr(seed, "python_package_key", lambda target: "0000000")
+    made: list[str] = []
+    stand_in_pythons(monkeypatch, made)
     monkeypatch.setattr(seed, "find_interpreters", lambda running: [running])
     chan, cache_dir = tmp_path / "channel", tmp_path / "cache"
     seed.seed(chan, cache_dir, with_cuda=False, progress=False, groups={})
