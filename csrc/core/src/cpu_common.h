@@ -9,6 +9,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu_isa.h"
 #include "dtype.h"
 #include "internal.h"
 
@@ -91,43 +92,6 @@ inline void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64
   }
 }
 
-// Row kernels compiled twice: for the x86-64 baseline and for AVX2, picked at run time
-// (FUSELET_CPU_BASELINE=1 in the environment forces the baseline copy, for tests). K::run must
-// be `static FUSELET_INLINE void run(...)`: it is inlined into both copies, so its loops
-// vectorize for each target; code it does not inline stays baseline code. No FMA: without
-// contraction (and with the fixed lane order of lane_reduce) both copies give bit-identical
-// results.
-#define FUSELET_INLINE __attribute__((always_inline)) inline
-
-inline bool has_avx2() {
-#if defined(__x86_64__) && defined(__GNUC__)
-  static const bool yes = __builtin_cpu_supports("avx2") && std::getenv("FUSELET_CPU_BASELINE") == nullptr;
-  return yes;
-#else
-  return false;
-#endif
-}
-
-template <typename K, typename... A>
-void run_baseline(A... a) {
-  K::run(a...);
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-template <typename K, typename... A>
-__attribute__((target("avx2"))) void run_avx2(A... a) {
-  K::run(a...);
-}
-#endif
-
-template <typename K, typename... A>
-void run_best(A... a) {
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (has_avx2()) return run_avx2<K>(a...);
-#endif
-  run_baseline<K>(a...);
-}
-
 // Per-task scratch: floats for converted rows and partial sums, allocated by the caller
 // before any worker starts (no allocation, hence no exception, inside a task).
 struct Scratch {
@@ -147,9 +111,12 @@ void dispatch(fuselet_dtype dtype, F&& f) {
 }
 
 // Allocates `tasks` scratch slices of `per_task` floats, then runs f(scratch); out of memory
-// is FUSELET_ERR_INTERNAL (no exception leaves).
+// is FUSELET_ERR_INTERNAL (no exception leaves). Every CPU op starts here, so this is also
+// where a bad FUSELET_CPU_ISA is reported (before any kernel runs).
 template <typename F>
 fuselet_status with_scratch(int64_t tasks, int64_t per_task, F&& f) {
+  Isa isa;
+  if (fuselet_status s = current_isa(&isa)) return s;
   try {
     Scratch s;
     s.per_task = per_task;
