@@ -170,7 +170,7 @@ void dispatch(fuselet_dtype dtype, F&& f) {
 // where a bad FUSELET_CPU_ISA is reported (before any kernel runs).
 template <typename F>
 fuselet_status with_scratch(int64_t tasks, int64_t per_task, F&& f) {
-  Isa isa;
+  Isa isa = Isa::kBaseline;
   if (fuselet_status s = current_isa(&isa)) return s;
   try {
     Scratch s;

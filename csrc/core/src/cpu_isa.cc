@@ -100,7 +100,7 @@ Isa active_isa() {
 extern "C" {
 
 const char* fuselet_cpu_isa(void) {
-  fuselet::cpu::Isa isa;
+  fuselet::cpu::Isa isa = fuselet::cpu::Isa::kBaseline;
   if (fuselet::cpu::current_isa(&isa) != FUSELET_OK) return nullptr;
   return fuselet::cpu::isa_name(isa);
 }
@@ -111,7 +111,7 @@ fuselet_status fuselet_set_cpu_isa(const char* name) {
     fuselet::cpu::g_isa.store(fuselet::cpu::kUnset);
     return fuselet::ok();
   }
-  Isa isa;
+  Isa isa = Isa::kBaseline;
   if (!fuselet::cpu::parse(name, &isa))
     return fuselet::fail(FUSELET_ERR_INVALID_ARGUMENT, "isa: expected one of %s, got '%s'", fuselet::cpu::kAllowed,
                          name);
