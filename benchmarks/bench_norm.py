@@ -208,6 +208,8 @@ def plot(rows: list[dict], title: str, path: Path) -> None:
                 ax.plot(hidden, [bandwidth_fraction(r, n) for r in sel], style, label=n)
             ax.axhline(1.0, color="black", linewidth=1, label="x.clone() (device limit)")
             ax.set_xscale("log", base=2)
+            ax.set_xticks(hidden, [str(h) for h in hidden])
+            ax.minorticks_off()
             ax.set_title(f"{op} {kind} {dtype}", fontsize=10)
             ax.set_ylabel("fraction of clone bandwidth")
             ax.set_ylim(bottom=0)
@@ -215,7 +217,7 @@ def plot(rows: list[dict], title: str, path: Path) -> None:
             if i == len(panels) - 1:
                 ax.set_xlabel("hidden size (shape in the table)")
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=11)
+    fig.suptitle(title.replace(": ", ":\n"), fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=80)
