@@ -224,6 +224,28 @@ def plot(rows: list[dict], title: str, path: Path) -> None:
     print(f"plot: {path}")
 
 
+def runnable(frameworks, device: str) -> list[str]:
+    """The frameworks of `frameworks` installed here and able to use `device`."""
+    found = []
+    for fw in frameworks:
+        try:
+            if fw == "torch":
+                import torch
+
+                ok = device == "cpu" or torch.cuda.is_available()
+            else:
+                import jax
+
+                ok = device == "cpu" or bool(jax.devices("gpu"))
+        except (ImportError, RuntimeError):
+            ok = False
+        if ok:
+            found.append(fw)
+        else:
+            print(f"{fw}: not installed or without a {device} device here; its columns are left out")
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--framework", choices=["torch", "jax", "all"], default="all")
@@ -239,7 +261,9 @@ def main() -> None:
     dtypes = ["float32", "bfloat16"]
     if args.quick:
         shapes, dtypes = shapes[1:3], ["float32"]
-    frameworks = ["torch", "jax"] if args.framework == "all" else [args.framework]
+    frameworks = runnable(["torch", "jax"] if args.framework == "all" else [args.framework], args.device)
+    if not frameworks:
+        parser.error(f"--framework {args.framework}: nothing to run on {args.device}")
     rows = measure(frameworks, args.device, shapes, dtypes, args.repeats)
     versions = []
     if "torch" in frameworks:
