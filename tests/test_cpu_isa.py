@@ -65,8 +65,7 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
 @pytest.mark.parametrize("shape", [(5, 6), (8, 4098), (256, 4096)], ids=["5x6", "8x4098", "256x4096"])
 @pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax"])
 def test_bit_identical_across_isas(op, dtype, shape):
-    """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits.
-    256x4096 float32 is 4 MiB: the outputs are large enough to be prefaulted."""
+    """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits."""
     isas = available()
     if len(isas) < 2:
         pytest.skip(f"only {isas} on this CPU: nothing to compare")
@@ -84,12 +83,16 @@ def test_bit_identical_across_isas(op, dtype, shape):
 
 
 def test_large_output_matches_reference(cpu_isa):
-    """An output past the prefault threshold (16 MiB) against the float64 reference."""
-    a = ref.make_inputs((1024, 4096), "float32", seed=2)
-    x, w = (torch.from_numpy(a[k].astype(np.float32)) for k in ("x", "weight"))
+    """Outputs past the huge-page threshold (32 MiB: y, then dx) against the float64 reference."""
+    a = ref.make_inputs((2048, 4096), "float32", seed=2)
+    x, w, dy = (torch.from_numpy(a[k].astype(np.float32)) for k in ("x", "weight", "dy"))
+    x.requires_grad_(True)
     y = ft.rms_norm(x, w, 1e-6)
-    ref.assert_close(y.double().numpy(), ref.rms_norm_fwd(a["x"].astype(np.float64), a["weight"], 1e-6)[0],
-                     "float32", "out", name="y")
+    (dx,) = torch.autograd.grad(y, (x,), dy)
+    x64, w64 = a["x"].astype(np.float64), a["weight"].astype(np.float64)
+    ref.assert_close(y.detach().double().numpy(), ref.rms_norm_fwd(x64, w64, 1e-6)[0], "float32", "out", name="y")
+    ref.assert_close(dx.double().numpy(), ref.rms_norm_bwd(a["dy"].astype(np.float64), x64, w64, 1e-6)[0],
+                     "float32", "out", name="dx")
 
 
 def test_default_is_the_best_available():
