@@ -7,6 +7,9 @@ Parametrized fixtures (request them by name):
   torch_device / jax_device - "cpu" and "cuda"; the CUDA variants carry the `cuda` marker
            and SKIP (with the reason) where no CUDA GPU is visible to that framework.
   layer  - ("torch" | "jax", the imported fuselet.<framework>) for framework-agnostic tests.
+  cpu_isa - "baseline", "avx2", "avx512": the CPU kernels run with that instruction set for
+           the test (fuselet_set_cpu_isa); ISAs this CPU lacks SKIP, and so does every ISA but
+           the default one in CUDA variants (torch_device / jax_device "cuda").
 
 A framework's tests are skipped only when the framework itself is not installed; if it
 is installed and fuselet.<framework> fails to import, the tests fail.
@@ -14,6 +17,7 @@ is installed and fuselet.<framework> fails to import, the tests fail.
 from __future__ import annotations
 
 import collections
+import ctypes
 import importlib
 import os
 
@@ -24,6 +28,7 @@ from tests.reference import DTYPE_NAMES
 DTYPES = DTYPE_NAMES
 SHAPES = [(4, 1), (5, 3), (8, 127), (512, 127), (2, 4096), (3, 4097), (2, 3, 127), (127,)]
 NORMS = ("rms_norm", "layer_norm")
+CPU_ISAS = ("baseline", "avx2", "avx512")
 FRAMEWORKS = ("torch", "jax")
 
 
@@ -120,3 +125,23 @@ def jax_device(request):
     if not import_layer("jax").BUILD_INFO.get("cuda_kernels"):
         pytest.skip("fuselet.jax was built without CUDA kernels (FUSELET_CUDA=OFF)")
     return gpus[0]
+
+
+@pytest.fixture(params=CPU_ISAS)
+def cpu_isa(request):
+    """Runs the test with the CPU kernels built for one ISA, then returns to the default."""
+    from fuselet import _core
+
+    lib = _core.load()
+    lib.fuselet_set_cpu_isa.argtypes = [ctypes.c_char_p]
+    default = lib.fuselet_cpu_isa().decode()
+    params = getattr(request.node, "callspec", None)
+    devices = {params.params.get(k) for k in ("torch_device", "jax_device")} if params else set()
+    if "cuda" in devices and request.param != default:
+        pytest.skip("the CPU instruction set does not apply to the CUDA kernels")
+    if lib.fuselet_set_cpu_isa(request.param.encode()) != 0:
+        pytest.skip(f"this CPU lacks {request.param}: {lib.fuselet_last_error().decode()}")
+    try:
+        yield request.param
+    finally:
+        lib.fuselet_set_cpu_isa(None)

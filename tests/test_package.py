@@ -74,8 +74,9 @@ def test_report_structure():
     assert report["fuselet"] == fuselet.__version__
     assert report["python"] == sys.version.split()[0]
     core = report["core"]
-    assert set(core) == {"path", "version", "cuda_kernels", "cuda_archs", "num_threads"}, core
+    assert set(core) == {"path", "version", "cuda_kernels", "cuda_archs", "num_threads", "cpu_isa"}, core
     assert Path(core["path"]).exists() and core["version"] == fuselet.__version__ and core["num_threads"] >= 1
+    assert core["cpu_isa"] in ("baseline", "avx2", "avx512")
     for layer in LAYERS:
         status = report[layer]
         assert set(status) == {"built", "running", "status", "path"}

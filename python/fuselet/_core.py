@@ -46,6 +46,7 @@ def load() -> ctypes.CDLL:
             lib = ctypes.CDLL(str(path))
             lib.fuselet_version.restype = ctypes.c_char_p
             lib.fuselet_cuda_archs.restype = ctypes.c_char_p
+            lib.fuselet_cpu_isa.restype = ctypes.c_char_p
             lib.fuselet_last_error.restype = ctypes.c_char_p
             lib._fuselet_path = str(path)
             return lib
@@ -58,14 +59,16 @@ def load() -> ctypes.CDLL:
 
 
 def core_info() -> dict:
-    """Facts read from the loaded core itself (version, CUDA kernels, threads)."""
+    """Facts read from the loaded core itself (version, CUDA kernels, threads, CPU ISA)."""
     lib = load()
+    isa = lib.fuselet_cpu_isa()
     return {
         "path": lib._fuselet_path,
         "version": lib.fuselet_version().decode(),
         "cuda_kernels": bool(lib.fuselet_has_cuda()),
         "cuda_archs": lib.fuselet_cuda_archs().decode() or None,
         "num_threads": int(lib.fuselet_get_num_threads()),
+        "cpu_isa": isa.decode() if isa else "ERROR: " + lib.fuselet_last_error().decode(),
     }
 
 

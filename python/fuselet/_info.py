@@ -51,7 +51,8 @@ def info(file=None) -> None:
         lines.append(f"  core:  MISSING: {core['error']}")
     else:
         cuda = f"CUDA kernels for {core['cuda_archs']}" if core["cuda_kernels"] else "no CUDA kernels"
-        lines.append(f"  core:  libfuselet {core['version']}, CPU kernels ({core['num_threads']} threads), {cuda}")
+        cpu = f"CPU kernels ({core['cpu_isa']}, {core['num_threads']} threads)"
+        lines.append(f"  core:  libfuselet {core['version']}, {cpu}, {cuda}")
         lines.append(f"         {core['path']}")
     for layer in ("torch", "jax"):
         s = r[layer]

@@ -78,6 +78,26 @@ FUSELET_API int fuselet_has_cuda(void);
 FUSELET_API const char* fuselet_cuda_archs(void);
 
 /*
+ * Instruction set the CPU kernels use: "avx512" (AVX-512 F/BW/VL/DQ), "avx2" (AVX2 + FMA +
+ * F16C) or "baseline" (x86-64 SSE2, and every non-x86 CPU). Default: the best this CPU has,
+ * chosen once by CPUID. The FUSELET_CPU_ISA environment variable (baseline, avx2 or avx512)
+ * picks a lower one; one the CPU lacks is clamped to the best it has, with a warning on
+ * stderr; FUSELET_CPU_BASELINE=1 is the same as FUSELET_CPU_ISA=baseline. An unknown value
+ * makes this return NULL and every CPU kernel fail with FUSELET_ERR_INVALID_ARGUMENT
+ * (fuselet_last_error() names the variable and the values it takes). All give bit-identical
+ * results.
+ */
+FUSELET_API const char* fuselet_cpu_isa(void);
+
+/*
+ * Overrides the instruction set of the CPU kernels for the whole process (tests and
+ * benchmarks compare them): a name as above, or NULL to return to the default.
+ * FUSELET_ERR_INVALID_ARGUMENT for an unknown name, FUSELET_ERR_UNSUPPORTED for one this CPU
+ * lacks. Not to be called while CPU kernels run on other threads.
+ */
+FUSELET_API fuselet_status fuselet_set_cpu_isa(const char* isa);
+
+/*
  * Number of threads the CPU kernels use. Default: the FUSELET_NUM_THREADS environment
  * variable if set to a positive integer, else the number of hardware threads.
  * fuselet_set_num_threads(n) with n >= 1 overrides it; n < 1 is FUSELET_ERR_INVALID_ARGUMENT.
