@@ -134,10 +134,10 @@ inline void advise_rows(const OutRows& out, int64_t elem, int64_t r0, int64_t r1
 #endif
 }
 
-// parallel_for(rows, grain, f) for tasks that write rows [r0, r1) of each of `outs`
-// (T elements): large outputs are faulted in as described above.
+// parallel_for(rows, grain, f) in at most `max_chunks` tasks (the slices of their Scratch) that
+// write rows [r0, r1) of each of `outs` (T elements): large outputs are faulted in as above.
 template <typename T, typename F>
-void parallel_rows(int64_t rows, int64_t grain, std::initializer_list<OutRows> outs, F&& f) {
+void parallel_rows(int64_t rows, int64_t grain, int64_t max_chunks, std::initializer_list<OutRows> outs, F&& f) {
   constexpr int64_t elem = sizeof(T);
   bool large = false;
   for (const OutRows& out : outs) large = large || rows_bytes(out, elem, 0, rows) >= kLargeOutput;
@@ -146,21 +146,25 @@ void parallel_rows(int64_t rows, int64_t grain, std::initializer_list<OutRows> o
     constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14 (older ones: EINVAL)
     for (const OutRows& out : outs)
       if (out.data) advise_rows(out, elem, 0, rows, uintptr_t{2} << 20, MADV_HUGEPAGE);
-    return parallel_for(rows, grain, [&](int64_t c, int64_t r0, int64_t r1) {
-      for (const OutRows& out : outs)
-        if (out.data) advise_rows(out, elem, r0, r1, 4096, kPopulateWrite);
-      f(c, r0, r1);
-    });
+    return parallel_for(
+        rows, grain,
+        [&](int64_t c, int64_t r0, int64_t r1) {
+          for (const OutRows& out : outs)
+            if (out.data) advise_rows(out, elem, r0, r1, 4096, kPopulateWrite);
+          f(c, r0, r1);
+        },
+        max_chunks);
   }
 #endif
   (void)large;
-  parallel_for(rows, grain, f);
+  parallel_for(rows, grain, f, max_chunks);
 }
 
 // Per-task scratch: floats for converted rows and partial sums, allocated by the caller
 // before any worker starts (no allocation, hence no exception, inside a task).
 struct Scratch {
   std::vector<float> buf;
+  int64_t tasks = 0;  // slices: no parallel_rows over this scratch may run more chunks
   int64_t per_task = 0;
   float* task(int64_t c) { return buf.data() + c * per_task; }
 };
@@ -184,6 +188,7 @@ fuselet_status with_scratch(int64_t tasks, int64_t per_task, F&& f) {
   if (fuselet_status s = current_isa(&isa)) return s;
   try {
     Scratch s;
+    s.tasks = tasks;
     s.per_task = per_task;
     s.buf.resize(static_cast<size_t>(tasks * per_task));
     f(s);

@@ -122,14 +122,14 @@ struct BwdRows {
 
 template <typename T, typename Act>
 void glu_fwd(const GluProblem& p, Scratch& s) {
-  parallel_rows<T>(p.rows, row_grain(2 * p.half), {{p.y, p.y_stride, p.half}}, [&](int64_t c, int64_t r0, int64_t r1) {
+  parallel_rows<T>(p.rows, row_grain(2 * p.half), s.tasks, {{p.y, p.y_stride, p.half}}, [&](int64_t c, int64_t r0, int64_t r1) {
     run_best<FwdRows<T, Act>>(&p, s.task(c), r0, r1);
   });
 }
 
 template <typename T, typename Act>
 void glu_bwd(const GluProblem& p, Scratch& s) {
-  parallel_rows<T>(p.rows, row_grain(3 * p.half), {{p.dx, p.dx_stride, 2 * p.half}},
+  parallel_rows<T>(p.rows, row_grain(3 * p.half), s.tasks, {{p.dx, p.dx_stride, 2 * p.half}},
                    [&](int64_t c, int64_t r0, int64_t r1) {
     run_best<BwdRows<T, Act>>(&p, s.task(c), r0, r1);
   });

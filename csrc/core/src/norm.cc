@@ -138,7 +138,7 @@ struct BwdRows {
 template <typename T>
 void norm_fwd(const NormProblem& p, Scratch& s) {
   const OutRows y{p.y, p.y_stride, p.hidden}, hout{p.res ? p.hout : nullptr, p.hout_stride, p.hidden};
-  parallel_rows<T>(p.rows, row_grain(p.hidden), {y, hout}, [&](int64_t c, int64_t r0, int64_t r1) {
+  parallel_rows<T>(p.rows, row_grain(p.hidden), s.tasks, {y, hout}, [&](int64_t c, int64_t r0, int64_t r1) {
     run_best<FwdRows<T>>(&p, s.task(c), r0, r1);
   });
 }
@@ -147,7 +147,7 @@ template <typename T>
 void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
   const int64_t H = p.hidden;
   for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
-  parallel_rows<T>(p.rows, row_grain(H), {{p.dx, p.dx_stride, H}}, [&](int64_t c, int64_t r0, int64_t r1) {
+  parallel_rows<T>(p.rows, row_grain(H), s.tasks, {{p.dx, p.dx_stride, H}}, [&](int64_t c, int64_t r0, int64_t r1) {
     run_best<BwdRows<T>>(&p, s.task(c), r0, r1);
   });
   // Sum the partials of every task, columns split across the pool,

@@ -141,9 +141,12 @@ int64_t parallel_chunks(int64_t n, int64_t grain) {
   return std::max<int64_t>(1, std::min<int64_t>(by_grain, fuselet_get_num_threads()));
 }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int64_t)>& fn) {
+void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t, int64_t)>& fn,
+                  int64_t max_chunks) {
   if (n <= 0) return;
-  const int64_t chunks = parallel_chunks(n, grain);
+  // At most max_chunks: the caller sized per-chunk scratch by an earlier parallel_chunks(),
+  // and another thread may have raised the thread count since (fuselet_set_num_threads).
+  const int64_t chunks = std::min(parallel_chunks(n, grain), std::max<int64_t>(max_chunks, 1));
   std::unique_lock<std::mutex> run_lock(g_run_mu, std::defer_lock);
   if (chunks == 1 || t_in_task || !run_lock.try_lock()) {
     fn(0, 0, n);
