@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Compile every CUDA source (core kernels, torch CUDA impls, JAX CUDA handlers) with the
-# machine's nvcc for FUSELET_CUDA_ARCHS (default 90), against the CUDA torch of .venv-cuda
-# (requirements/cuda.txt). Nothing runs: this proves the CUDA build compiles without a GPU.
+# Compile every CUDA source (core kernels and their C++ tests, torch CUDA impls, JAX CUDA
+# handlers) with the machine's nvcc for FUSELET_CUDA_ARCHS (default 90), against the CUDA torch
+# of .venv-cuda (requirements/cuda.txt). Nothing runs: this proves the CUDA build compiles
+# without a GPU. FUSELET_CUDA_FRAMEWORK=jax|none leaves the torch CUDA impls out and compiles
+# with .venv instead (no 5.5 GB CUDA torch): `make test` does so, as its conda package build
+# compiles them (fuselet-torch cuda130, against conda's CUDA pytorch).
 source "$(dirname "$0")/env.sh"
 nvcc_bin="$(command -v nvcc || true)"
 if [[ -z "$nvcc_bin" ]]; then
@@ -11,15 +14,25 @@ fi
 # nvcc may be a wrapper script exec'ing the real toolkit's nvcc: find the toolkit root.
 real_nvcc="$(grep -o '/[^ "]*/bin/nvcc' "$nvcc_bin" 2>/dev/null | head -1 || true)"
 toolkit="$(dirname "$(dirname "${real_nvcc:-$(readlink -f "$nvcc_bin")}")")"
-# Under pixi the active (cuda) environment is the one; else .venv-cuda from requirements/cuda.txt.
-if [[ -n "${FUSELET_NO_BOOTSTRAP:-}" ]]; then cuda_venv="$VENV"; else cuda_venv="${FUSELET_CUDA_VENV:-$ROOT/.venv-cuda}"; fi
-"$ROOT/scripts/bootstrap.sh" "$cuda_venv" "$ROOT/requirements/cuda.txt"
+framework="${FUSELET_CUDA_FRAMEWORK:-all}"
+case "$framework" in all|torch|jax|none) ;; *)
+  echo "cuda-build: FUSELET_CUDA_FRAMEWORK must be one of all, torch, jax, none; got '$framework'" >&2; exit 2;; esac
+# Under pixi the active (cuda) environment is the one; else .venv-cuda from requirements/cuda.txt
+# when torch's CUDA impls are compiled, .venv otherwise.
+if [[ -n "${FUSELET_NO_BOOTSTRAP:-}" ]]; then cuda_venv="$VENV"
+elif [[ "$framework" == all || "$framework" == torch ]]; then
+  cuda_venv="${FUSELET_CUDA_VENV:-$ROOT/.venv-cuda}"
+  "$ROOT/scripts/bootstrap.sh" "$cuda_venv" "$ROOT/requirements/cuda.txt"
+else
+  cuda_venv="$VENV"
+  "$ROOT/scripts/bootstrap.sh"
+fi
 py="$cuda_venv/bin/python"
 build="$ROOT/build/cuda"
-log "cuda-build: nvcc from $toolkit, archs ${FUSELET_CUDA_ARCHS:-90}, python $py ($build)"
+log "cuda-build: nvcc from $toolkit, archs ${FUSELET_CUDA_ARCHS:-90}, frameworks $framework, python $py ($build)"
 start=$(date +%s)
 "$cuda_venv/bin/cmake" -S "$ROOT" -B "$build" -G Ninja -DFUSELET_CUDA=ON -DFUSELET_CUDA_ARCHS="${FUSELET_CUDA_ARCHS:-90}" \
-  -DFUSELET_FRAMEWORK=all -DFUSELET_TESTS=ON -DFUSELET_PYTHON=ON \
+  -DFUSELET_FRAMEWORK="$framework" -DFUSELET_TESTS=ON -DFUSELET_PYTHON=ON \
   -DCUDAToolkit_ROOT="$toolkit" -DCMAKE_CUDA_COMPILER="$toolkit/bin/nvcc" -DPython_EXECUTABLE="$py" \
   >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
 grep -E '^-- fuselet' "$build.log" || true
