@@ -44,7 +44,7 @@ def check(t, y, h, dtype, weight=True, zc=False):
         ref.assert_close(f64(t["weight"].grad), dw, dtype, "reduce", rows=ref.rows_of(t["x"].shape), name="dweight")
 
 
-def test_forward_backward(dtype, shape, torch_device, cpu_isa):
+def test_forward_backward(dtype, shape, torch_device):
     t = tensors(shape, dtype, torch_device, requires_grad=True)
     y, h = ft.add_rms_norm(t["x"], t["residual"], t["weight"], EPS)
     check(t, y, h, dtype)

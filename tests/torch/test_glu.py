@@ -48,7 +48,7 @@ def check(glu, x, dy, dtype):
     ref.assert_close(f64(x.grad), ref.glu_bwd(f64(dy), f64(x), kind), dtype, "out", name="dx")
 
 
-def test_forward_backward(glu, dtype, shape, torch_device, cpu_isa):
+def test_forward_backward(glu, dtype, shape, torch_device):
     t = tensors(shape, dtype, torch_device)
     check(glu, t["x"], t["dy"], dtype)
 

@@ -59,14 +59,14 @@ def check_grads(norm, t, dy, dtype):
 
 # --- values -------------------------------------------------------------------------------
 
-def test_forward(norm, dtype, shape, torch_device, cpu_isa):
+def test_forward(norm, dtype, shape, torch_device):
     t = tensors(shape, dtype, torch_device)
     y = forward(norm, t)
     assert (y.shape, y.dtype, y.device.type) == (t["x"].shape, t["x"].dtype, torch.device(torch_device).type)
     ref.assert_close(f64(y), reference_forward(norm, t), dtype, "out", name="y")
 
 
-def test_backward(norm, dtype, shape, torch_device, cpu_isa):
+def test_backward(norm, dtype, shape, torch_device):
     t = tensors(shape, dtype, torch_device, requires_grad=True)
     forward(norm, t).backward(t["dy"].detach())
     check_grads(norm, t, t["dy"], dtype)

@@ -40,7 +40,7 @@ def check(x, dy, dtype, scale, causal):
 
 
 @pytest.mark.parametrize("scale", [1.0, 0.125])
-def test_forward_backward(dtype, shape, scale, torch_device, cpu_isa):
+def test_forward_backward(dtype, shape, scale, torch_device):
     t = tensors(shape, dtype, torch_device)
     check(t["x"], t["dy"], dtype, scale, False)
 
