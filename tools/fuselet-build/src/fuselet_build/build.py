@@ -21,6 +21,7 @@ from fuselet_build import channel, matrix
 from fuselet_build.buildlog import BuildLog
 from fuselet_build.errors import UserError
 from fuselet_build.lock import folder_lock
+from fuselet_build.seed.cache import atomic_write, sha256_file
 from fuselet_build.sibling_pins import pinned_siblings
 
 
@@ -75,21 +76,19 @@ def read_manifest(output: Path) -> dict:
 
 
 def record_built(output: Path, job: matrix.Job, path: Path, source: str, tested: bool) -> None:
-    """Add `path` to the manifest (written to a temporary file, then renamed over the old one)."""
+    """Add `path` to the manifest (readers see the old or the new manifest, never a part)."""
     data = read_manifest(output)
     data[job.key] = {"file": path.relative_to(output).as_posix(), "sha256": sha256_file(path), "source": source,
                      "tested": tested}
-    tmp = output / f"{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-    os.replace(tmp, output / MANIFEST)
+    atomic_write(output / MANIFEST, json.dumps(data, indent=1, sort_keys=True))
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def withdraw_untested(output: Path, job: matrix.Job) -> None:
+    """Delete the package of `job` if the manifest does not record it: rattler-build writes it
+    before its tests run, and a failed test or an interrupt must not leave it served."""
+    path = existing_package(output, job)
+    if path is not None and job.key not in read_manifest(output):
+        path.unlink()
 
 
 def package_state(output: Path, job: matrix.Job, source: str | None, tested: bool = True) -> tuple[Path | None, str]:
@@ -191,8 +190,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                     record_built(output, job, path, source, tested=test)
             except KeyboardInterrupt:
                 results.append(Result(job, "failed", time.monotonic() - start, reason="interrupted"))
-                if job.key not in read_manifest(output) and (partial := existing_package(output, job)) is not None:
-                    partial.unlink()    # written, not tested: not served
+                withdraw_untested(output, job)
                 raise
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
@@ -202,9 +200,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 log.close()
             if status == "failed":
                 failed.add(job.key)
-                untested = existing_package(output, job)   # written before its tests failed: not served
-                if untested is not None:
-                    untested.unlink()
+                withdraw_untested(output, job)
             results.append(Result(job, status, time.monotonic() - start, path, reason))
             if progress is not None:
                 progress.update(task, step=status, completed=1, total=1)

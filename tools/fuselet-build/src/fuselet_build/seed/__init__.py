@@ -161,9 +161,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
                 fetched.setdefault(str(w.path), w)
         doing = "reading the wheels' metadata"
         infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in fetched.values()]
-        closure: dict[str, list[WheelInfo]] = {}
-        for info in infos:
-            closure.setdefault(info.key, []).append(info)
+        closure = _closure(infos)
         cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
         plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
                  if str(i.path) not in plugins] + cuda_jaxlibs
@@ -254,6 +252,14 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     return report
 
 
+def _closure(infos: list[WheelInfo]) -> dict[str, list[WheelInfo]]:
+    """The wheels by canonical name: what a wheel's requirements resolve to in the channel."""
+    closure: dict[str, list[WheelInfo]] = {}
+    for info in infos:
+        closure.setdefault(info.key, []).append(info)
+    return closure
+
+
 def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters: list[Interpreter],
                         have: set[str], refresh: bool, ui: ProgressUi,
                         warnings: list[str]) -> list[tuple[WheelPlan, Target]]:
@@ -272,9 +278,7 @@ def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters
         for w in ws:
             resolved.setdefault(str(w.path), w)
     infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in resolved.values()]
-    closure: dict[str, list[WheelInfo]] = {}
-    for info in infos:
-        closure.setdefault(info.key, []).append(info)
+    closure = _closure(infos)
     plans = [plan_wheel(i, target, closure, warnings.append) for i in infos if not (i.pure and str(i.path) in have)]
     return [(p, target) for p in plans]
 
