@@ -190,18 +190,22 @@ def _channel_pythons(name: str) -> set[str]:
             if (m := re.match(r"python >=(\d+\.\d+),", d))}
 
 
+# framework -> (its conda framework package, the fuselet package spec, the __cuda it needs, code)
 CROSS_PYTHON = {
-    "fuselet-jax": ("jaxlib", "fuselet-jax * cpu_ffi03*", """
+    "fuselet-jax": ("jaxlib", "fuselet-jax * cpu_ffi03*", None, """
 import sys, jax.numpy as jnp, fuselet.jax as fj
 x = jnp.arange(12.0).reshape(3, 4)
 ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
 assert float(jnp.abs(fj.rms_norm(x, jnp.ones(4)) - ref).max()) < 1e-5
 print(sys.version_info[:2])
 """),
-    "fuselet-torch": ("pytorch", "fuselet-torch * cpu_torch213*", """
+    # PyPI has a CPU torch for the running python only: the channel's torch for 3.11 and 3.12 is
+    # the CUDA 13.0 build (one libtorch, Python-free nvidia-* packages); its CPU ops run here.
+    "fuselet-torch": ("pytorch", "fuselet-torch * cuda130_torch214*", "13.0", """
 import sys, torch, fuselet.torch as ft
 x = torch.arange(12.0).reshape(3, 4)
 assert torch.allclose(ft.rms_norm(x, torch.ones(4)), torch.nn.functional.rms_norm(x, (4,), eps=1e-6), atol=1e-5)
+assert torch.version.cuda == "13.0", torch.version.cuda
 print(sys.version_info[:2])
 """),
 }
@@ -211,20 +215,22 @@ print(sys.version_info[:2])
 def test_one_framework_package_serves_two_pythons(built, name, tmp_path_factory):
     """The SAME fuselet-jax (fuselet-torch) package installs next to python 3.11 and 3.12 and
     runs an op in each: its library links no Python."""
-    framework, spec, code = CROSS_PYTHON[name]
-    pythons = _channel_pythons(framework)
-    if name == "fuselet-torch" and "3.12" not in pythons:
-        # the seed makes only the JAX group for 3.12 (fuselet_build.seed.OTHER_PYTHONS)
-        pytest.skip(f"the offline channel has pytorch for python {sorted(pythons)} only: PyPI has no CPU torch "
-                    f"wheel for cp312, and a CUDA one needs the NVIDIA wheels converted again for 3.12")
-    installed = set()
+    framework, spec, cuda, code = CROSS_PYTHON[name]
+    if cuda and not HAS_NVCC:
+        pytest.skip(f"no nvcc on PATH: the CUDA {name} of offline.yaml is not built here")
+    assert {"3.11", "3.12"} <= _channel_pythons(framework), _channel_pythons(framework)
+    installed, libraries = set(), set()
     for python in ("3.11", "3.12"):
-        prefix = env_with(tmp_path_factory, f"{name}-py{python}", [spec, f"python {python}.*"])
+        prefix = tmp_path_factory.mktemp(f"{name}-py{python}") / "env"
+        channel.install(prefix, [spec, f"python {python}.*"], CHANNELS, cuda=cuda)
         proc = run(prefix, code)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.strip() == f"({python.replace('.', ', ')})", proc.stdout
         installed.add(_installed(prefix, name))
+        if cuda:
+            libraries.add(_installed(prefix, "libtorch"))
     assert len(installed) == 1, installed
+    assert len(libraries) <= 1, libraries      # and one libtorch under both pythons' pytorch
 
 
 @pytest.mark.parametrize("name", sorted(CROSS_PYTHON))

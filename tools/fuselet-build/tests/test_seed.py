@@ -185,6 +185,7 @@ def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp
                                                 "torch/__init__.py": ("", 0o644),
                                                 "torch/lib/libtorch_cpu.so": ("elf", 0o755),
                                                 "torch/lib/libtorch_python.so": ("elf", 0o755),
+                                                "torch/include/": ("", 0o755),    # a folder entry
                                                 "torch/include/ATen/ATen.h": ("", 0o644),
                                                 "torch/share/cmake/Torch/TorchConfig.cmake": ("", 0o644),
                                                 "torch/bin/torch_shm_manager": ("", 0o755)}))
@@ -199,7 +200,7 @@ def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp
     assert "sympy >=1.13" in pytorch.depends and "nvidia-cublas ==13.1.1.3" not in pytorch.depends
     files, native = tmp_path / "files", tmp_path / "libtorch"
     wheels.stage_wheel(cuda, files, T)
-    libtorch.split_files(files, T, native)
+    libtorch.split_files(files, T, native, cuda.path)
     torch = files / T.site_packages / "torch"
     for rel in ("lib/libtorch_cpu.so", "include/ATen/ATen.h", "share/cmake/Torch/TorchConfig.cmake",
                 "bin/torch_shm_manager"):
@@ -209,6 +210,141 @@ def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp
     link = torch / "lib/libtorch_cpu.so"
     assert link.is_symlink() and (link.parent / os.readlink(link)).resolve() == (files / "lib/libtorch_cpu.so").resolve()
     assert (torch / "share/cmake").is_symlink() and (torch / "include/ATen").is_symlink()
+    # its dist-info no longer asks pip for the nvidia-* wheels (libtorch's packages provide them)
+    (meta,) = (files / T.site_packages).glob("torch-*.dist-info/METADATA")
+    assert "Requires-Dist: sympy>=1.13" in meta.read_text() and "nvidia" not in meta.read_text()
+    # each side stages only its own members (the libraries are never extracted for pytorch)
+    for part in ("pytorch", "libtorch"):
+        files, native = tmp_path / part / "files", tmp_path / part / "libtorch"
+        wheels.stage_wheel(cuda, files, T, keep=libtorch.keeps(part))
+        libtorch.split_files(files, T, native, cuda.path)
+        torch = files / T.site_packages / "torch"
+        assert (torch / "lib/libtorch_cpu.so").is_symlink() and (torch / "include/ATen").is_symlink()
+        assert (native / "lib/libtorch_cpu.so").is_file() == (part == "libtorch")
+        assert (torch / "__init__.py").is_file() == (torch / "lib/libtorch_python.so").is_file() == (part == "pytorch")
+
+
+def _torch_wheel(tmp: Path, tag: str, lib: str) -> wheels.WheelInfo:
+    (tmp / tag).mkdir()
+    return wheels.read_wheel(make_wheel(tmp / tag, "torch", "2.14.1", tag=f"{tag}-{tag}-manylinux_2_28_x86_64",
+                                        purelib=False, requires=["nvidia-cublas==13.1.1.3"],
+                                        files={"torch/version.py": ("cuda = '13.0'\n", 0o644),
+                                               "torch/lib/libtorch_cpu.so": (lib, 0o755),
+                                               "torch/lib/libtorch_python.so": (tag, 0o755),
+                                               f"torch/_C.{tag}.so": (tag, 0o755)}))
+
+
+def test_the_pytorch_of_another_python_pins_the_same_libtorch(tmp_path):
+    """The torch wheels of one release carry the same C++ libraries for every CPython: the
+    pytorch of python 3.12 is pinned to the libtorch made from the 3.11 wheel."""
+    from fuselet_build.seed import libtorch
+
+    t312 = wheels.Target(python=(3, 12))
+    w311, w312 = _torch_wheel(tmp_path, "cp311", "elf"), _torch_wheel(tmp_path, "cp312", "elf")
+    assert libtorch.same_libraries(w311.path, w312.path) == []      # libtorch_python and _C differ: not libtorch's
+    _, lib = libtorch.split_plan(plan_wheel(w311, T, {}), T)
+    main = [lib]
+    cache = Cache(tmp_path / "cache")
+    (py312,) = seed._shared_libtorch(cache, plan_wheel(w312, t312, {}), t312, main, [])
+    assert f"libtorch ==2.14.1 {lib.build}" in py312.depends and "python >=3.12,<3.13.0a0" in py312.depends
+    assert re.fullmatch(r"cuda130_mkl_py312_h[0-9a-f]{7}_300", py312.build), py312.build
+    # a wheel whose C++ library differs gets a libtorch of its own, and a warning naming the file
+    other = _torch_wheel(tmp_path, "cp313", "other elf")
+    warnings: list[str] = []
+    parts = seed._shared_libtorch(cache, plan_wheel(other, T, {}), T, main, warnings)
+    assert {p.name for p in parts} == {"pytorch", "libtorch"} and parts[1].build != lib.build
+    assert "torch/lib/libtorch_cpu.so" in warnings[0], warnings
+
+
+def test_libraries_are_interchangeable_when_they_map_the_same_bytes(tmp_path):
+    """What the torch wheels of two CPythons may differ in: the unloaded symbol table of an ELF
+    file, the build's temporary folder in a text file. Anything else is a different library."""
+    from fuselet_build.seed import libtorch
+
+    cc = shutil.which("gcc") or pytest.skip("no gcc")
+    built = {}
+    for name, helper, value in (("a", "helper_one", 1), ("b", "helper_two", 1), ("c", "helper_one", 2)):
+        src = tmp_path / f"{name}.c"
+        src.write_text(f"static int {helper}(int x) {{ return x + {value}; }}\nint api(int x) {{ return {helper}(x); }}\n")
+        subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / f"{name}.so"), str(src)], check=True)
+        built[name] = (tmp_path / f"{name}.so").read_bytes()
+    assert built["a"] != built["b"]                                  # the local symbol's name differs ...
+    assert libtorch._equivalent(built["a"], built["b"])              # ... in what is not loaded
+    assert not libtorch._equivalent(built["a"], built["c"])          # other code is another library
+    cfg = 'set(ATEN_INCLUDE_DIR "/tmp/tmp{}/wheel/platlib/torch/include")\n'
+    assert libtorch._equivalent(cfg.format("zagopw2n").encode(), cfg.format("2r7f3y59").encode())
+    assert not libtorch._equivalent(cfg.format("zagopw2n").encode(), cfg.replace("include", "inc").format("x").encode())
+
+
+def test_nvidia_library_wheels_become_python_free_packages(tmp_path):
+    """conda-forge's CUDA libraries hold no Python: nvidia/<x>/... goes to lib/nvidia/<x>/...,
+    one package (one file name) serves every python."""
+    info = wheels.read_wheel(make_wheel(tmp_path, "nvidia-cublas", "13.1.1.3", tag="py3-none-manylinux_2_27_x86_64",
+                                        purelib=False, requires=["nvidia-cuda-nvrtc"],
+                                        files={"nvidia/cu13/lib/libcublas.so.13": ("elf", 0o755),
+                                               "nvidia/cu13/include/cublas.h": ("", 0o644),
+                                               "nvidia/__init__.py": ("", 0o644),
+                                               "nvidia_cublas-13.1.1.3.dist-info/licenses/License.txt": ("L", 0o644)}))
+    assert info.native and info.python_independent and not info.pure
+    p311, p312 = plan_wheel(info, T, {}), plan_wheel(info, wheels.Target(python=(3, 12)), {})
+    assert p311.filename == p312.filename and p311.subdir == "linux-64" and p311.noarch is None
+    assert p311.depends == ["nvidia-cuda-nvrtc"] and re.fullmatch(r"h[0-9a-f]{7}_0", p311.build), p311
+    out = tmp_path / "pkg"
+    wheels.stage_wheel(info, out, T)
+    got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    assert got == ["lib/nvidia/cu13/include/cublas.h", "lib/nvidia/cu13/lib/libcublas.so.13",
+                   "share/licenses/nvidia-cublas/License.txt"], got
+    # a wheel of one CPython is not native, whatever its name
+    assert not wheels.read_wheel(make_wheel(tmp_path, "nvidia-x", "1", tag="cp311-cp311-manylinux_2_27_x86_64",
+                                            purelib=False)).native
+
+
+SP = "lib/python3.11/site-packages"
+
+
+@pytest.mark.parametrize("entries, written_for, loaded_from, expected", [
+    # libtorch: written for site-packages/torch/lib, lives in lib/, loaded from both
+    (["$ORIGIN/../../nvidia/cu13/lib", "$ORIGIN"], f"{SP}/torch/lib", ["lib", f"{SP}/torch/lib"],
+     ["$ORIGIN/nvidia/cu13/lib", "$ORIGIN/../../../../nvidia/cu13/lib", "$ORIGIN"]),
+    # the CUDA jaxlib's plugin: only the entry that reaches site-packages/nvidia moves
+    (["$ORIGIN/../../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../../tensorrt"],
+     f"{SP}/jax_plugins/xla_cuda13", [f"{SP}/jax_plugins/xla_cuda13"],
+     ["$ORIGIN/../../../../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../../tensorrt"]),
+    (["/usr/lib", "$ORIGIN/../nvidia/cu13/lib", "$ORIGIN/../nvidia/cu13/lib"], f"{SP}/jax_cuda13_plugin",
+     [f"{SP}/jax_cuda13_plugin"], ["/usr/lib", "$ORIGIN/../../../nvidia/cu13/lib"]),
+])
+def test_runpaths_into_site_packages_nvidia_reach_lib_nvidia(entries, written_for, loaded_from, expected):
+    from fuselet_build.seed import nvidia
+
+    assert nvidia.new_runpath(entries, written_for, loaded_from, SP) == expected
+
+
+def test_a_relocated_library_loads_from_the_prefix_and_through_site_packages(tmp_path):
+    """The loader's view: a library moved from site-packages/torch/lib to lib/ (with a link
+    left behind) finds its NVIDIA dependency in lib/nvidia from both places."""
+    from fuselet_build.seed import nvidia
+
+    cc = shutil.which("gcc") or pytest.skip("no gcc")
+    prefix = tmp_path / "prefix"
+    nv = prefix / "lib/nvidia/cu13/lib"
+    nv.mkdir(parents=True)
+    (tmp_path / "b.c").write_text("int nv_b(void) { return 42; }\n")
+    (tmp_path / "a.c").write_text("int nv_b(void);\nint torch_a(void) { return nv_b(); }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(nv / "libnvb.so"), str(tmp_path / "b.c")], check=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(prefix / "lib/libtorcha.so"), str(tmp_path / "a.c"),
+                    f"-L{nv}", "-lnvb", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../nvidia/cu13/lib:$ORIGIN"],
+                   check=True)
+    link_dir = prefix / SP / "torch/lib"
+    link_dir.mkdir(parents=True)
+    (link_dir / "libtorcha.so").symlink_to("../../../../libtorcha.so")
+    load = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).torch_a())"
+    paths = [prefix / "lib/libtorcha.so", link_dir / "libtorcha.so"]
+    before = [subprocess.run([sys.executable, "-c", load, str(p)], capture_output=True, text=True) for p in paths]
+    assert all(p.returncode != 0 and "libnvb.so" in p.stderr for p in before)   # the wheel's RUNPATH misses
+    assert nvidia.relocate_runpaths(prefix, SP, {"lib": f"{SP}/torch/lib"}) == 1
+    for p in paths:
+        proc = subprocess.run([sys.executable, "-c", load, str(p)], capture_output=True, text=True)
+        assert proc.returncode == 0 and proc.stdout.strip() == "42", (p, proc.stderr)
 
 
 def test_wheel_layout_scripts_and_entry_points(tmp_path):
@@ -479,7 +615,7 @@ def test_other_pythons_need_their_interpreter(tmp_path):
     (nothing resolved, nothing downloaded)."""
     warnings: list[str] = []
     running = host.Interpreter.running()
-    plans = seed._other_python_plans(Cache(tmp_path / "cache"), "3.99", ["jax-0.10"], [running], set(), False,
+    plans = seed._other_python_plans(Cache(tmp_path / "cache"), "3.99", ["jax-0.10"], [running], set(), [], False,
                                      report.ProgressUi(False), warnings)
     assert plans == [] and warnings == ["no python 3.99 interpreter beside the running one: the jax-0.10 "
                                         "packages are made for the running python only"]

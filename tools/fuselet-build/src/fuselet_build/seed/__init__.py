@@ -5,7 +5,7 @@ against is made here, from three sources:
   1. standalone CPython prefixes (pyenv's): `python` 3.10-3.13 (a small rattler-build recipe,
      recipes/python) from the running interpreter and its siblings, each with a metadata-only
      `python_abi`; the wheels below are for the running interpreter's python, and the groups of
-     OTHER_PYTHONS for those pythons too (the CPU JAX group for 3.12);
+     OTHER_PYTHONS for those pythons too (the CPU JAX and the CUDA torch groups for 3.12);
   2. the host toolchain: activation packages for `${{ compiler('c'/'cxx'/'cuda') }}` and
      `${{ stdlib('c') }}` (gcc_linux-64, gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64,
      cuda-version) whose etc/conda/activate.d scripts point at /usr/bin/gcc, /usr/bin/g++ and
@@ -13,7 +13,8 @@ against is made here, from three sources:
   3. PyPI wheels (resolved by pip, converted by fuselet_build.seed.wheels with
      rattler_build.assemble_package): pytorch 2.13 cpu, pytorch 2.14.1 cuda 13.0 and its
      nvidia-* wheels (each torch wheel split into libtorch + pytorch as conda-forge splits it:
-     fuselet_build.seed.libtorch), jax/jaxlib 0.8.3 and 0.10.2 (CPU, and CUDA 13 with the jax-cuda13
+     fuselet_build.seed.libtorch; the nvidia-* libraries Python-free in lib/nvidia:
+     fuselet_build.seed.nvidia), jax/jaxlib 0.8.3 and 0.10.2 (CPU, and CUDA 13 with the jax-cuda13
      plugin wheels packed in, as conda-forge's CUDA jaxlib), numpy, scipy, cmake, ninja, ... and
      the whole dependency closure; from the nvidia-cuda-runtime, -nvrtc and nvtx wheels also
      conda-forge's CUDA split packages (fuselet_build.seed.cuda: cuda-cudart, cuda-cudart-dev,
@@ -28,6 +29,7 @@ This package runs the steps in order and is the CLI entry; each concern has its 
   wheels   wheels -> conda packages (metadata mapping, layout, assemble_package)
   cuda     the CUDA split packages, from NVIDIA's wheels (recipes/cuda)
   libtorch the libtorch / pytorch split of a torch wheel
+  nvidia   NVIDIA's library wheels as Python-free packages, the RUNPATHs that find them
   pip      resolving and downloading the wheels
   channel  placing packages in the channel, its manifest, disk space
   cache    SeedError, the cache (downloads, resolutions, finished packages), packing options
@@ -90,9 +92,10 @@ GROUPS: dict[str, list[str]] = {
 CUDA_GROUPS = {"torch-cuda", "jax-cuda-0.10", "jax-cuda-0.8"}
 # Groups also made for other Pythons than the running one (where its interpreter exists): the
 # framework packages of fuselet hold no Python, and the channel proves one build serves two.
-# PyPI has no CPU torch wheel but for the running python (3.11, on this machine's disk), and
-# a CUDA one needs the NVIDIA wheel stack again per Python, so only JAX is made for 3.12.
-OTHER_PYTHONS: dict[str, list[str]] = {"3.12": ["jax-0.10"]}
+# PyPI has no CPU torch wheel but for the running python (3.11, on this machine's disk), so the
+# torch of 3.12 is the CUDA one: its pytorch shares the running python's libtorch and the
+# Python-free nvidia-* packages, so 3.12 adds only its Python parts (pytorch, triton, ...).
+OTHER_PYTHONS: dict[str, list[str]] = {"3.12": ["jax-0.10", "torch-cuda"]}
 
 
 # --- the whole seed ------------------------------------------------------------------------
@@ -122,6 +125,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
           groups: dict[str, list[str]] | None, opts: Options) -> SeedReport:
     t0 = time.monotonic()
     os.environ.setdefault("RATTLER_CACHE_DIR", str(cache.root / "rattler"))
+    paths.scripts_on_path()
     target = Target(python=sys.version_info[:2])
     report = SeedReport(channel=channel)
     ui = ProgressUi(sys.stderr.isatty() if progress is None else progress)
@@ -169,7 +173,9 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         targets = {id(p): target for p in plans}
         for short, names in (OTHER_PYTHONS if groups is None else {}).items():
             doing = f"resolving the wheels of python {short}"
-            other = _other_python_plans(cache, short, names, interpreters, set(fetched), refresh, ui, report.warnings)
+            names = [n for n in names if with_cuda or n not in CUDA_GROUPS]
+            other = _other_python_plans(cache, short, names, interpreters, set(fetched), plans, refresh, ui,
+                                        report.warnings)
             for plan, t in other:
                 plans.append(plan)
                 targets[id(plan)] = t
@@ -261,11 +267,15 @@ def _closure(infos: list[WheelInfo]) -> dict[str, list[WheelInfo]]:
 
 
 def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters: list[Interpreter],
-                        have: set[str], refresh: bool, ui: ProgressUi,
+                        have: set[str], main: list[WheelPlan], refresh: bool, ui: ProgressUi,
                         warnings: list[str]) -> list[tuple[WheelPlan, Target]]:
     """The packages of the groups `names` for python `short` (e.g. "3.12"): its compiled
-    wheels as cpXY packages; its pure wheels only where the running python's groups lack them
-    (they are noarch). Empty, with a warning, when the channel has no such python."""
+    wheels as cpXY packages; its Python-independent wheels (noarch, NVIDIA's libraries) only
+    where the running python's groups (`have`) lack them; its pytorch pinned to the libtorch
+    among `main` (the running python's plans). Empty, with a warning, when the channel has no
+    such python."""
+    if not names:
+        return []
     if short not in {i.short for i in interpreters}:
         warnings.append(f"no python {short} interpreter beside the running one: the {', '.join(names)} "
                         f"packages are made for the running python only")
@@ -279,8 +289,32 @@ def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters
             resolved.setdefault(str(w.path), w)
     infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in resolved.values()]
     closure = _closure(infos)
-    plans = [plan_wheel(i, target, closure, warnings.append) for i in infos if not (i.pure and str(i.path) in have)]
+    plans: list[WheelPlan] = []
+    for info in infos:
+        if info.python_independent and str(info.path) in have:
+            continue
+        plan = plan_wheel(info, target, closure, warnings.append)
+        plans += _shared_libtorch(cache, plan, target, main, warnings) if plan.name == "pytorch" else [plan]
     return [(p, target) for p in plans]
+
+
+def _shared_libtorch(cache: Cache, plan: WheelPlan, target: Target, main: list[WheelPlan],
+                     warnings: list[str]) -> list[WheelPlan]:
+    """The pytorch of another python, pinned to the running python's libtorch of the same
+    release and flavor when its wheel's C++ libraries are interchangeable (the comparison is
+    remembered in the cache by the two wheels' sha256); else split as usual."""
+    for lt in (p for p in main if p.name == "libtorch" and (p.version, p.flavor) == (plan.version, plan.flavor)):
+        record = cache.resolve / f"same-libraries-{lt.info.sha256[:16]}-{plan.info.sha256[:16]}.json"
+        try:
+            differ = json.loads(record.read_text())
+        except (OSError, ValueError):
+            differ = libtorch.same_libraries(lt.info.path, plan.info.path)
+            atomic_write(record, json.dumps(differ))
+        if not differ:
+            return [libtorch.split_plan(plan, target, lt)[0]]
+        warnings.append(f"{plan.info.path.name}: C++ libraries differ from {lt.info.path.name} ({', '.join(differ[:3])}"
+                        f"{', ...' if len(differ) > 3 else ''}): made with a libtorch of its own")
+    return list(libtorch.split_plan(plan, target))
 
 
 def _check_flavors(plans: list[WheelPlan], with_cuda: bool, warnings: list[str]) -> None:

@@ -6,6 +6,7 @@ expanded into the requirements they stand for (torch needs `cuda-toolkit[cublas,
 specifiers rewritten as conda match specs, names mapped to conda-forge's (torch -> pytorch).
 The files are laid out as conda installs them and packed by rattler_build.assemble_package:
   pure wheels (py3-none-any)  noarch: python  site-packages/..., python-scripts/...
+  NVIDIA's library wheels     linux-64        lib/nvidia/..., no python (fuselet_build.seed.nvidia)
   every other wheel           linux-64        lib/pythonX.Y/site-packages/..., bin/...
 Console scripts become small relocatable wrappers (they find the env's python next to
 themselves, so no prefix placeholder is needed: assemble_package records none).
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fuselet_build.seed import nvidia
 from fuselet_build.seed.cache import Cache, Options, sha256_file, timestamp, tmpdir_env
 
 try:
@@ -138,6 +140,16 @@ class WheelInfo:
     def pure(self) -> bool:
         """py3-none-any: installs unchanged for any python 3 -> noarch: python."""
         return all(t.endswith("-none-any") for t in self.tags)
+
+    @property
+    def native(self) -> bool:
+        """NVIDIA's libraries for any Python 3 (py3-none-<platform>) -> a Python-free package."""
+        return nvidia.is_native(self.key, self.tags)
+
+    @property
+    def python_independent(self) -> bool:
+        """The same package for every Python: pure (noarch) or native."""
+        return self.pure or self.native
 
     @property
     def cpython_abi(self) -> bool:
@@ -312,6 +324,8 @@ def _pick(candidates: list[WheelInfo], specifier: SpecifierSet) -> WheelInfo | N
 
 def python_depends(info: WheelInfo, target: Target) -> list[str]:
     """The python (+ python_abi) entries of a converted wheel's depends."""
+    if info.native:
+        return []
     if info.pure:
         spec = conda_spec(info.requires_python) if info.requires_python else ""
         return [f"python {spec}".strip()]
@@ -331,8 +345,10 @@ def short_hash(*parts: object) -> str:
 
 
 def build_string(info: WheelInfo, target: Target, digest: str, number: int = 0, flavor: str | None = None) -> str:
-    """conda-forge style: pyh<hash>_0 (noarch), py311h<hash>_0, or the form of FLAVORED for
-    flavored packages (pytorch, jaxlib)."""
+    """conda-forge style: pyh<hash>_0 (noarch), h<hash>_0 (native, no python), py311h<hash>_0,
+    or the form of FLAVORED for flavored packages (pytorch, jaxlib)."""
+    if info.native:
+        return f"h{digest}_{number}"
     if info.pure:
         return f"pyh{digest}_{number}"
     if flavor:
@@ -384,8 +400,9 @@ def _place(member: str, data_dir: str, sp: str, bin_dir: str, target: Target, di
 
 
 def stage_wheel(info: WheelInfo, dest: Path, target: Target,
-                on_bytes: Callable[[int], None] | None = None) -> int:
-    """Extract `info` into `dest` in its conda layout; returns the number of files."""
+                on_bytes: Callable[[int], None] | None = None, keep: Callable[[str], bool] | None = None) -> int:
+    """Extract `info` into `dest` in its conda layout (the members `keep` accepts, default
+    all); returns the number of files."""
     noarch = info.pure
     sp = "site-packages" if noarch else target.site_packages
     bin_dir = "python-scripts" if noarch else "bin"
@@ -395,9 +412,10 @@ def stage_wheel(info: WheelInfo, dest: Path, target: Target,
                         f"{info.name}-{info.version}.data")
         dist_info = next(n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".dist-info"))
         for zi in zf.infolist():
-            if zi.is_dir():
+            if zi.is_dir() or (keep is not None and not keep(zi.filename)):
                 continue
-            rel = _place(zi.filename, data_dir, sp, bin_dir, target, info.name)
+            rel = (nvidia.place(zi.filename, dist_info, info.conda_name) if info.native
+                   else _place(zi.filename, data_dir, sp, bin_dir, target, info.name))
             if rel is None or zi.filename == f"{dist_info}/INSTALLER":
                 continue
             out = dest / rel
@@ -420,7 +438,7 @@ def stage_wheel(info: WheelInfo, dest: Path, target: Target,
             if on_bytes:
                 on_bytes(zi.file_size)
     di = dest / sp / dist_info
-    if di.is_dir():
+    if di.is_dir() and not info.native:
         (di / "INSTALLER").write_text("conda\n")
         count += 1
     for script, ep in sorted(info.entry_points.items()):
@@ -481,7 +499,10 @@ def plan_wheel(info: WheelInfo, target: Target, closure: dict[str, list[WheelInf
             depends += [f"cuda-version >={major}.{minor},<{int(major) + 1}", "__cuda"]
             number += CUDA_BUILD_NUMBER
     depends = merge_specs(depends)
-    digest = short_hash(CONVERTER_VERSION, info.sha256, [b.sha256 for b in bundle], target, depends, flavor, number)
+    # a Python-independent package is the same for every target python
+    for_target = target.subdir if info.python_independent else target
+    digest = short_hash(CONVERTER_VERSION, info.sha256, [b.sha256 for b in bundle], for_target, depends, flavor, number,
+                        *nvidia.layout(flavor))
     return WheelPlan(info=info, name=name, version=info.conda_version,
                      subdir="noarch" if info.pure else target.subdir,
                      build=build_string(info, target, digest, number, flavor), build_number=number,
@@ -531,16 +552,22 @@ def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
     try:
         files = work / "files"
         update(stage="extracting")
-        for wheel in (info, *plan.bundled):
-            stage_wheel(wheel, files, target, on_bytes=lambda n: update(advance=n))
+        keep = None
         if plan.part is not None:
             from fuselet_build.seed import libtorch
 
+            keep = libtorch.keeps(plan.part)
+        for wheel in (info, *plan.bundled):
+            stage_wheel(wheel, files, target, on_bytes=lambda n: update(advance=n), keep=keep)
+        if plan.part is not None:
             native = work / "libtorch"
-            libtorch.split_files(files, target, native)
+            libtorch.split_files(files, target, native, info.path)
             if plan.part == "libtorch":
-                libtorch.relocate_runpaths(native, target)
                 files = native
+        if plan.flavor and plan.flavor.startswith("cuda"):
+            # what the wheel found in site-packages/nvidia is in lib/nvidia (seed.nvidia)
+            moved = {"lib": f"{target.site_packages}/torch/lib"} if plan.part == "libtorch" else None
+            nvidia.relocate_runpaths(files, target.site_packages, moved)
         update(stage=f"packing (zstd {opts.compression_level})")
         with tmpdir_env(work):
             out = rattler_build.assemble_package(
