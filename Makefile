@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test core-test sanitize cuda-build gpu-test bench lint matrix packages clean
+.PHONY: help venv build demo test core-test sanitize cuda-build gpu-test bench lint matrix seed packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -37,6 +37,9 @@ lint:            ## ruff + bash -n
 
 matrix:          ## the conda packages of variants/offline.yaml (pass ARGS="--variants variants/conda-forge.yaml")
 	scripts/matrix.sh $(ARGS)
+
+seed:            ## make or bring up to date the offline conda channel (build/offline-channel)
+	scripts/seed.sh $(ARGS)
 
 packages:        ## seed the offline channel, build + verify the conda packages of variants/offline.yaml
 	scripts/packages.sh $(ARGS)

@@ -5,14 +5,12 @@
 # `fuselet-build build` (e.g. --select fuselet-torch).
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/build.sh" >&2
-seed_args=() select=()
+select=()
 if ! command -v nvcc >/dev/null; then
   log "packages: no nvcc on PATH: the CUDA variants are left out (CPU packages only)"
-  seed_args=(--no-cuda) select=(--select=-cpu_ --select=-pyh)
+  select=(--select=-cpu_ --select=-pyh)
 fi
-start=$(date +%s)
-"$PY" -m fuselet_build seed "${seed_args[@]}"
-log "seeded in $(( $(date +%s) - start )) s"
+"$ROOT/scripts/seed.sh"
 start=$(date +%s)
 status=0
 "$PY" -m fuselet_build build "${select[@]}" "$@" || status=$?

@@ -1,0 +1,38 @@
+"""Session hooks of every pytest run in this tree (tests/ and tools/fuselet-build/tests, together
+or apart: scripts/test.sh runs them side by side): imports that must work, and the skips
+counted by reason."""
+from __future__ import annotations
+
+import collections
+import importlib
+import os
+
+import pytest
+
+# Modules a run must be able to import (space-separated; scripts/test.sh names the frameworks and
+# tools of requirements/dev.txt): one that cannot be imported stops the session at once with the
+# import error, instead of turning into hundreds of quiet `importorskip` skips.
+REQUIRE_ENV = "FUSELET_REQUIRE_IMPORTS"
+
+
+def pytest_sessionstart(session):
+    broken = []
+    for name in os.environ.get(REQUIRE_ENV, "").split():
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # noqa: BLE001 - any import failure is reported, by name
+            broken.append(f"{name}: {type(exc).__name__}: {exc}")
+    if broken:
+        pytest.exit(f"{REQUIRE_ENV} names modules that cannot be imported here:\n  " + "\n  ".join(broken), returncode=1)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The skips counted by reason (the location-free part of pytest's skip reason)."""
+    reasons = collections.Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):
+            reasons[str(report.longrepr[2]).removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.write_sep("=", f"{sum(reasons.values())} skipped, by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.write_line(f"{count:6d}  {reason}")
