@@ -2,8 +2,14 @@
 
 Each variant is built on its own (rattler-build's Python API), so a failing variant does
 not stop the others; its log goes to <output>/logs/<package>.log and the summary says why it
-failed. Already-built packages are skipped. The output channel's index is rebuilt at the end
-(in a subprocess: see fuselet_build.channel), so it is never left half-written.
+failed. Already-built packages are skipped.
+
+Publication is atomic: rattler-build works in <output>/.staging (its output folder: work
+folders, and the package while its tests run); only a package whose tests passed is recorded
+in the manifest, moved into the output channel (a rename on the same disk) and indexed (in a
+subprocess, into a staging folder moved in at the end: fuselet_build.channel). A run killed
+at any point leaves every package and index entry of the output channel as it was, or the
+new package complete and recorded; the next run clears .staging and goes on.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from pathlib import Path
 from fuselet_build import channel, matrix, paths
 from fuselet_build.buildlog import BuildLog
 from fuselet_build.errors import UserError
+from fuselet_build.failpoints import failpoint
 from fuselet_build.lock import folder_lock
 from fuselet_build.seed.cache import atomic_write, sha256_file
 from fuselet_build.sibling_pins import pinned_siblings
@@ -74,20 +81,37 @@ def read_manifest(output: Path) -> dict:
         return {}
 
 
-def record_built(output: Path, job: matrix.Job, path: Path, source: str, tested: bool) -> None:
-    """Add `path` to the manifest (readers see the old or the new manifest, never a part)."""
+def record_built(output: Path, job: matrix.Job, path: Path, source: str, tested: bool, sha256: str | None = None) -> None:
+    """Add `path` (in `output`; `sha256`: its hash, when it is still being moved there) to the
+    manifest (readers see the old or the new manifest, never a part)."""
     data = read_manifest(output)
-    data[job.key] = {"file": path.relative_to(output).as_posix(), "sha256": sha256_file(path), "source": source,
-                     "tested": tested}
+    data[job.key] = {"file": path.relative_to(output).as_posix(), "sha256": sha256 or sha256_file(path),
+                     "source": source, "tested": tested}
     atomic_write(output / MANIFEST, json.dumps(data, indent=1, sort_keys=True))
 
 
-def withdraw_untested(output: Path, job: matrix.Job) -> None:
-    """Delete the package of `job` if the manifest does not record it: rattler-build writes it
-    before its tests run, and a failed test or an interrupt must not leave it served."""
-    path = existing_package(output, job)
-    if path is not None and job.key not in read_manifest(output):
-        path.unlink()
+# rattler-build's output folder: its work folders and the packages under test, never served.
+STAGING = ".staging"
+
+
+def clear_staged(staging: Path) -> None:
+    """Drop the packages an earlier run left in the staging folder (killed during their tests)."""
+    for sub in channel.SUBDIRS:
+        for ext in ("*.conda", "*.tar.bz2"):
+            for p in (staging / sub).glob(ext):
+                p.unlink()
+
+
+def publish(staged: Path, output: Path, job: matrix.Job, source: str, tested: bool) -> Path:
+    """Move a package that passed its tests from the staging folder into the output channel:
+    manifest first, then the file (an atomic rename), then the index."""
+    dest = output / job.subdir / staged.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    record_built(output, job, dest, source, tested, sha256=sha256_file(staged))
+    failpoint("publish")
+    os.replace(staged, dest)
+    channel.index(output)
+    return dest
 
 
 def package_state(output: Path, job: matrix.Job, source: str | None, tested: bool = True) -> tuple[Path | None, str]:
@@ -142,6 +166,12 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
     check_space(output)
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    staging = output / STAGING
+    clear_staged(staging)
+    if not all((output / s / "repodata.json").exists() for s in channel.SUBDIRS):
+        channel.index(output)
+    # the published packages are a channel of their own (rattler-build adds only its output folder)
+    channels = [str(output), *channels]
     # fuselet-build decides what exists (package_state), so rattler-build never skips on its own.
     tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="none",
                              compression_threads=2, use_zstd=True, use_bz2=False)
@@ -160,8 +190,6 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 results.append(Result(job, "exists", path=found))
                 continue
             rebuild = f"rebuilt: {why}" if found is not None and why else ""
-            if found is not None:
-                found.unlink()    # never served while it is made again
             core = f"libfuselet-{str(job.variant.get('libfuselet', '')).replace(' ', '-')}"
             if core in failed:
                 # Never build a framework package against some other core than its pinned one.
@@ -178,14 +206,14 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
             start = time.monotonic()
             try:
                 r._siblings = pinned_siblings(r)
-                r.run_build(tool_config=tool, output_dir=str(output), channels=channels, progress_callback=log)
-                path = existing_package(output, job)
-                status, reason = ("built", rebuild) if path else ("failed", "rattler-build reported success but wrote no package")
-                if path:
-                    record_built(output, job, path, source, tested=test)
+                r.run_build(tool_config=tool, output_dir=str(staging), channels=channels, progress_callback=log)
+                staged = existing_package(staging, job)
+                status, reason = (("built", rebuild) if staged
+                                  else ("failed", "rattler-build reported success but wrote no package"))
+                path = publish(staged, output, job, source, tested=test) if staged else None
             except KeyboardInterrupt:
                 results.append(Result(job, "failed", time.monotonic() - start, reason="interrupted"))
-                withdraw_untested(output, job)
+                clear_staged(staging)
                 raise
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
@@ -195,7 +223,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 log.close()
             if status == "failed":
                 failed.add(job.key)
-                withdraw_untested(output, job)
+                clear_staged(staging)     # a package whose tests failed is never published
             results.append(Result(job, status, time.monotonic() - start, path, reason))
             if progress is not None:
                 progress.update(task, step=status, completed=1, total=1)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from fuselet_build.errors import UserError
+from fuselet_build.failpoints import failpoint
 
 SUBDIRS = ("noarch", "linux-64")
 INDEX_FILES = ("repodata_shards.msgpack.zst", "repodata.json.zst", "repodata.json")
@@ -69,6 +70,7 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
             for f in shards.iterdir():
                 readable(f)
                 os.replace(f, channel_dir / sub / "shards" / f.name)
+        failpoint("index")
         for name in INDEX_FILES:
             if (staging / sub / name).exists():
                 readable(staging / sub / name)

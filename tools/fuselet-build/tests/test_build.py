@@ -1,0 +1,105 @@
+"""`fuselet-build build` killed at each point of a build: the output channel stays consistent
+(every package its index lists is there, complete and tested; nothing untested is served) and
+the next run completes. A recipe of seconds (tests/tiny) stands in for fuselet's."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fuselet_build import build, channel
+from fuselet_build.failpoints import ENV as KILL_AT
+
+TINY = Path(__file__).parent / "tiny"
+
+
+def run_build(out: Path, chan: Path, tmp: Path, *select: str, kill_at: str = "") -> subprocess.CompletedProcess:
+    """fuselet-build build of tests/tiny into `out`; `kill_at`: where it is SIGKILLed (by the
+    recipe's own build or test script, or by a failpoint of fuselet-build)."""
+    pidfile = tmp / "pid"
+    env = {**os.environ, "TINY_KILL_AT": "", "TINY_KILL_PIDFILE": str(pidfile), KILL_AT: ""}
+    if kill_at in ("compile", "test"):
+        env["TINY_KILL_AT"] = kill_at
+    elif kill_at:
+        env[KILL_AT] = kill_at
+    args = [sys.executable, "-m", "fuselet_build", "build", "--recipe", str(TINY / "recipe.yaml"),
+            "--variants", str(TINY / "variants.yaml"), "--output", str(out), "--offline-channel", str(chan),
+            *(f"--select={s}" for s in select)]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    pidfile.write_text(str(proc.pid))
+    stdout, stderr = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
+def state(out: Path) -> dict:
+    """What a client of the channel sees, and what fuselet-build remembers."""
+    return {
+        "packages": sorted(p.relative_to(out).as_posix() for s in channel.SUBDIRS for p in (out / s).glob("*.conda")),
+        "index": {s: (out / s / "repodata.json").read_bytes() for s in channel.SUBDIRS},
+        "manifest": (out / build.MANIFEST).read_bytes() if (out / build.MANIFEST).exists() else b"",
+    }
+
+
+def assert_consistent(out: Path) -> None:
+    """Every package the index lists is in the channel with that sha256, and recorded as built
+    and tested in the manifest."""
+    manifest = build.read_manifest(out)
+    recorded = {e["file"]: e for e in manifest.values()}
+    for sub in channel.SUBDIRS:
+        index = json.loads((out / sub / "repodata.json").read_text())
+        for name, record in {**index.get("packages", {}), **index.get("packages.conda", {})}.items():
+            path = out / sub / name
+            assert path.is_file(), f"the index lists {sub}/{name}, which is not there"
+            assert build.sha256_file(path) == record["sha256"], f"{sub}/{name} is not the file the index lists"
+            entry = recorded.get(f"{sub}/{name}")
+            assert entry and entry["tested"] and entry["sha256"] == record["sha256"], (name, entry)
+
+
+@pytest.fixture(scope="module")
+def one_built(tmp_path_factory):
+    """An output channel holding tiny's flavor `a`, built and tested; and the (empty) channel."""
+    tmp = tmp_path_factory.mktemp("tiny")
+    chan, out = tmp / "chan", tmp / "out"
+    channel.index(chan)
+    proc = run_build(out, chan, tmp, "a_")
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (pkg,) = state(out)["packages"]
+    assert pkg.startswith("noarch/tiny-1.0-a_"), pkg
+    return chan, out
+
+
+@pytest.mark.parametrize("kill_at", ["compile", "test", "publish", "index"])
+def test_a_build_killed_leaves_the_channel_consistent_and_the_next_run_completes(one_built, kill_at, tmp_path):
+    chan, built = one_built
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    before = state(out)
+    proc = run_build(out, chan, tmp_path, "b_", kill_at=kill_at)
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    after = state(out)
+    assert after["index"] == before["index"]              # clients see the index of before the run
+    assert_consistent(out)
+    if kill_at in ("compile", "test", "publish"):
+        # the new package was never in the channel (killed during its tests: only in .staging)
+        assert after["packages"] == before["packages"], after["packages"]
+    if kill_at in ("compile", "test"):
+        assert after["manifest"] == before["manifest"]
+    if kill_at == "index":
+        # complete and recorded, not yet listed: the next run lists it without building it again
+        (new,) = set(after["packages"]) - set(before["packages"])
+        assert build.read_manifest(out)[Path(new).name.removesuffix(".conda")]["tested"]
+    again = run_build(out, chan, tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert_consistent(out)
+    final = state(out)
+    assert len(final["packages"]) == 2, final["packages"]
+    listed = {n for s in channel.SUBDIRS for n in json.loads(final["index"][s]).get("packages.conda", {})}
+    assert {Path(p).name for p in final["packages"]} == listed
+    assert not list((out / build.STAGING).glob("*/*.conda"))      # nothing left under test
+    summary = again.stdout
+    assert ("exists" in summary) and (("built" in summary) == (kill_at != "index")), summary[-2000:]
