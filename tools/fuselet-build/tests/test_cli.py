@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+from fuselet_build import paths
+
 
 def test_matrix_json_is_one_entry_per_build_job(cli):
     proc = cli("matrix", "--json", "--variants", "variants/conda-forge.yaml")
@@ -83,3 +85,37 @@ def test_one_build_per_output_folder_and_a_killed_holder_frees_it(cli, tmp_path)
 
     with folder_lock(out, "fuselet-build build", UserError):     # the dead holder's lock is gone
         pass
+
+
+def test_a_misspelled_variant_key_is_named_with_the_key_it_means(cli, tmp_path):
+    """A typo in a variant file must not be ignored silently: an extra key close to one the
+    recipe uses is an error saying which; a key the recipe does not know is a warning."""
+    import yaml
+
+    variants = yaml.safe_load((paths.root() / "variants/offline.yaml").read_text())
+    extra = tmp_path / "extra.yaml"
+    extra.write_text("jaxlib_belw: ['0.12']\n")
+    proc = cli("matrix", "--variants", "variants/offline.yaml", "--variants", str(extra))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert "variant key `jaxlib_belw` is used nowhere in the recipe: did you mean `jaxlib_below`?" in proc.stderr
+    # the key renamed away: the render fails, and the error says what was meant
+    variants["pytroch"] = variants.pop("pytorch")
+    renamed = tmp_path / "renamed.yaml"
+    renamed.write_text(yaml.safe_dump(variants))
+    proc = cli("matrix", "--variants", str(renamed))
+    assert proc.returncode == 2 and "cannot render" in proc.stderr, proc.stderr
+    assert "did you mean `pytorch`?" in proc.stderr and "Traceback" not in proc.stderr
+    # a key no output uses and nothing resembles: a warning, and the matrix
+    extra.write_text("my_setting: [1]\n")
+    proc = cli("matrix", "--variants", "variants/offline.yaml", "--variants", str(extra))
+    assert proc.returncode == 0 and "warning: variant key `my_setting`" in proc.stderr, proc.stderr
+
+
+def test_a_recipe_with_a_yaml_error_is_a_clear_error(cli, tmp_path):
+    bad = tmp_path / "recipe.yaml"
+    bad.write_text("schema_version: 1\npackage:\n  name: x\n  version: [1\n")
+    for cmd in ("matrix", "build"):
+        proc = cli(cmd, "--recipe", str(bad))
+        assert proc.returncode == 2, (cmd, proc.stderr)
+        assert f"cannot render {bad}" in proc.stderr and "Failed to parse YAML" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr

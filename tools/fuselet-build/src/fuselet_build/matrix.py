@@ -1,7 +1,10 @@
 """`fuselet-build matrix`: the packages each output produces, from rattler-build's render."""
 from __future__ import annotations
 
+import difflib
 import json
+import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -9,6 +12,11 @@ from fuselet_build.errors import UserError
 
 # Variant keys that say which ABI a package is built for (shown in tables, used for CI jobs).
 ABI_KEYS = ("cuda_compiler_version", "python", "pytorch", "jaxlib", "jaxlib_ffi")
+# Keys of conda-forge's global pinning a variant file may carry for recipes that do not use them.
+STANDARD_KEYS = {"c_compiler", "c_compiler_version", "cxx_compiler", "cxx_compiler_version", "c_stdlib",
+                 "c_stdlib_version", "cuda_compiler", "cuda_compiler_version", "fortran_compiler",
+                 "fortran_compiler_version", "python", "python_min", "target_platform", "zip_keys",
+                 "pin_run_as_build", "channel_sources", "channel_targets", "docker_image", "cdt_name"}
 
 
 @dataclass(frozen=True)
@@ -58,7 +66,17 @@ def render(recipe: Path, variant_files: list[Path], target_platform: str = "linu
         rendered = stage0.render(variants, RenderConfig(platform=PlatformConfig(target_platform=target_platform,
                                                                                 experimental=True)))
     except Exception as exc:
-        raise UserError(f"cannot render {recipe} with {', '.join(map(str, variant_files))}: {exc}") from exc
+        typos = misspelled_keys(recipe.read_text(errors="replace"), list(variants.keys()))
+        raise UserError(f"cannot render {recipe} with {', '.join(map(str, variant_files))}: {exc}"
+                        + "".join(f"\n  {t}" for t in typos)) from exc
+    used = set().union(*(dict(r.variant) for r in rendered))
+    unused = [k for k in variants.keys() if k not in used and k not in STANDARD_KEYS]
+    typos = misspelled_keys(recipe.read_text(errors="replace"), unused)
+    if typos:
+        raise UserError(f"--variants {', '.join(map(str, variant_files))}: " + "; ".join(typos))
+    for key in unused:
+        print(f"fuselet-build: warning: variant key `{key}` ({', '.join(map(str, variant_files))}) is used by no "
+              f"output of {recipe}", file=sys.stderr)
     unique, seen = [], set()
     for r in rendered:
         job = job_of(r)
@@ -66,6 +84,19 @@ def render(recipe: Path, variant_files: list[Path], target_platform: str = "linu
             seen.add(job.key)
             unique.append(r)
     return unique
+
+
+def misspelled_keys(recipe_text: str, keys: list[str]) -> list[str]:
+    """`key` is not a name the recipe uses, and one it uses is close: "did you mean" lines."""
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", recipe_text))
+    out = []
+    for key in keys:
+        if key in words or key in STANDARD_KEYS:
+            continue
+        close = difflib.get_close_matches(key, sorted(words - set(keys)), n=1, cutoff=0.8)
+        if close:
+            out.append(f"variant key `{key}` is used nowhere in the recipe: did you mean `{close[0]}`?")
+    return out
 
 
 def job_of(rendered) -> Job:
