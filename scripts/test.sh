@@ -46,7 +46,7 @@ log "pytest tests/: started beside the package build (log: $tests_log)"
 tests_pid=$!
 trap 'kill "$tests_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 # pytest's test_verify_passes verifies the packages (and what verify must refuse).
-FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh"
+FUSELET_DEV_BUILT=1 FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh"
 tests_status=0
 wait "$tests_pid" || tests_status=$?
 trap - EXIT
