@@ -204,12 +204,14 @@ struct Case {
   int pdt = -1;
   bool has_w = true, has_b = true;
   uint32_t flags = 0;
+  float scale = 1.f;  // x = scale * (3 + N(0, 1)): 1e30 overflows the float32 sum of squares
   fuselet_dtype param_dtype() const { return pdt < 0 ? dt : static_cast<fuselet_dtype>(pdt); }
   std::string name() const {
     char buf[200];
-    std::snprintf(buf, sizeof(buf), "%s %s rows=%" PRId64 " H=%" PRId64 " stride=%" PRId64 " params=%s w=%d b=%d flags=%u",
+    std::snprintf(buf, sizeof(buf),
+                  "%s %s rows=%" PRId64 " H=%" PRId64 " stride=%" PRId64 " params=%s w=%d b=%d flags=%u scale=%g",
                   layer_norm ? "layer_norm" : "rms_norm", dtype_str(dt), rows, hidden, stride,
-                  dtype_str(param_dtype()), has_w, has_b, flags);
+                  dtype_str(param_dtype()), has_w, has_b, flags, double(scale));
     return buf;
   }
 };
@@ -233,7 +235,7 @@ void run_case(const Case& k, cudaStream_t stream) {
   HostBuf x(dt, n), dy(dt, n), w(pd, H), b(pd, H);
   for (size_t i = 0; i < n; ++i) {
     const bool pad = static_cast<int64_t>(i % S) >= H;
-    x.set(i, pad ? 777.f : 3.f + normal(gen));  // offset mean: exercises the LayerNorm variance
+    x.set(i, pad ? 777.f : k.scale * (3.f + normal(gen)));  // offset mean: exercises the LayerNorm variance
     dy.set(i, pad ? 777.f : normal(gen));
   }
   for (int64_t i = 0; i < H; ++i) {
@@ -390,6 +392,15 @@ int main() {
         }
     }
   }
+  // |x| ~ 1e30 (float32, bfloat16): rows whose float32 sum of squares overflows are rescaled,
+  // as on the CPU; every team kind (warp, block, chunked).
+  for (fuselet_dtype dt : {FUSELET_FLOAT32, FUSELET_BFLOAT16})
+    for (bool ln : {false, true})
+      for (int64_t h : {127, 4097, 30000}) {
+        Case k{dt, 7, h, h, dt == FUSELET_FLOAT32 ? tols[0] : tols[2], ln};
+        k.scale = 1e30f;
+        run_case(k, stream);
+      }
   run_error_checks(stream);
   CUDA_OK(cudaStreamDestroy(stream));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);

@@ -35,13 +35,38 @@ FUSELET_INLINE float sum_products(const float* a, const float* b, int64_t n) {
   return lane_reduce(n, [=](int64_t i) { return a[i] * b[i]; });
 }
 
-// Mean and biased variance with two passes over the (cache-resident) row: exact, and each
-// pass one accumulator per lane, which GCC vectorizes (a fused one-pass loop with two
-// accumulators did not: 4x slower, measured).
-FUSELET_INLINE void mean_var(const float* x, int64_t n, float* mean, float* var) {
+// 1 / sqrt(mean((x - c)^2) + eps) of a row of finite values whose sum of squares overflowed
+// float32 (|x - c| beyond ~1e19, float32 and bfloat16 inputs): the squares are summed over
+// (x - c) / m, m = max |x - c|, and the scale applied after -- the same value in exact
+// arithmetic, and what a float64 computation gives. -1 when the row holds an inf (the
+// caller keeps the plain result: inf and NaN propagate as in the frameworks' own norms).
+// The rare path: out of line, compiled once at the baseline ISA (bit-identical anyway).
+__attribute__((noinline)) float rescaled_rstd(const float* x, int64_t n, float c, float eps) {
+  const float m = lane_max(n, [=](int64_t i) { return std::fabs(x[i] - c); });
+  if (!std::isfinite(m) || m == 0.f) return -1.f;
+  const float inv_m = 1.f / m;
+  const float ms = lane_reduce(n, [=](int64_t i) {
+                     const float t = (x[i] - c) * inv_m;
+                     return t * t;
+                   }) / static_cast<float>(n);
+  return inv_m / std::sqrt(ms + eps * inv_m * inv_m);
+}
+
+// 1 / sqrt(ms + eps) for ms = mean((x - c)^2), rescaled when ms overflowed (rescaled_rstd).
+FUSELET_INLINE float rstd_of(float ms, const float* x, int64_t n, float c, float eps) {
+  const float rstd = 1.f / std::sqrt(ms + eps);
+  if (!std::isinf(ms)) return rstd;
+  const float rescaled = rescaled_rstd(x, n, c, eps);
+  return rescaled >= 0.f ? rescaled : rstd;
+}
+
+// Mean and 1 / sqrt(biased variance + eps) with two passes over the (cache-resident) row:
+// exact, and each pass one accumulator per lane, which GCC vectorizes (a fused one-pass loop
+// with two accumulators did not: 4x slower, measured).
+FUSELET_INLINE void mean_rstd(const float* x, int64_t n, float eps, float* mean, float* rstd) {
   const float m = sum(x, n) / static_cast<float>(n);
   *mean = m;
-  *var = sum_squared_deviations(x, n, m) / static_cast<float>(n);
+  *rstd = rstd_of(sum_squared_deviations(x, n, m) / static_cast<float>(n), x, n, m, eps);
 }
 
 // Residual add: row r of x + res rounded to T, written to hout and, as float, to buf.
@@ -75,14 +100,13 @@ struct FwdRows {
                              : row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
       T* y = static_cast<T*>(p.y) + r * p.y_stride;
       if (layer) {
-        float mean, var;
-        mean_var(x, H, &mean, &var);
-        const float rstd = 1.f / std::sqrt(var + p.eps);
+        float mean, rstd;
+        mean_rstd(x, H, p.eps, &mean, &rstd);
         for (int64_t i = 0; i < H; ++i) y[i] = from_float<T>((x[i] - mean) * rstd * w[i] + b[i]);
         p.mean[r] = mean;
         p.rstd[r] = rstd;
       } else {
-        const float rstd = 1.f / std::sqrt(sum_squares(x, H) / static_cast<float>(H) + p.eps);
+        const float rstd = rstd_of(sum_squares(x, H) / static_cast<float>(H), x, H, 0.f, p.eps);
         for (int64_t i = 0; i < H; ++i) y[i] = from_float<T>(x[i] * rstd * w[i]);
         p.rstd[r] = rstd;
       }

@@ -166,7 +166,39 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
       }
       var = team_allreduce<kWarp>(m2, Add(), scratch) * a.inv_h;
     }
-    const float rs = rsqrtf(var + a.eps);
+    float rs = rsqrtf(var + a.eps);
+    if (isinf(var)) {
+      // A row of finite values whose float32 sum of squares overflowed (|x| beyond ~1e19): sum
+      // over (x - mu) / m, m = max |x - mu|, as the CPU kernels do (norm.cc, rescaled_rstd). var
+      // is the same on every thread of the team: the whole team takes this branch, or none.
+      float mx = 0.f;
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+        if constexpr (kChunked) load_chunk(x + (c * chunk + tid) * kVec, step, count, v);
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+          for (int j = 0; j < kVec; ++j) mx = k < count ? fmaxf(mx, fabsf(v[k][j] - mu)) : mx;
+      }
+      mx = team_allreduce<kWarp>(mx, Max(), scratch);
+      if (isfinite(mx) && mx > 0.f) {  // else the row holds an inf: inf and NaN propagate
+        const float inv = 1.f / mx;
+        float s2 = 0.f;
+        for (int64_t c = 0; c < nchunks; ++c) {
+          const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
+          if constexpr (kChunked) load_chunk(x + (c * chunk + tid) * kVec, step, count, v);
+#pragma unroll
+          for (int k = 0; k < kVecs; ++k)
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+              const float t = (v[k][j] - mu) * inv;
+              s2 += k < count ? t * t : 0.f;
+            }
+        }
+        s2 = team_allreduce<kWarp>(s2, Add(), scratch) * a.inv_h;
+        rs = inv * rsqrtf(s2 + a.eps * inv * inv);
+      }
+    }
     if (tid == 0) {
       a.rstd[row] = rs;
       if constexpr (kLN) a.mean[row] = mu;

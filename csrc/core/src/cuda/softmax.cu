@@ -18,10 +18,6 @@ namespace {
 
 using namespace gpu;  // NOLINT: the shared building blocks (common.cuh)
 
-struct Max {
-  __device__ float operator()(float a, float b) const { return fmaxf(a, b); }
-};
-
 template <typename T>
 __global__ void __launch_bounds__(1024) softmax_fwd_kernel(const SoftmaxProblem p) {
   __shared__ float scratch[33];
