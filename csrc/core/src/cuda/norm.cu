@@ -153,49 +153,32 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
     if constexpr (kRes) x = h;  // later passes re-read the norm's input: this thread's own writes
     sum = team_allreduce<kWarp>(sum, Add(), scratch) * a.inv_h;
     float mu = 0.f, var = sum;
-    if constexpr (kLN) {  // second pass over the registers (or the re-read chunks): mean((x - mu)^2)
-      mu = sum;
-      float m2 = 0.f;
+    // op over f(x) of the row's elements: a pass over the registers (or the re-read chunks)
+    const auto reduce = [&](auto f, auto op) {
+      float acc = 0.f;  // the identity of a sum, and of a max of non-negative values
       for (int64_t c = 0; c < nchunks; ++c) {
         const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
         if constexpr (kChunked) load_chunk(x + (c * chunk + tid) * kVec, step, count, v);
 #pragma unroll
         for (int k = 0; k < kVecs; ++k)
 #pragma unroll
-          for (int j = 0; j < kVec; ++j) m2 += k < count ? (v[k][j] - mu) * (v[k][j] - mu) : 0.f;
+          for (int j = 0; j < kVec; ++j) acc = op(acc, k < count ? f(v[k][j]) : 0.f);
       }
-      var = team_allreduce<kWarp>(m2, Add(), scratch) * a.inv_h;
+      return team_allreduce<kWarp>(acc, op, scratch);
+    };
+    if constexpr (kLN) {  // second pass: mean((x - mu)^2)
+      mu = sum;
+      var = reduce([mu](float t) { return (t - mu) * (t - mu); }, Add()) * a.inv_h;
     }
     float rs = rsqrtf(var + a.eps);
     if (isinf(var)) {
       // A row of finite values whose float32 sum of squares overflowed (|x| beyond ~1e19): sum
       // over (x - mu) / m, m = max |x - mu|, as the CPU kernels do (norm.cc, rescaled_rstd). var
       // is the same on every thread of the team: the whole team takes this branch, or none.
-      float mx = 0.f;
-      for (int64_t c = 0; c < nchunks; ++c) {
-        const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
-        if constexpr (kChunked) load_chunk(x + (c * chunk + tid) * kVec, step, count, v);
-#pragma unroll
-        for (int k = 0; k < kVecs; ++k)
-#pragma unroll
-          for (int j = 0; j < kVec; ++j) mx = k < count ? fmaxf(mx, fabsf(v[k][j] - mu)) : mx;
-      }
-      mx = team_allreduce<kWarp>(mx, Max(), scratch);
+      const float mx = reduce([mu](float t) { return fabsf(t - mu); }, Max());
       if (isfinite(mx) && mx > 0.f) {  // else the row holds an inf: inf and NaN propagate
         const float inv = 1.f / mx;
-        float s2 = 0.f;
-        for (int64_t c = 0; c < nchunks; ++c) {
-          const int count = valid_count<kVecs>(c * chunk + tid, nthr, nvec);
-          if constexpr (kChunked) load_chunk(x + (c * chunk + tid) * kVec, step, count, v);
-#pragma unroll
-          for (int k = 0; k < kVecs; ++k)
-#pragma unroll
-            for (int j = 0; j < kVec; ++j) {
-              const float t = (v[k][j] - mu) * inv;
-              s2 += k < count ? t * t : 0.f;
-            }
-        }
-        s2 = team_allreduce<kWarp>(s2, Add(), scratch) * a.inv_h;
+        const float s2 = reduce([mu, inv](float t) { return ((t - mu) * inv) * ((t - mu) * inv); }, Add()) * a.inv_h;
         rs = inv * rsqrtf(s2 + a.eps * inv * inv);
       }
     }
