@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -66,11 +67,30 @@ def one_built(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tiny")
     chan, out = tmp / "chan", tmp / "out"
     channel.index(chan)
-    proc = run_build(out, chan, tmp, "a_")
+    proc = run_build(out, chan, tmp, "alpha_")
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (pkg,) = state(out)["packages"]
-    assert pkg.startswith("noarch/tiny-1.0-a_"), pkg
+    assert pkg.startswith("noarch/tiny-1.0-alpha_"), pkg
     return chan, out
+
+
+def status_of(summary: str, build_prefix: str) -> str:
+    """A package's status in `fuselet-build build`'s summary table."""
+    m = re.search(rf"{build_prefix}\S*\s+│\s+(\w+)", summary)
+    assert m, summary[-2000:]
+    return m.group(1)
+
+
+def test_a_package_sees_those_published_earlier_in_the_same_run(one_built, tmp_path):
+    """tiny-user needs a tiny in its host and test environments: built in one run after tiny,
+    it must find the tiny published minutes before (rattler-build re-reads only its output
+    folder between builds: the staging folder that mirrors the channel)."""
+    chan, _ = one_built
+    out = tmp_path / "out"
+    proc = run_build(out, chan, tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert [p.split("-1.0-")[0] for p in state(out)["packages"]] == ["noarch/tiny", "noarch/tiny", "noarch/tiny-user"]
+    assert_consistent(out)
 
 
 @pytest.mark.parametrize("kill_at", ["compile", "test", "publish", "index"])
@@ -79,7 +99,7 @@ def test_a_build_killed_leaves_the_channel_consistent_and_the_next_run_completes
     out = tmp_path / "out"
     shutil.copytree(built, out)
     before = state(out)
-    proc = run_build(out, chan, tmp_path, "b_", kill_at=kill_at)
+    proc = run_build(out, chan, tmp_path, "beta_", kill_at=kill_at)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     after = state(out)
     assert after["index"] == before["index"]              # clients see the index of before the run
@@ -97,9 +117,12 @@ def test_a_build_killed_leaves_the_channel_consistent_and_the_next_run_completes
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert_consistent(out)
     final = state(out)
-    assert len(final["packages"]) == 2, final["packages"]
+    assert len(final["packages"]) == 3, final["packages"]
     listed = {n for s in channel.SUBDIRS for n in json.loads(final["index"][s]).get("packages.conda", {})}
     assert {Path(p).name for p in final["packages"]} == listed
-    assert not list((out / build.STAGING).glob("*/*.conda"))      # nothing left under test
-    summary = again.stdout
-    assert ("exists" in summary) and (("built" in summary) == (kill_at != "index")), summary[-2000:]
+    # nothing left under test: the staging folder holds links to the published packages only
+    staged = sorted(p.relative_to(out / build.STAGING).as_posix() for p in (out / build.STAGING).glob("*/*.conda"))
+    assert staged == final["packages"], staged
+    assert all(os.path.samefile(out / build.STAGING / p, out / p) for p in staged)
+    assert status_of(again.stdout, "alpha_") == "exists"
+    assert status_of(again.stdout, "beta_") == ("exists" if kill_at == "index" else "built")

@@ -90,26 +90,55 @@ def record_built(output: Path, job: matrix.Job, path: Path, source: str, tested:
     atomic_write(output / MANIFEST, json.dumps(data, indent=1, sort_keys=True))
 
 
-# rattler-build's output folder: its work folders and the packages under test, never served.
+# rattler-build's output folder: its work folders, the package under test, and hard links to
+# the published packages. It is the channel the builds see the published packages through:
+# rattler-build re-reads its own output folder before every build, while it keeps what it read
+# of any other local channel for the life of the process (a package published after the first
+# build would stay invisible to the next ones). Never served.
 STAGING = ".staging"
 
 
-def clear_staged(staging: Path) -> None:
-    """Drop the packages an earlier run left in the staging folder (killed during their tests)."""
+def mirror_published(output: Path, staging: Path) -> None:
+    """The staging folder's packages become exactly the published ones (hard links): what an
+    earlier, killed run left under test there goes."""
     for sub in channel.SUBDIRS:
+        (staging / sub).mkdir(parents=True, exist_ok=True)
+        published = {p.name for ext in ("*.conda", "*.tar.bz2") for p in (output / sub).glob(ext)}
         for ext in ("*.conda", "*.tar.bz2"):
             for p in (staging / sub).glob(ext):
-                p.unlink()
+                if p.name not in published or not os.path.samefile(p, output / sub / p.name):
+                    p.unlink()
+        for name in published:
+            if not (staging / sub / name).exists():
+                channel.link_into(output / sub / name, staging / sub / name)
+
+
+def unstage(staging: Path, job: matrix.Job) -> None:
+    """Remove `job`'s package from the staging folder (before it is made again: never written
+    through a hard link into the published file; after its tests failed)."""
+    path = existing_package(staging, job)
+    if path is not None:
+        path.unlink()
+
+
+def forget_extracted(job: matrix.Job) -> None:
+    """rattler's package cache keeps each extracted package under name-version-build: a package
+    made again under the same name (other sources, same variant) would be tested and installed
+    from the old extraction. Drop it before the build."""
+    pkgs = paths.rattler_cache() / "pkgs"
+    shutil.rmtree(pkgs / job.key, ignore_errors=True)
+    (pkgs / f"{job.key}.lock").unlink(missing_ok=True)
 
 
 def publish(staged: Path, output: Path, job: matrix.Job, source: str, tested: bool) -> Path:
-    """Move a package that passed its tests from the staging folder into the output channel:
-    manifest first, then the file (an atomic rename), then the index."""
+    """Put a package that passed its tests into the output channel: manifest first, then the
+    file (a hard link renamed into place: atomic), then the index. The staged file stays, as
+    the staging folder's link to it."""
     dest = output / job.subdir / staged.name
     dest.parent.mkdir(parents=True, exist_ok=True)
     record_built(output, job, dest, source, tested, sha256=sha256_file(staged))
     failpoint("publish")
-    os.replace(staged, dest)
+    channel.link_into(staged, dest)
     channel.index(output)
     return dest
 
@@ -167,11 +196,9 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     staging = output / STAGING
-    clear_staged(staging)
+    mirror_published(output, staging)
     if not all((output / s / "repodata.json").exists() for s in channel.SUBDIRS):
         channel.index(output)
-    # the published packages are a channel of their own (rattler-build adds only its output folder)
-    channels = [str(output), *channels]
     # fuselet-build decides what exists (package_state), so rattler-build never skips on its own.
     tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="none",
                              compression_threads=2, use_zstd=True, use_bz2=False)
@@ -190,6 +217,8 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 results.append(Result(job, "exists", path=found))
                 continue
             rebuild = f"rebuilt: {why}" if found is not None and why else ""
+            unstage(staging, job)
+            forget_extracted(job)
             core = f"libfuselet-{str(job.variant.get('libfuselet', '')).replace(' ', '-')}"
             if core in failed:
                 # Never build a framework package against some other core than its pinned one.
@@ -213,8 +242,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 path = publish(staged, output, job, source, tested=test) if staged else None
             except KeyboardInterrupt:
                 results.append(Result(job, "failed", time.monotonic() - start, reason="interrupted"))
-                clear_staged(staging)
-                raise
+                raise                     # the next run's mirror_published drops an untested package
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
                 log.close()
@@ -223,7 +251,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 log.close()
             if status == "failed":
                 failed.add(job.key)
-                clear_staged(staging)     # a package whose tests failed is never published
+                unstage(staging, job)     # a package whose tests failed is never published
             results.append(Result(job, status, time.monotonic() - start, path, reason))
             if progress is not None:
                 progress.update(task, step=status, completed=1, total=1)

@@ -80,6 +80,20 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
     shutil.rmtree(staging, ignore_errors=True)
 
 
+def link_into(src: Path, dest: Path, mode: int | None = None) -> None:
+    """dest becomes a hard link to src (a copy across file systems), with `mode` if given, by
+    an atomic rename: a reader sees the old file or the new one, never a part."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copyfile(src, tmp)
+    if mode is not None:
+        os.chmod(tmp, mode)
+    os.replace(tmp, dest)
+
+
 def readable(path: Path) -> None:
     """Give everyone read access to a file (and search access to a folder)."""
     mode = path.stat().st_mode

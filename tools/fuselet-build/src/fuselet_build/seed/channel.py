@@ -8,6 +8,7 @@ import os
 import shutil
 from pathlib import Path
 
+from fuselet_build.channel import link_into
 from fuselet_build.seed.cache import Cache, SeedError
 from fuselet_build.seed.host import PYTHON_BUILD_BYTES
 from fuselet_build.seed.wheels import WheelPlan, uncompressed_size
@@ -25,14 +26,7 @@ def place_in_channel(src: Path, channel: Path, subdir: str, replace: bool = Fals
         s, d = src.stat(), dest.stat()
         if (s.st_ino, s.st_dev) == (d.st_ino, d.st_dev) or s.st_size == d.st_size:
             return
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, dest)
+    link_into(src, dest, 0o644)
 
 
 def space_needed(cache: Cache, channel: Path, plans: list[WheelPlan], py_cached: bool) -> int:
