@@ -32,7 +32,7 @@ pytest=("$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider)
 cd "$ROOT"
 if [[ $# -gt 0 ]]; then
   # arguments for pytest: one run, after the packages
-  FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh"
+  FUSELET_DEV_BUILT=1 FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh"
   log "pytest $*"
   FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" "$@"
   exit

@@ -5,11 +5,12 @@ not stop the others; its log goes to <output>/logs/<package>.log and the summary
 failed. Already-built packages are skipped.
 
 Publication is atomic: rattler-build works in <output>/.staging (its output folder: work
-folders, and the package while its tests run); only a package whose tests passed is recorded
-in the manifest, moved into the output channel (a rename on the same disk) and indexed (in a
-subprocess, into a staging folder moved in at the end: fuselet_build.channel). A run killed
-at any point leaves every package and index entry of the output channel as it was, or the
-new package complete and recorded; the next run clears .staging and goes on.
+folders, the package while its tests run, and links to the published packages: STAGING); only
+a package whose tests passed is recorded in the manifest, linked into the output channel (an
+atomic rename) and indexed (in a subprocess, into a staging folder moved in at the end:
+fuselet_build.channel). A run killed at any point leaves every package and index entry of the
+output channel as it was, or the new package complete and recorded; the next run drops what
+was left under test in .staging (mirror_published) and goes on.
 """
 from __future__ import annotations
 

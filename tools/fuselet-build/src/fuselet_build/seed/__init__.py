@@ -153,18 +153,9 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         hosts = [python_abi_package(i, target.subdir) for i in interpreters] + host_packages(host, target)
         pythons = [(i, python_package_key(i)) for i in interpreters]
         t_res = time.monotonic()
-        fetched: dict[str, ResolvedWheel] = {}
-        for group, reqs in (GROUPS if groups is None else groups).items():
-            if group in CUDA_GROUPS and not with_cuda:
-                continue
-            doing = f"resolving the wheels of group '{group}'"
-            resolved = resolve_group(cache, group, reqs, refresh, ui.log)
-            doing = f"fetching the wheels of group '{group}'"
-            fetch_wheels(cache, resolved, ui)
-            for w in resolved:
-                fetched.setdefault(str(w.path), w)
-        doing = "reading the wheels' metadata"
-        infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in fetched.values()]
+        doing = "resolving, fetching and reading the wheels"
+        infos = _wheels_of(cache, {g: r for g, r in (GROUPS if groups is None else groups).items()
+                                   if with_cuda or g not in CUDA_GROUPS}, refresh, ui)
         closure = _closure(infos)
         cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
         plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
@@ -174,8 +165,8 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         for short, names in (OTHER_PYTHONS if groups is None else {}).items():
             doing = f"resolving the wheels of python {short}"
             names = [n for n in names if with_cuda or n not in CUDA_GROUPS]
-            other = _other_python_plans(cache, short, names, interpreters, set(fetched), plans, refresh, ui,
-                                        report.warnings)
+            other = _other_python_plans(cache, short, names, interpreters, {str(i.path) for i in infos}, plans,
+                                        refresh, ui, report.warnings)
             for plan, t in other:
                 plans.append(plan)
                 targets[id(plan)] = t
@@ -258,6 +249,19 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     return report
 
 
+def _wheels_of(cache: Cache, groups: dict[str, list[str]], refresh: bool, ui: ProgressUi,
+               python: str | None = None) -> list[WheelInfo]:
+    """The wheels of the pip requirement `groups`, each group resolved by pip on its own for the
+    running python (or `python`, "3.12"), fetched, and read once (the union of the groups)."""
+    resolved: dict[str, ResolvedWheel] = {}
+    for group, requirements in groups.items():
+        ws = resolve_group(cache, group, requirements, refresh, ui.log, python=python)
+        fetch_wheels(cache, ws, ui, python=python)
+        for w in ws:
+            resolved.setdefault(str(w.path), w)
+    return [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in resolved.values()]
+
+
 def _closure(infos: list[WheelInfo]) -> dict[str, list[WheelInfo]]:
     """The wheels by canonical name: what a wheel's requirements resolve to in the channel."""
     closure: dict[str, list[WheelInfo]] = {}
@@ -281,13 +285,7 @@ def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters
                         f"packages are made for the running python only")
         return []
     target = Target(python=tuple(map(int, short.split("."))))
-    resolved: dict[str, ResolvedWheel] = {}
-    for group in names:
-        ws = resolve_group(cache, group, GROUPS[group], refresh, ui.log, python=short)
-        fetch_wheels(cache, ws, ui, python=short)
-        for w in ws:
-            resolved.setdefault(str(w.path), w)
-    infos = [wheels.read_wheel(w.path, cache.sha256(w.path)) for w in resolved.values()]
+    infos = _wheels_of(cache, {g: GROUPS[g] for g in names}, refresh, ui, python=short)
     closure = _closure(infos)
     plans: list[WheelPlan] = []
     for info in infos:

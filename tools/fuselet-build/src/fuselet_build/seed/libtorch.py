@@ -10,9 +10,10 @@ conda-forge patches torch to look for its headers in $PREFIX/include; a wheel ca
 here, so torch/include/* are symlinks back too. The NVIDIA libraries of a CUDA wheel are
 Python-free packages in $PREFIX/lib/nvidia (fuselet_build.seed.nvidia), so libtorch holds no
 Python and depends on none: the pytorch of every Python pins the same libtorch. The torch wheels
-of one release carry byte-identical C++ libraries for every CPython (checked per file by
-same_libraries()), so the pytorch of another Python is made from its own wheel's Python part and
-pinned to the libtorch of the running Python's wheel. Its dist-info drops the nvidia-*
+of one release carry interchangeable C++ libraries for every CPython (the same loaded bytes; only
+unloaded symbol tables and a build folder differ: checked per file by same_libraries()), so the
+pytorch of another Python is made from its own wheel's Python part and pinned to the libtorch of
+the running Python's wheel. Its dist-info drops the nvidia-*
 requirements (as a source-built torch has none): pip check sees them met by libtorch's packages.
 """
 from __future__ import annotations
