@@ -1,6 +1,7 @@
-"""`fuselet-build build` killed at each point of a build: the output channel stays consistent
-(every package its index lists is there, complete and tested; nothing untested is served) and
-the next run completes. A recipe of seconds (tests/tiny) stands in for fuselet's."""
+"""`fuselet-build build` killed at each point of a build, or out of disk space: the output
+channel stays consistent (every package its index lists is there, complete and tested; nothing
+untested is served) and the next run completes. A recipe of seconds (tests/tiny) stands in for
+fuselet's."""
 from __future__ import annotations
 
 import json
@@ -19,11 +20,14 @@ from fuselet_build.failpoints import ENV as KILL_AT
 TINY = Path(__file__).parent / "tiny"
 
 
-def run_build(out: Path, chan: Path, tmp: Path, *select: str, kill_at: str = "") -> subprocess.CompletedProcess:
+def run_build(out: Path, chan: Path, tmp: Path, *select: str, kill_at: str = "",
+              fill: Path | None = None) -> subprocess.CompletedProcess:
     """fuselet-build build of tests/tiny into `out`; `kill_at`: where it is SIGKILLed (by the
-    recipe's own build or test script, or by a failpoint of fuselet-build)."""
+    recipe's own build or test script, or by a failpoint of fuselet-build); `fill`: a mount
+    point whose free space tiny's build script takes."""
     pidfile = tmp / "pid"
-    env = {**os.environ, "TINY_KILL_AT": "", "TINY_KILL_PIDFILE": str(pidfile), KILL_AT: ""}
+    env = {**os.environ, "TINY_KILL_AT": "", "TINY_KILL_PIDFILE": str(pidfile), KILL_AT: "",
+           "TINY_FILL_DISK": str(fill or "")}
     if kill_at in ("compile", "test"):
         env["TINY_KILL_AT"] = kill_at
     elif kill_at:
@@ -126,3 +130,44 @@ def test_a_build_killed_leaves_the_channel_consistent_and_the_next_run_completes
     assert all(os.path.samefile(out / build.STAGING / p, out / p) for p in staged)
     assert status_of(again.stdout, "alpha_") == "exists"
     assert status_of(again.stdout, "beta_") == ("exists" if kill_at == "index" else "built")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A file system of its own to fill: a tmpfs of 2.2 GiB (build asks for 2 GiB free before
+    it starts), taking memory only for what is written to it."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2200m", "tmpfs", str(disk)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs to fill here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        assert os.path.ismount(disk)
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+def test_a_full_disk_fails_the_package_clearly_and_the_channel_stays_as_it_was(one_built, small_disk, tmp_path):
+    """tiny's build takes the disk's last byte, so rattler-build cannot write the package (nor
+    fuselet-build its log): the package fails with a reason naming the full disk, no traceback,
+    the channel (packages, index, manifest) is the one of before; with space freed the next run
+    completes."""
+    chan, built = one_built
+    out = small_disk / "out"
+    shutil.copytree(built, out)
+    before = state(out)
+    proc = run_build(out, chan, tmp_path, "beta_", fill=small_disk)
+    assert shutil.disk_usage(small_disk).free < 2**20, "the disk was not filled"
+    assert proc.returncode == 1, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stderr[-3000:]
+    assert "FAILED tiny-1.0-beta_" in proc.stdout and f"no space left on the disk of {out}" in proc.stdout, proc.stdout
+    assert state(out) == before
+    assert_consistent(out)
+    (small_disk / "disk-filler").unlink()  # the user frees space
+    again = run_build(out, chan, tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert_consistent(out)
+    assert len(state(out)["packages"]) == 3
+    assert status_of(again.stdout, "beta_") == "built"

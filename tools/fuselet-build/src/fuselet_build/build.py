@@ -171,6 +171,30 @@ def package_state(output: Path, job: matrix.Job, source: str | None, tested: boo
     return path, ""
 
 
+# How a full disk shows in rattler-build's errors, its build log, and Python's OSError.
+_NO_SPACE = re.compile(r"No space left on device|os error 28|StorageFull|\[Errno 28\]")
+
+
+def out_of_space(message: str, log_path: Path) -> bool:
+    """Whether a build failed for want of disk space (its error or the end of its log says so)."""
+    tail = log_path.read_text(errors="replace")[-20000:] if log_path.exists() else ""
+    return bool(_NO_SPACE.search(message) or _NO_SPACE.search(tail))
+
+
+def no_space_reason(output: Path, log_path: Path) -> str:
+    free = shutil.disk_usage(output).free / 2**20
+    return (f"no space left on the disk of {output} ({free:.0f} MiB free now): the channel's index is unchanged; "
+            f"free some space and run again (log: {log_path})")
+
+
+def drop_old_work(staging: Path, job: matrix.Job, before: float) -> None:
+    """rattler-build keeps the work folder of a failed build (bld/rattler-build_<name>_<id>), for
+    its log and sources; those of earlier runs go when that package is built again."""
+    for work in (staging / "bld").glob(f"rattler-build_{job.name}_*"):
+        if work.is_dir() and work.stat().st_mtime < before:
+            shutil.rmtree(work, ignore_errors=True)
+
+
 def check_space(output: Path, need_gb: float = 2.0) -> None:
     output.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(output).free / 2**30
@@ -205,6 +229,8 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                              compression_threads=2, use_zstd=True, use_bz2=False)
     source = source_hash(recipe.resolve().parent.parent)
     results: list[Result] = []
+    run_start = time.time()
+    disk_full = ""
     paths.scripts_on_path()
     progress = _progress() if show_progress else None
     try:
@@ -218,7 +244,12 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 results.append(Result(job, "exists", path=found))
                 continue
             rebuild = f"rebuilt: {why}" if found is not None and why else ""
+            if disk_full:
+                # every later build would fail the same way, leaving a work folder each
+                results.append(Result(job, "failed", reason=f"not built: {disk_full}"))
+                continue
             unstage(staging, job)
+            drop_old_work(staging, job, run_start)
             forget_extracted(job)
             core = f"libfuselet-{str(job.variant.get('libfuselet', '')).replace(' ', '-')}"
             if core in failed:
@@ -247,7 +278,12 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
                 log.close()
-                reason = explain_failure(str(exc), r, channels, output, logs / f"{job.key}.log")
+                log_path = logs / f"{job.key}.log"
+                if out_of_space(f"{exc} {log.error or ''}", log_path):
+                    reason = no_space_reason(output, log_path)
+                    disk_full = f"the disk of {output} is full"
+                else:
+                    reason = explain_failure(str(exc), r, channels, output, log_path)
             finally:
                 log.close()
             if status == "failed":
@@ -259,7 +295,12 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
     finally:
         if progress is not None:
             progress.stop()
-        channel.index(output)  # keep the output channel's repodata valid, interrupted or not
+        try:  # keep the output channel's repodata valid, interrupted or not
+            if channel.index_is_stale(output):
+                channel.index(output)
+        except UserError:
+            if not disk_full:
+                raise  # else the index of before stays, and the failed package says why
     return results
 
 

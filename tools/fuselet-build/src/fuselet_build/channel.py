@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -24,6 +25,25 @@ _INDEX_FS = ("import asyncio, inspect, os, sys\n"
              "except BaseException as e:\n"
              "    print(f'{type(e).__name__}: {e}', file=sys.stderr); sys.stderr.flush(); os._exit(1)\n"
              "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
+
+
+def index_is_stale(channel_dir: Path) -> bool:
+    """Whether the repodata of a local channel misses, or does not describe its package files:
+    other names, other sizes, or a file written after the index."""
+    for sub in SUBDIRS:
+        repodata = Path(channel_dir) / sub / "repodata.json"
+        try:
+            indexed_at = repodata.stat().st_mtime
+            listed = json.loads(repodata.read_text())
+        except (OSError, ValueError):
+            return True
+        records = {**listed.get("packages", {}), **listed.get("packages.conda", {})}
+        files = {p.name: p.stat() for ext in ("*.conda", "*.tar.bz2") for p in (Path(channel_dir) / sub).glob(ext)}
+        if set(records) != set(files):
+            return True
+        if any(st.st_size != records[name].get("size") or st.st_mtime > indexed_at for name, st in files.items()):
+            return True
+    return False
 
 
 def index(channel_dir: Path, files: list[str] | None = None, *, incremental: bool = False) -> None:
