@@ -203,7 +203,9 @@ def test_render_step_runs_and_splits_the_matrix_into_waves(packages, tmp_path, c
         pytest.skip("jq is not installed (it is on GitHub's runners)")
     step = _step(packages["jobs"]["matrix"], "Render the build jobs")
     out, summary = tmp_path / "github_output", tmp_path / "summary.md"
-    env = {**os.environ, **step["env"], "VARIANTS": "variants/conda-forge.yaml", "PYTHONPATH": str(ROOT / "python"),
+    # a path given to fuselet-build is relative to the working directory: CI's is the checkout
+    variants = str(ROOT / "variants/conda-forge.yaml")
+    env = {**os.environ, **step["env"], "VARIANTS": variants, "PYTHONPATH": str(ROOT / "python"),
            "FUSELET_ROOT": str(ROOT), "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
            "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
@@ -217,7 +219,7 @@ def test_render_step_runs_and_splits_the_matrix_into_waves(packages, tmp_path, c
     for jobs in waves.values():
         assert jobs, "an empty wave makes GitHub reject its matrix"
         assert all({"id", "subdir", "abi"} <= set(j) and "variant" not in j for j in jobs)
-    assert outputs["variants"] == "variants/conda-forge.yaml"
+    assert outputs["variants"] == variants
     assert summary.read_text().count("\n") == len(ids) + 2
 
 

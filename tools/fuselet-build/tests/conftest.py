@@ -15,13 +15,13 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def cli():
-    """cli(*args, env=None): `python -m fuselet_build ARGS` in the fuselet tree; its output is
-    printed (pytest shows it when a test fails)."""
+    """cli(*args, env=None, cwd=None): `python -m fuselet_build ARGS` in the fuselet tree (or in
+    `cwd`); its output is printed (pytest shows it when a test fails)."""
     root = paths.root()
 
-    def run(*args, env=None, timeout=3600) -> subprocess.CompletedProcess:
+    def run(*args, env=None, timeout=3600, cwd=None) -> subprocess.CompletedProcess:
         proc = subprocess.run([sys.executable, "-m", "fuselet_build", *args], capture_output=True, text=True,
-                              cwd=root, env={**os.environ, "FUSELET_ROOT": str(root), **(env or {})}, timeout=timeout)
+                              cwd=cwd or root, env={**os.environ, "FUSELET_ROOT": str(root), **(env or {})}, timeout=timeout)
         print(proc.stdout[-6000:], proc.stderr[-6000:], sep="\n")
         return proc
 

@@ -30,6 +30,21 @@ def test_unknown_variant_file_is_a_clear_error(cli):
     assert "--variants: no such variant file" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_paths_given_are_relative_to_the_working_directory(cli, tmp_path):
+    """As with any command: `--variants v.yaml` run elsewhere than the source tree means that
+    folder's v.yaml (and `--output out` its out/, never one inside the tree); the defaults are
+    the tree's own."""
+    (tmp_path / "v.yaml").write_text((paths.root() / paths.OFFLINE_VARIANTS).read_text())
+    proc = cli("matrix", "--variants", "v.yaml", cwd=tmp_path)
+    assert proc.returncode == 0 and "packages per output: libfuselet 2" in proc.stdout, proc.stderr
+    proc = cli("matrix", "--variants", paths.OFFLINE_VARIANTS, cwd=tmp_path)
+    assert proc.returncode == 2 and f"{tmp_path / paths.OFFLINE_VARIANTS}" in proc.stderr, proc.stderr
+    proc = cli("matrix", cwd=tmp_path)
+    assert proc.returncode == 0 and "packages per output: libfuselet 2" in proc.stdout, proc.stderr
+    proc = cli("build", "--output", "out", "--offline-channel", "no-channel", cwd=tmp_path)
+    assert proc.returncode == 2 and f"the offline channel {tmp_path / 'no-channel'} is not seeded" in proc.stderr
+
+
 def test_unreadable_variant_file_is_a_clear_error(cli, tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("python: [3.11\n")

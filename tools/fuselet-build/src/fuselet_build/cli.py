@@ -9,13 +9,21 @@ from fuselet_build import paths
 from fuselet_build.errors import UserError
 
 
+def _recipe(args) -> Path:
+    return paths.given(args.recipe, paths.RECIPE)
+
+
+def _output(args) -> Path:
+    return paths.given(args.output, paths.OUTPUT)
+
+
 def _variants(args) -> list[Path]:
-    return [paths.under_root(v) for v in (args.variants or [paths.OFFLINE_VARIANTS])]
+    return [paths.given(v, "") for v in args.variants] if args.variants else [paths.given(None, paths.OFFLINE_VARIANTS)]
 
 
 def _channels(args) -> list[str]:
     if args.channel == "offline":
-        chan = paths.under_root(args.offline_channel)
+        chan = paths.given(args.offline_channel, paths.OFFLINE_CHANNEL)
         if not (chan / "noarch" / "repodata.json").exists():
             raise UserError(f"the offline channel {chan} is not seeded yet: run `fuselet-build seed` "
                             f"(or pass --channel conda-forge to build against conda-forge)")
@@ -26,32 +34,32 @@ def _channels(args) -> list[str]:
 def cmd_matrix(args) -> int:
     from fuselet_build import matrix
 
-    jobs = matrix.jobs(paths.under_root(args.recipe), _variants(args), args.target_platform)
+    jobs = matrix.jobs(_recipe(args), _variants(args), args.target_platform)
     if args.json:
         print(matrix.to_json(jobs))
     else:
-        matrix.print_table(jobs, f"{args.recipe} x {', '.join(args.variants or [paths.OFFLINE_VARIANTS])}")
+        matrix.print_table(jobs, f"{args.recipe or paths.RECIPE} x {', '.join(args.variants or [paths.OFFLINE_VARIANTS])}")
     return 0
 
 
 def cmd_build(args) -> int:
     from fuselet_build import build
 
-    results = build.build(paths.under_root(args.recipe), _variants(args), paths.under_root(args.output),
+    results = build.build(_recipe(args), _variants(args), _output(args),
                           _channels(args), select=args.select, skip_existing=not args.force, test=not args.no_test,
                           show_progress=sys.stderr.isatty() or args.progress)
     build.print_summary(results)
     failed = [r for r in results if r.status == "failed"]
     if failed:
         print(f"fuselet-build: {len(failed)} of {len(results)} packages failed; logs in "
-              f"{paths.under_root(args.output) / 'logs'}", file=sys.stderr)
+              f"{_output(args) / 'logs'}", file=sys.stderr)
     return 1 if failed else 0
 
 
 def cmd_verify(args) -> int:
     from fuselet_build import verify
 
-    checks = verify.verify(paths.under_root(args.recipe), _variants(args), paths.under_root(args.output),
+    checks = verify.verify(_recipe(args), _variants(args), _output(args),
                            _channels(args), install=not args.no_install, select=args.select)
     verify.print_checks(checks)
     return 0 if all(c.ok for c in checks) else 1
@@ -79,15 +87,16 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp, output=True):
-        sp.add_argument("--recipe", default=paths.RECIPE, help="recipe (default: %(default)s)")
+        sp.add_argument("--recipe", help=f"recipe (default: {paths.RECIPE} of the source tree)")
         sp.add_argument("--variants", "-m", action="append",
-                        help=f"variant file, repeatable (default: {paths.OFFLINE_VARIANTS})")
+                        help=f"variant file, repeatable (default: {paths.OFFLINE_VARIANTS} of the source tree)")
         sp.add_argument("--target-platform", default="linux-64")
         if output:
-            sp.add_argument("--output", default=paths.OUTPUT, help="output channel (default: %(default)s)")
+            sp.add_argument("--output", help=f"output channel (default: {paths.OUTPUT} of the source tree)")
             sp.add_argument("--channel", default="offline",
                             help="'offline' (the seeded local channel, default) or a channel such as conda-forge")
-            sp.add_argument("--offline-channel", default=paths.OFFLINE_CHANNEL)
+            sp.add_argument("--offline-channel",
+                            help=f"the seeded local channel (default: {paths.OFFLINE_CHANNEL} of the source tree)")
             sp.add_argument("--select", action="append",
                             help="only packages whose id contains this text (repeatable)")
 

@@ -1,4 +1,5 @@
-"""Default locations, all inside the source tree (overridable on the command line)."""
+"""Default locations, all inside the source tree; a path given on the command line is relative
+to the working directory, as any command's."""
 from __future__ import annotations
 
 import os
@@ -24,9 +25,10 @@ SEED_CACHE = "build/seed-cache"
 OUTPUT = "output"                           # built packages: itself a conda channel
 
 
-def under_root(path: str | os.PathLike) -> Path:
-    p = Path(path)
-    return p if p.is_absolute() else root() / p
+def given(value: str | os.PathLike | None, default: str) -> Path:
+    """A path of the command line (relative to the working directory), or else `default` in the
+    source tree."""
+    return root() / default if value is None else Path(value).absolute()
 
 
 def rattler_cache() -> Path:

@@ -351,10 +351,10 @@ def _make(cache: Cache, subdir: str, filename: str, source: str, ui: ProgressUi,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `fuselet-build seed` (cli.py registers the subcommand)."""
-    parser.add_argument("--channel-dir", default=paths.OFFLINE_CHANNEL,
-                        help="the channel folder to make or update (default: %(default)s)")
-    parser.add_argument("--cache", default=paths.SEED_CACHE,
-                        help="downloads, pip resolutions and finished packages (default: %(default)s)")
+    parser.add_argument("--channel-dir",
+                        help=f"the channel folder to make or update (default: {paths.OFFLINE_CHANNEL} of the source tree)")
+    parser.add_argument("--cache", help=f"downloads, pip resolutions and finished packages "
+                                        f"(default: {paths.SEED_CACHE} of the source tree)")
     parser.add_argument("--no-cuda", action="store_true",
                         help="leave out the CUDA torch, its nvidia-* wheels and the CUDA activation packages")
     parser.add_argument("--refresh", action="store_true", help="ask pip to resolve the wheels again")
@@ -373,8 +373,9 @@ def run(args: argparse.Namespace) -> int:
               f"are missing; reinstall it (pip install ./tools/fuselet-build)", file=sys.stderr)
         return 2
     try:
-        report = seed(paths.under_root(args.channel_dir), paths.under_root(args.cache), with_cuda=not args.no_cuda,
-                      progress=args.progress, refresh=args.refresh, compression_level=args.compression_level)
+        report = seed(paths.given(args.channel_dir, paths.OFFLINE_CHANNEL), paths.given(args.cache, paths.SEED_CACHE),
+                      with_cuda=not args.no_cuda, progress=args.progress, refresh=args.refresh,
+                      compression_level=args.compression_level)
     except SeedError as exc:
         print(f"fuselet-build seed: error: {exc}", file=sys.stderr)
         return 130 if str(exc).startswith("interrupted") else 1
