@@ -20,13 +20,13 @@ test:            ## build, then run every test (core C++, CUDA compile check, py
 core-test:       ## the framework-free core alone: C++ tests + find_package consumer
 	scripts/core-test.sh
 
-sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan (CI runs it after make test)
+sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan; the layers' tests under ASan + UBSan (CI runs it)
 	scripts/sanitize.sh
 
 cuda-build:      ## compile all CUDA sources with nvcc (no GPU needed)
 	scripts/cuda-build.sh
 
-gpu-test:        ## on a GPU machine: build with CUDA into its python, run all tests + GPU benchmark
+gpu-test:        ## on a GPU machine: core CUDA tests + compute-sanitizer, all tests with CUDA, GPU benchmark
 	scripts/gpu-test.sh
 
 bench:           ## benchmarks: tables + ratios against the frameworks' own ops
