@@ -1,6 +1,6 @@
 """Session hooks of every pytest run in this tree (tests/ and tools/fuselet-build/tests, together
-or apart: scripts/test.sh runs them side by side): imports that must work, and the skips
-counted by reason."""
+or apart: scripts/test.sh runs them side by side): imports that must work, the sanitized build
+a sanitizer run must test, and the skips counted by reason."""
 from __future__ import annotations
 
 import collections
@@ -13,6 +13,9 @@ import pytest
 # tools of requirements/dev.txt): one that cannot be imported stops the session at once with the
 # import error, instead of turning into hundreds of quiet `importorskip` skips.
 REQUIRE_ENV = "FUSELET_REQUIRE_IMPORTS"
+# The folder of an ASan build of fuselet (scripts/sanitize.sh): the run stops unless fuselet and
+# its libraries are loaded from there, with the sanitizer's runtime in the process.
+SANITIZED_ENV = "FUSELET_SANITIZED"
 
 
 def pytest_sessionstart(session):
@@ -24,6 +27,28 @@ def pytest_sessionstart(session):
             broken.append(f"{name}: {type(exc).__name__}: {exc}")
     if broken:
         pytest.exit(f"{REQUIRE_ENV} names modules that cannot be imported here:\n  " + "\n  ".join(broken), returncode=1)
+    if os.environ.get(SANITIZED_ENV):
+        _check_sanitized(os.path.realpath(os.environ[SANITIZED_ENV]))
+
+
+def _check_sanitized(folder: str) -> None:
+    import fuselet
+    from fuselet import _core
+
+    problems = []
+    if not os.path.realpath(fuselet.__file__).startswith(folder + os.sep):
+        problems.append(f"fuselet is imported from {fuselet.__file__}")
+    _core.load()
+    with open("/proc/self/maps") as maps:
+        mapped = {line.split()[-1] for line in maps if "/" in line}
+    libs = sorted(p for p in mapped if os.path.basename(p).startswith("libfuselet"))
+    problems += [f"{lib} is loaded" for lib in libs if not lib.startswith(folder + os.sep)]
+    if not libs:
+        problems.append("no libfuselet is loaded")
+    if not any("libasan" in os.path.basename(p) for p in mapped):
+        problems.append("the AddressSanitizer runtime is not loaded (LD_PRELOAD)")
+    if problems:
+        pytest.exit(f"{SANITIZED_ENV}={folder}: " + "; ".join(problems), returncode=1)
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
-# The core's C++ tests (ctest) under the compilers' sanitizers, each in a build folder of its
-# own: AddressSanitizer + UndefinedBehaviorSanitizer (every kernel, every ISA copy the CPU
-# runs, the C API's error paths), then ThreadSanitizer (the thread pool: concurrent callers, a
-# resize while they run, fork after use: tests/core/test_parallel.cc). Any report fails the run.
+# fuselet under the compilers' sanitizers, each build in a folder of its own; any report fails
+# the run:
+#   1. the core's C++ tests (ctest) under AddressSanitizer + UndefinedBehaviorSanitizer (every
+#      kernel, every ISA copy the CPU runs, the C API's error paths);
+#   2. the same under ThreadSanitizer (the thread pool: concurrent callers, a resize while they
+#      run, fork after use: tests/core/test_parallel.cc);
+#   3. the torch and JAX layers' CPU tests (pytest) against an ASan + UBSan build of all three
+#      libraries, in .venv's own (uninstrumented) python.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
 mkdir -p "$ROOT/build"
@@ -23,4 +27,32 @@ export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 run asan -fsanitize=address,undefined -fno-sanitize-recover=all
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 run tsan -fsanitize=thread
+
+# 3. The layers. python is not instrumented: the ASan runtime is preloaded, and libstdc++ with
+# it, for ASan's __cxa_throw interceptor finds the real one only if it is loaded at start (else
+# fuselet's C++ errors, thrown through torch's dispatcher, abort the process). Leaks are not
+# checked: CPython, torch and XLA keep their allocations until exit by design.
+flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+target="$ROOT/build/asan-py"
+log "sanitize: the torch and JAX layers, fuselet built with $flags into $target"
+rm -rf "$target"
+SKBUILD_BUILD_DIR="$ROOT/build/asan-layers" SKBUILD_CMAKE_BUILD_TYPE=RelWithDebInfo \
+  CMAKE_ARGS="-DCMAKE_C_FLAGS='$flags' -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='-fsanitize=address,undefined'" \
+  "$PY" -m pip install --quiet --no-build-isolation --no-deps --target "$target" "$ROOT"
+# Reports go to files (pytest's capture would swallow them with the aborted process), from the
+# test processes and the subprocesses they start alike; any file fails the run.
+preload="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)"
+reports="$ROOT/build/asan-layers-reports"
+rm -rf "$reports" && mkdir -p "$reports"
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan"
+export UBSAN_OPTIONS="$UBSAN_OPTIONS:log_path=$reports/ubsan"
+rc=0
+(cd "$ROOT/build" && LD_PRELOAD="$preload" PYTHONPATH="$target" FUSELET_SANITIZED="$target" \
+  "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q "$ROOT/tests/torch" "$ROOT/tests/jax" \
+  "$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_norm_properties.py" "$ROOT/tests/test_cpu_isa.py") || rc=$?
+if compgen -G "$reports/*" >/dev/null; then
+  for report in "$reports"/*; do log "sanitize: $report"; head -n 40 "$report"; done
+  exit 1
+fi
+[[ $rc -eq 0 ]] || exit "$rc"
 log "sanitize: no reports ($(( $(date +%s) - start )) s)"
