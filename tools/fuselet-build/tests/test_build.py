@@ -171,3 +171,24 @@ def test_a_full_disk_fails_the_package_clearly_and_the_channel_stays_as_it_was(o
     assert_consistent(out)
     assert len(state(out)["packages"]) == 3
     assert status_of(again.stdout, "beta_") == "built"
+
+
+def test_the_index_is_stale_when_a_package_file_changed_under_the_same_name(one_built, tmp_path):
+    """A build killed after a package was rebuilt under its old name (other sources, same
+    variant) but before the index: same names, other file. The run's final re-index must see it."""
+    _, built = one_built
+    out = tmp_path / "out"
+    shutil.copytree(built, out)
+    assert not channel.index_is_stale(out)
+    (pkg,) = (out / "noarch").glob("*.conda")
+    earlier = pkg.stat().st_mtime - 10
+    os.utime(out / "noarch" / "repodata.json", (earlier, earlier))  # the package written after the index
+    assert channel.index_is_stale(out)
+    channel.index(out)
+    assert not channel.index_is_stale(out)
+    with pkg.open("ab") as f:                         # another size, mtime made old again
+        f.write(b"\0")
+    os.utime(pkg, (0, 0))
+    assert channel.index_is_stale(out)
+    pkg.unlink()                                      # listed, not there
+    assert channel.index_is_stale(out)
