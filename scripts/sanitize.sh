@@ -24,7 +24,8 @@ run() {  # run NAME FLAGS...: configure, build and ctest the core with FLAGS
 start=$(date +%s)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-run asan -fsanitize=address,undefined -fno-sanitize-recover=all
+asan="-fsanitize=address,undefined -fno-sanitize-recover=all"
+run asan $asan
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 run tsan -fsanitize=thread
 
@@ -32,12 +33,12 @@ run tsan -fsanitize=thread
 # it, for ASan's __cxa_throw interceptor finds the real one only if it is loaded at start (else
 # fuselet's C++ errors, thrown through torch's dispatcher, abort the process). Leaks are not
 # checked: CPython, torch and XLA keep their allocations until exit by design.
-flags="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g"
+flags="$asan -fno-omit-frame-pointer -g"
 target="$ROOT/build/asan-py"
 log "sanitize: the torch and JAX layers, fuselet built with $flags into $target"
 rm -rf "$target"
 SKBUILD_BUILD_DIR="$ROOT/build/asan-layers" SKBUILD_CMAKE_BUILD_TYPE=RelWithDebInfo \
-  CMAKE_ARGS="-DCMAKE_C_FLAGS='$flags' -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='-fsanitize=address,undefined'" \
+  CMAKE_ARGS="-DCMAKE_C_FLAGS='$flags' -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$asan'" \
   "$PY" -m pip install --quiet --no-build-isolation --no-deps --target "$target" "$ROOT"
 # Reports go to files (pytest's capture would swallow them with the aborted process), from the
 # test processes and the subprocesses they start alike; any file fails the run.
