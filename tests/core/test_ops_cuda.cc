@@ -1,4 +1,4 @@
-// Standalone test of the CUDA entry points of add_rms_norm, glu and softmax against the CPU
+// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax and rope against the CPU
 // entry points of the same library (float32, rows of every kernel path). Prints one line per
 // failure and "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip)
 // without a GPU.
@@ -13,6 +13,7 @@
 
 #include "fuselet/glu.h"
 #include "fuselet/norm.h"
+#include "fuselet/rope.h"
 #include "fuselet/softmax.h"
 
 namespace {
@@ -147,6 +148,45 @@ void add_rms_norm_case(int64_t rows, int64_t h, cudaStream_t s) {
   check(err < 1e-4 * std::sqrt(double(rows) + 1.0), name + " dweight: max error " + std::to_string(err));
 }
 
+// x [B, S, N, D] (bhsd: [B, N, S, D]) inside rows padded to `pad` >= D elements (pad > D: a
+// strided view), cos / sin [S, R] or [B, S, R]; y, dy, dx contiguous.
+void rope_case(int64_t b, int64_t sq, int64_t n, int64_t d, int64_t r, int64_t pad, uint32_t flags, bool per_seq,
+               cudaStream_t s) {
+  const std::string name = "rope " + std::to_string(b) + "x" + std::to_string(sq) + "x" + std::to_string(n) + "x" +
+                           std::to_string(d) + " R=" + std::to_string(r) + " pad=" + std::to_string(pad) +
+                           " flags=" + std::to_string(flags) + (per_seq ? " per-seq" : "");
+  const int64_t rows = b * sq * n, tables = (per_seq ? b : 1) * sq;
+  Buf x(rows * pad, 11), dy(rows * d, 12), c(tables * r, 13), sn(tables * r, 14), y(rows * d), dx(rows * d);
+  const bool bhsd = flags & FUSELET_ROPE_BHSD;
+  const int64_t d1 = bhsd ? n : sq, d2 = bhsd ? sq : n;
+  auto xv = [&](void* p) {
+    fuselet_tensor t = view(p, {b, d1, d2, d});
+    t.strides[2] = pad, t.strides[1] = d2 * pad, t.strides[0] = d1 * d2 * pad;
+    return t;
+  };
+  std::vector<int64_t> cshape = per_seq ? std::vector<int64_t>{b, sq, r} : std::vector<int64_t>{sq, r};
+  for (bool dev : {false, true}) {
+    fuselet_tensor tx = xv(dev ? static_cast<void*>(x.d) : x.h.data()),
+                   tdy = view(dev ? static_cast<void*>(dy.d) : dy.h.data(), {b, d1, d2, d}),
+                   ty = view(dev ? static_cast<void*>(y.d) : y.h.data(), {b, d1, d2, d}),
+                   tdx = view(dev ? static_cast<void*>(dx.d) : dx.h.data(), {b, d1, d2, d}),
+                   tc = view(dev ? static_cast<void*>(c.d) : c.h.data(), cshape),
+                   ts = view(dev ? static_cast<void*>(sn.d) : sn.h.data(), cshape);
+    if (!dev) {
+      check(fuselet_rope_fwd(&tx, &tc, &ts, flags, &ty) == FUSELET_OK &&
+                fuselet_rope_bwd(&tdy, &tc, &ts, flags, &tdx) == FUSELET_OK,
+            name + " cpu");
+      continue;
+    }
+    check(fuselet_rope_fwd_cuda(&tx, &tc, &ts, flags, &ty, s) == FUSELET_OK &&
+              fuselet_rope_bwd_cuda(&tdy, &tc, &ts, flags, &tdx, s) == FUSELET_OK,
+          name + " cuda");
+    CUDA_OK(cudaStreamSynchronize(s));
+  }
+  compare(name + " y", y.download(), y.h);
+  compare(name + " dx", dx.download(), dx.h);
+}
+
 }  // namespace
 
 int main() {
@@ -172,6 +212,15 @@ int main() {
   // Warp rows, block rows, chunked rows (shared memory and workspace partials), 16-byte and scalar.
   for (int64_t h : {1, 3, 127, 512, 1027, 4096, 20000}) add_rms_norm_case(33, h, s);
   add_rms_norm_case(1000, 1024, s);
+  // Vector units (D, R, strides multiples of 4) and scalar ones, both pairings and layouts.
+  for (uint32_t flags = 0; flags < 4; ++flags)
+    for (bool per_seq : {false, true}) {
+      rope_case(2, 17, 4, 128, 128, 128, flags, per_seq, s);
+      rope_case(2, 17, 4, 128, 64, 136, flags, per_seq, s);  // partial rotary, padded rows
+      rope_case(3, 5, 3, 10, 6, 10, flags, per_seq, s);      // scalar units
+      rope_case(1, 9, 2, 12, 4, 13, flags, per_seq, s);      // scalar: odd row stride
+    }
+  rope_case(4, 2048, 8, 64, 64, 64, 0, false, s);  // more units than the grid
   CUDA_OK(cudaStreamDestroy(s));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

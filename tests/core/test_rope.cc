@@ -1,0 +1,179 @@
+// C++ test of the framework-free core: CPU rope (both layouts, both pairings, partial rotary,
+// shared and per-sequence tables, a B-less x, a strided x, empty batches) against a float64
+// reference, and the error values of the C ABI. Prints "N passed, N failed".
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "expect.h"
+#include "fuselet/rope.h"
+
+namespace {
+
+using fuselet_test::expect;
+using fuselet_test::expect_error;
+
+fuselet_tensor view(float* data, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
+  fuselet_tensor t{};
+  t.data = data;
+  t.dtype = FUSELET_FLOAT32;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t s = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = strides.empty() ? s : strides[d];
+    s *= shape[d];
+  }
+  return t;
+}
+
+// The rotation of rope.h in float64: out_i = a_i c_i + e_i s_i a_p(i) (forward) or
+// a_i c_i - e_i s_p(i) a_p(i) (backward).
+void reference(const float* a, const float* c, const float* s, int64_t D, int64_t R, bool inter, bool bwd, double* out) {
+  const int64_t h = R / 2;
+  for (int64_t i = 0; i < D; ++i) {
+    if (i >= R) {
+      out[i] = a[i];
+      continue;
+    }
+    const int64_t p = inter ? (i % 2 ? i - 1 : i + 1) : (i < h ? i + h : i - h);
+    const double e = inter ? (i % 2 ? 1.0 : -1.0) : (i < h ? -1.0 : 1.0);
+    out[i] = double(a[i]) * c[i] + (bwd ? -e * s[p] : e * s[i]) * double(a[p]);
+  }
+}
+
+// x / dy in [B, S, N, D] or [B, N, S, D] order (a B-less 3-D view when !has_b); with
+// `strided`, x lives inside a buffer with a padded head dim (row stride D + 3).
+void check(int64_t B, int64_t S, int64_t N, int64_t D, int64_t R, bool bhsd, bool inter, bool per_seq, bool has_b,
+           bool strided) {
+  std::mt19937 rng(static_cast<unsigned>(B * 131 + S * 17 + N * 5 + D + R));
+  std::normal_distribution<float> dist(0.2f, 1.5f);
+  const int64_t pad = strided ? D + 3 : D, rows = B * S * N;
+  std::vector<float> x(rows * pad), dy(rows * D), y(rows * D), dx(rows * D), cs((per_seq ? B : 1) * S * R), sn((per_seq ? B : 1) * S * R);
+  for (auto* v : {&x, &dy, &cs, &sn})
+    for (auto& e : *v) e = dist(rng);
+  const int64_t d1 = bhsd ? N : S, d2 = bhsd ? S : N;
+  std::vector<int64_t> shape = {B, d1, d2, D}, xs = {d1 * d2 * pad, d2 * pad, pad, 1};
+  if (!has_b) shape.erase(shape.begin()), xs.erase(xs.begin());
+  fuselet_tensor tx = view(x.data(), shape, xs), tdy = view(dy.data(), shape), ty = view(y.data(), shape),
+                 tdx = view(dx.data(), shape);
+  std::vector<int64_t> cshape = per_seq ? std::vector<int64_t>{B, S, R} : std::vector<int64_t>{S, R};
+  fuselet_tensor tc = view(cs.data(), cshape), ts = view(sn.data(), cshape);
+  const uint32_t flags = (bhsd ? FUSELET_ROPE_BHSD : 0) | (inter ? FUSELET_ROPE_INTERLEAVED : 0);
+  const std::string name = "rope B=" + std::to_string(B) + " S=" + std::to_string(S) + " N=" + std::to_string(N) +
+                           " D=" + std::to_string(D) + " R=" + std::to_string(R) + (bhsd ? " bhsd" : " bshd") +
+                           (inter ? " interleaved" : "") + (per_seq ? " per-seq" : "") + (has_b ? "" : " no-B") +
+                           (strided ? " strided" : "");
+  expect(fuselet_rope_fwd(&tx, &tc, &ts, flags, &ty) == FUSELET_OK, name + " fwd");
+  expect(fuselet_rope_bwd(&tdy, &tc, &ts, flags, &tdx) == FUSELET_OK, name + " bwd");
+  double err = 0;
+  std::vector<double> want(D);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t row = bhsd ? (b * N + n) * S + s : (b * S + s) * N + n;
+        const int64_t t = (per_seq ? b * S : 0) + s;
+        reference(&x[row * pad], &cs[t * R], &sn[t * R], D, R, inter, false, want.data());
+        for (int64_t i = 0; i < D; ++i) err = std::fmax(err, std::fabs(y[row * D + i] - want[i]));
+        reference(&dy[row * D], &cs[t * R], &sn[t * R], D, R, inter, true, want.data());
+        for (int64_t i = 0; i < D; ++i) err = std::fmax(err, std::fabs(dx[row * D + i] - want[i]));
+      }
+  expect(err < 1e-5, name + " values, max error " + std::to_string(err));
+}
+
+}  // namespace
+
+int main() {
+  for (bool bhsd : {false, true})
+    for (bool inter : {false, true})
+      for (bool per_seq : {false, true}) {
+        check(2, 5, 3, 8, 8, bhsd, inter, per_seq, true, false);
+        check(2, 5, 3, 10, 6, bhsd, inter, per_seq, true, false);   // partial rotary, odd units
+        check(3, 7, 4, 128, 64, bhsd, inter, per_seq, true, true);  // strided x
+        check(1, 33, 2, 130, 2, bhsd, inter, per_seq, true, false);
+        check(0, 4, 2, 8, 4, bhsd, inter, per_seq, true, false);    // empty batch
+        check(2, 0, 2, 8, 4, bhsd, inter, per_seq, true, false);
+      }
+  for (bool bhsd : {false, true}) {
+    check(1, 6, 3, 16, 12, bhsd, false, false, false, false);
+    check(1, 6, 3, 16, 16, bhsd, true, false, false, true);
+  }
+  check(4, 600, 8, 64, 64, false, false, false, true, false);  // many rows: several tasks
+
+  float x[2 * 3 * 2 * 8] = {}, y[2 * 3 * 2 * 8], c[2 * 3 * 8] = {}, s[2 * 3 * 8] = {};
+  fuselet_tensor tx = view(x, {2, 3, 2, 8}), ty = view(y, {2, 3, 2, 8}), tc = view(c, {3, 8}), ts = view(s, {3, 8});
+  fuselet_tensor bad = tc;
+  expect(fuselet_rope_fwd(&tx, &tc, &ts, 0, &ty) == FUSELET_OK, "valid call");
+  expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 4, &ty), "flags: unknown bits 0x4", "unknown flag");
+  expect_error(fuselet_rope_fwd(nullptr, &tc, &ts, 0, &ty), "x: expected a tensor, got NULL", "NULL x");
+  expect_error(fuselet_rope_fwd(&tx, nullptr, &ts, 0, &ty), "cos: expected a tensor, got NULL", "NULL cos");
+  expect_error(fuselet_rope_fwd(&tx, &tc, nullptr, 0, &ty), "sin: expected a tensor, got NULL", "NULL sin");
+  expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 0, nullptr), "y: expected a tensor, got NULL", "NULL y");
+  expect_error(fuselet_rope_bwd(&tx, &tc, &ts, 0, nullptr), "dx: expected a tensor, got NULL", "NULL dx");
+  fuselet_tensor x2 = view(x, {6, 8});
+  expect_error(fuselet_rope_fwd(&x2, &tc, &ts, 0, &ty), "x: expected shape [B, S, N, D] or [S, N, D], got [6, 8]",
+               "2-D x");
+  expect_error(fuselet_rope_fwd(&x2, &tc, &ts, FUSELET_ROPE_BHSD, &ty), "x: expected shape [B, N, S, D] or [N, S, D]",
+               "2-D x bhsd");
+  fuselet_tensor x0 = view(x, {2, 3, 2, 0});
+  expect_error(fuselet_rope_fwd(&x0, &tc, &ts, 0, &ty), "x: the head dim D (last dimension) must be > 0", "D = 0");
+  bad = view(c, {3, 7});
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: the rotary dim R (last dimension) must be even and in "
+               "[2, D = 8], got shape [3, 7]", "odd R");
+  bad = view(c, {3, 10});
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "must be even and in [2, D = 8]", "R > D");
+  bad = view(c, {4, 8});
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected 3 positions (S, dimension 1 of x), got shape "
+               "[4, 8]", "cos S");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, FUSELET_ROPE_BHSD, &ty), "cos: expected 2 positions (S, dimension 2 "
+               "of x)", "cos S bhsd");
+  bad = view(c, {1, 3, 8});
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected a batch of 2 (B, dimension 0 of x), got shape "
+               "[1, 3, 8]", "cos B");
+  fuselet_tensor x3 = view(x, {3, 2, 8});
+  expect_error(fuselet_rope_fwd(&x3, &bad, &bad, 0, &ty), "cos: expected shape [S, R] (x has no batch dim), got [1, 3, "
+               "8]", "3-D cos with B-less x");
+  bad = view(c, {24});
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected shape [S, R] or [B, S, R], got [24]", "1-D cos");
+  bad = tc;
+  bad.dtype = FUSELET_FLOAT16;
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected dtype float32 or float32 (the dtype of x), got "
+               "float16", "cos dtype");
+  expect_error(fuselet_rope_fwd(&tx, &tc, &bad, 0, &ty), "sin: expected dtype float32 (the dtype of cos), got float16",
+               "sin dtype");
+  bad = view(s, {3, 4});
+  expect_error(fuselet_rope_fwd(&tx, &tc, &bad, 0, &ty), "sin: expected shape [3, 8] (the shape of cos), got [3, 4]",
+               "sin shape");
+  bad = ty;
+  bad.dtype = FUSELET_BFLOAT16;
+  expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 0, &bad), "y: expected dtype float32 (the dtype of x), got bfloat16",
+               "y dtype");
+  bad = view(y, {2, 3, 2, 4});
+  expect_error(fuselet_rope_bwd(&tx, &tc, &ts, 0, &bad), "dx: expected shape [2, 3, 2, 8] (the shape of dy), got "
+               "[2, 3, 2, 4]", "dx shape");
+  bad = tx;
+  bad.strides[3] = 2;
+  expect_error(fuselet_rope_fwd(&bad, &tc, &ts, 0, &ty), "x: the last dimension must have stride 1", "x last stride");
+  bad = tx;
+  bad.strides[1] = -16;
+  expect_error(fuselet_rope_fwd(&bad, &tc, &ts, 0, &ty), "x: dimension 1 has negative stride", "negative stride");
+  bad = tx;
+  bad.strides[0] = INT64_MAX / 2;
+  bad.strides[1] = INT64_MAX / 2;
+  expect_error(fuselet_rope_fwd(&bad, &tc, &ts, 0, &ty), "x: element offsets overflow int64", "stride overflow");
+  bad = tx;
+  bad.shape[0] = INT64_MAX / 4;
+  expect_error(fuselet_rope_fwd(&bad, &tc, &ts, 0, &ty), "x: the number of elements overflows int64", "size overflow");
+  bad = tc;
+  bad.data = nullptr;
+  expect_error(fuselet_rope_fwd(&tx, &bad, &ts, 0, &ty), "cos: data pointer is NULL", "NULL cos data");
+  bad = tx;
+  bad.dtype = static_cast<fuselet_dtype>(7);
+  expect_error(fuselet_rope_fwd(&bad, &tc, &ts, 0, &ty), "x: expected dtype float32, float16 or bfloat16, got code 7",
+               "bad dtype code");
+  if (!fuselet_has_cuda())
+    expect(fuselet_rope_fwd_cuda(&tx, &tc, &ts, 0, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED, "CPU-only build");
+  return fuselet_test::report();
+}
