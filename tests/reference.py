@@ -189,6 +189,47 @@ def softmax_bwd(dy, y, scale=1.0):
     return float(np.float32(scale)) * y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
 
 
+
+def _rope_tables(cos, sin, x_ndim: int, bhsd: bool):
+    """cos / sin [S, R] or [B, S, R] as float64, broadcastable against x's rotated part."""
+    cos, sin = to_float64(cos), to_float64(sin)
+    if bhsd:  # x [..., N, S, D]: the tables broadcast over N
+        cos, sin = cos[..., None, :, :], sin[..., None, :, :]
+    else:  # x [..., S, N, D]
+        cos, sin = cos[..., :, None, :], sin[..., :, None, :]
+    return cos, sin
+
+
+def _rope_partner(x, interleaved: bool):
+    """(x_p(i), e_i) over the rotated features (fuselet/rope.h): rot(x)_i = e_i * x_p(i)."""
+    r = x.shape[-1]
+    if interleaved:
+        partner = np.arange(r) ^ 1
+        sign = np.where(np.arange(r) % 2 == 0, -1.0, 1.0)
+    else:
+        partner = (np.arange(r) + r // 2) % r
+        sign = np.where(np.arange(r) < r // 2, -1.0, 1.0)
+    return x[..., partner], sign, partner
+
+
+def rope_fwd(x, cos, sin, bhsd=False, interleaved=False):
+    """y_i = x_i cos_i + e_i x_p(i) sin_i for i < R; x_i beyond."""
+    x = to_float64(x)
+    c, s = _rope_tables(cos, sin, x.ndim, bhsd)
+    r = c.shape[-1]
+    xp, sign, _ = _rope_partner(x[..., :r], interleaved)
+    return np.concatenate([x[..., :r] * c + sign * xp * s, x[..., r:]], axis=-1)
+
+
+def rope_bwd(dy, cos, sin, bhsd=False, interleaved=False):
+    """dx_i = dy_i cos_i - e_i dy_p(i) sin_p(i) for i < R; dy_i beyond (the transposed rotation)."""
+    dy = to_float64(dy)
+    c, s = _rope_tables(cos, sin, dy.ndim, bhsd)
+    r = c.shape[-1]
+    dyp, sign, partner = _rope_partner(dy[..., :r], interleaved)
+    return np.concatenate([dy[..., :r] * c - sign * dyp * s[..., partner], dy[..., r:]], axis=-1)
+
+
 # Parameter configurations beyond "weight and bias in x's dtype": name -> (parameter dtype
 # ("x" or "float32"), has weight, has bias (LayerNorm), zero-centered gamma).
 VARIANTS = {

@@ -36,4 +36,10 @@ TORCH_LIBRARY(fuselet, m) {
   // over the last dim; causal: x [..., Q, K], key j masked for query i when j > i + (K - Q).
   m.def("softmax_fwd(Tensor x, float scale=1.0, bool causal=False) -> Tensor y");
   m.def("softmax_bwd(Tensor dy, Tensor y, float scale=1.0) -> Tensor dx");
+  // Rotary position embedding (rope.cpp): math in csrc/core/include/fuselet/rope.h. x [B, S, N, D]
+  // ([B, N, S, D] with bhsd; B may be absent), cos / sin [S, R] or [B, S, R] (float32 or x's
+  // dtype), R even in [2, D]; the first R features rotate (interleaved: pairs 2j, 2j+1, else
+  // i, i + R/2). The backward is the transposed rotation of dy; cos and sin get no gradient.
+  m.def("rope_fwd(Tensor x, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False) -> Tensor y");
+  m.def("rope_bwd(Tensor dy, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False) -> Tensor dx");
 }

@@ -95,3 +95,43 @@ def check_softmax_args(x_shape: tuple, x_dtype: str, scale, causal) -> None:
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
     if causal and len(x_shape) < 2:
         raise ValueError(f"causal: needs x of shape [..., Q, K] with at least 2 dimensions, got shape {tuple(x_shape)}")
+
+
+ROPE_LAYOUTS = ("bshd", "bhsd")
+
+
+def check_rope_args(x_shape: tuple, x_dtype: str, cos_shape: tuple, cos_dtype: str, sin_shape: tuple,
+                    sin_dtype: str, layout, interleaved) -> None:
+    """x: [B, S, N, D] ("bshd") or [B, N, S, D] ("bhsd"), B optional, D > 0; cos and sin: [S, R]
+    or [B, S, R] (not with a B-less x), one dtype (float32 or x's), R even in [2, D]."""
+    check_dtype("x", x_dtype)
+    if not isinstance(layout, str):
+        raise TypeError(f"layout: expected 'bshd' or 'bhsd', got {type(layout).__name__}")
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"layout: expected 'bshd' or 'bhsd', got {layout!r}")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"interleaved: expected a bool, got {type(interleaved).__name__}")
+    x_shape, cos_shape, sin_shape = tuple(x_shape), tuple(cos_shape), tuple(sin_shape)
+    names = "[B, S, N, D] or [S, N, D]" if layout == "bshd" else "[B, N, S, D] or [N, S, D]"
+    if len(x_shape) not in (3, 4):
+        raise ValueError(f"x: expected shape {names} (layout {layout!r}), got shape {x_shape}")
+    if x_shape[-1] == 0:
+        raise ValueError(f"x: the head dim D (last dimension) must be > 0, got shape {x_shape}")
+    check_param_dtype("cos", cos_dtype, x_dtype, None)
+    check_param_dtype("sin", sin_dtype, x_dtype, ("cos", cos_dtype))
+    has_b = len(x_shape) == 4
+    s_dim = (1 if has_b else 0) + (0 if layout == "bshd" else 1)
+    if len(cos_shape) != 2 and not (has_b and len(cos_shape) == 3):
+        expected = "[S, R] or [B, S, R]" if has_b else "[S, R] (x has no batch dim)"
+        raise ValueError(f"cos: expected shape {expected}, got shape {cos_shape}")
+    head_dim, rotary = x_shape[-1], cos_shape[-1]
+    if rotary < 2 or rotary > head_dim or rotary % 2:
+        raise ValueError(f"cos: the rotary dim R (last dimension) must be even and in [2, D={head_dim}], "
+                         f"got shape {cos_shape}")
+    if cos_shape[-2] != x_shape[s_dim]:
+        raise ValueError(f"cos: expected {x_shape[s_dim]} positions (S, dim {s_dim} of x {x_shape}), "
+                         f"got shape {cos_shape}")
+    if len(cos_shape) == 3 and cos_shape[0] != x_shape[0]:
+        raise ValueError(f"cos: expected a batch of {x_shape[0]} (B, dim 0 of x {x_shape}), got shape {cos_shape}")
+    if sin_shape != cos_shape:
+        raise ValueError(f"sin: expected shape {cos_shape} (the shape of cos), got {sin_shape}")

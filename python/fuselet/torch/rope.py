@@ -1,0 +1,55 @@
+"""Rotary position embedding for PyTorch: checked wrapper, fake impls, autograd.
+
+Math and shapes: csrc/core/include/fuselet/rope.h. x is [B, S, N, D] (layout="bshd") or
+[B, N, S, D] (layout="bhsd", transformers' q / k after the head transpose), B optional; cos and
+sin are [S, R] or [B, S, R], float32 or x's dtype. The first R features of each head rotate
+(interleaved=False: i pairs with i + R/2, transformers' rotate_half; True: 2j with 2j+1,
+GPT-J), the rest pass through. y has x's shape and dtype. x is read in place through its
+strides (a transposed view needs no copy). Only x gets a gradient; cos and sin get None.
+"""
+from __future__ import annotations
+
+import torch
+
+from fuselet._checks import check_rope_args
+
+ops = torch.ops.fuselet
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "bshd",
+         interleaved: bool = False) -> torch.Tensor:
+    """y[..., i] = x[..., i] * cos[i] + rot(x)[..., i] * sin[i] for i < R; x[..., i] beyond."""
+    for name, t in (("x", x), ("cos", cos), ("sin", sin)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    check_rope_args(tuple(x.shape), _dtype(x), tuple(cos.shape), _dtype(cos), tuple(sin.shape), _dtype(sin),
+                    layout, interleaved)
+    return ops.rope_fwd(x, cos, sin, layout == "bhsd", interleaved)
+
+
+@torch.library.register_fake("fuselet::rope_fwd")
+def _(x, cos, sin, bhsd=False, interleaved=False):
+    return torch.empty(x.shape, dtype=x.dtype, device=x.device)
+
+
+@torch.library.register_fake("fuselet::rope_bwd")
+def _(dy, cos, sin, bhsd=False, interleaved=False):
+    return torch.empty(dy.shape, dtype=dy.dtype, device=dy.device)
+
+
+def _setup(ctx, inputs, output):
+    _, cos, sin, bhsd, interleaved = inputs
+    ctx.bhsd, ctx.interleaved = bhsd, interleaved
+    ctx.save_for_backward(cos, sin)
+
+
+def _backward(ctx, dy):
+    cos, sin = ctx.saved_tensors
+    return ops.rope_bwd(dy, cos, sin, ctx.bhsd, ctx.interleaved), None, None, None, None
+
+
+torch.library.register_autograd("fuselet::rope_fwd", _backward, setup_context=_setup)
