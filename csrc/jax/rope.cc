@@ -1,0 +1,47 @@
+// XLA FFI handlers of the rope family: fuselet_rope_{fwd,bwd} (flags: fuselet_rope_flags).
+// Symbols: fuselet_jax_<op>_{cpu,cuda}.
+#include <utility>
+
+#include "fuselet/rope.h"
+#include "op.h"
+
+namespace fuselet_jax {
+namespace {
+
+using ffi::AnyBuffer;
+using ffi::Error;
+using ffi::Result;
+
+Error RopeFwd(Where at, AnyBuffer x, AnyBuffer cos, AnyBuffer sin, int32_t flags, Result<AnyBuffer> y) {
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vc, cos, "cos");
+  FUSELET_JAX_VIEW(vs, sin, "sin");
+  FUSELET_JAX_VIEW(vy, *y, "y");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  return run_on(
+      at, [&] { return fuselet_rope_fwd(&vx, &vc, &vs, f, &vy); },
+      [&](void* s) { return fuselet_rope_fwd_cuda(&vx, &vc, &vs, f, &vy, s); });
+}
+
+Error RopeBwd(Where at, AnyBuffer dy, AnyBuffer cos, AnyBuffer sin, int32_t flags, Result<AnyBuffer> dx) {
+  FUSELET_JAX_VIEW(vdy, dy, "dy");
+  FUSELET_JAX_VIEW(vc, cos, "cos");
+  FUSELET_JAX_VIEW(vs, sin, "sin");
+  FUSELET_JAX_VIEW(vdx, *dx, "dx");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  return run_on(
+      at, [&] { return fuselet_rope_bwd(&vdy, &vc, &vs, f, &vdx); },
+      [&](void* s) { return fuselet_rope_bwd_cuda(&vdy, &vc, &vs, f, &vdx, s); });
+}
+
+// Both directions: (x or dy, cos, sin; flags) -> y or dx.
+template <typename B> auto args(B b) {
+  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+      .template Attr<int32_t>("flags").template Ret<AnyBuffer>();
+}
+
+}  // namespace
+}  // namespace fuselet_jax
+
+FUSELET_JAX_HANDLERS(rope_fwd, fuselet_jax::RopeFwd, fuselet_jax::args)
+FUSELET_JAX_HANDLERS(rope_bwd, fuselet_jax::RopeBwd, fuselet_jax::args)

@@ -1,0 +1,206 @@
+"""fuselet.jax rope against the float64 reference (tests/reference.py): forward, grad, jit,
+vmap, and sharding on 8 CPU devices (this file's __main__ runs in a subprocess: XLA_FLAGS
+must be set before jax is imported)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests import reference as ref
+from tests.conftest import import_layer
+
+jax = pytest.importorskip("jax", reason="jax is not installed in this environment")
+import jax.numpy as jnp  # noqa: E402
+
+fj = import_layer("jax")
+f64 = ref.to_float64
+B, S, N, D = 2, 5, 3, 16
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def x_shape(layout, b=B, s=S, n=N, d=D) -> tuple:
+    inner = (s, n) if layout == "bshd" else (n, s)
+    return ((b,) if b is not None else ()) + inner + (d,)
+
+
+def arrays(shape, dtype, rotary, table_shape, table_dtype, device=None, seed=0):
+    """x, dy in `dtype`; cos, sin of `table_shape` + (rotary,) with arbitrary values, in
+    `table_dtype` ("x": x's)."""
+    rng = np.random.default_rng(seed)
+    np_dt = ref.NUMPY_DTYPES[dtype]
+    t_dt = ref.NUMPY_DTYPES[dtype if table_dtype == "x" else table_dtype]
+    vals = (((rng.standard_normal(shape) * 2 + 0.3), np_dt), (rng.standard_normal(shape), np_dt),
+            (rng.uniform(-1.5, 1.5, (*table_shape, rotary)), t_dt), (rng.uniform(-1.5, 1.5, (*table_shape, rotary)), t_dt))
+    return tuple(jax.device_put(jnp.asarray(v.astype(dt)), device) for v, dt in vals)
+
+
+def vjp(layout, interleaved):
+    def loss(x, cos, sin, dy):
+        y = fj.rope(x, cos, sin, layout=layout, interleaved=interleaved)
+        return jnp.sum(y.astype(jnp.float32) * dy.astype(jnp.float32))
+    return jax.grad(loss, argnums=(0, 1, 2))
+
+
+def check(x, dy, cos, sin, dtype, layout, interleaved, y=None, grads=None):
+    bhsd = layout == "bhsd"
+    y = fj.rope(x, cos, sin, layout=layout, interleaved=interleaved) if y is None else y
+    assert y.dtype == x.dtype and y.shape == x.shape
+    ref.assert_close(f64(y), ref.rope_fwd(x, cos, sin, bhsd, interleaved), dtype, name="y")
+    r = cos.shape[-1]
+    assert np.array_equal(f64(y)[..., r:], f64(x)[..., r:]), "features R..D-1 pass through unchanged"
+    dx, dcos, dsin = vjp(layout, interleaved)(x, cos, sin, dy) if grads is None else grads
+    assert dx.dtype == x.dtype and dx.shape == x.shape
+    ref.assert_close(f64(dx), ref.rope_bwd(dy, cos, sin, bhsd, interleaved), dtype, name="dx")
+    assert dcos.shape == cos.shape and not np.any(f64(dcos)) and not np.any(f64(dsin)), "cos, sin: zero gradients"
+
+
+@pytest.mark.parametrize("table_dtype", ["float32", "x"])
+@pytest.mark.parametrize("tables", ["shared", "per_seq"])
+@pytest.mark.parametrize("rotary", [D, 10], ids=["R=D", "R<D"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_forward_grad(dtype, layout, interleaved, rotary, tables, table_dtype, jax_device):
+    table_shape = (S,) if tables == "shared" else (B, S)
+    x, dy, cos, sin = arrays(x_shape(layout), dtype, rotary, table_shape, table_dtype, jax_device)
+    check(x, dy, cos, sin, dtype, layout, interleaved)
+
+
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_no_batch_dim_and_head_dims(dtype, layout, interleaved, jax_device):
+    x, dy, cos, sin = arrays(x_shape(layout, None), dtype, 12, (S,), "float32", jax_device)
+    check(x, dy, cos, sin, dtype, layout, interleaved)
+    x, dy, cos, sin = arrays(x_shape(layout, 3, 9, 2, 128), dtype, 64, (3, 9), "x", jax_device, seed=1)
+    check(x, dy, cos, sin, dtype, layout, interleaved)
+
+
+@pytest.mark.parametrize("empty", ["B=0", "S=0"])
+def test_empty(empty):
+    b, s = (0, S) if empty == "B=0" else (B, 0)
+    for tables in ((s,), (b, s)):
+        x, dy, cos, sin = arrays(x_shape("bshd", b, s), "float32", 8, tables, "x")
+        assert fj.rope(x, cos, sin).shape == x.shape
+        assert vjp("bshd", False)(x, cos, sin, dy)[0].shape == x.shape
+
+
+def test_jit():
+    x, dy, cos, sin = arrays(x_shape("bhsd"), "bfloat16", 8, (B, S), "float32")
+    y = jax.jit(lambda x, c, s: fj.rope(x, c, s, layout="bhsd", interleaved=True))(x, cos, sin)
+    check(x, dy, cos, sin, "bfloat16", "bhsd", True, y, jax.jit(vjp("bhsd", True))(x, cos, sin, dy))
+
+
+@pytest.mark.parametrize("case", ["x_only_shared", "x_only_per_seq", "all_no_b", "all_per_seq", "tables_only"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_vmap_and_vmap_of_grad(case, layout):
+    """vmap folds the mapped dim into B: each example keeps its own tables."""
+    no_b = case == "all_no_b"
+    per_seq = case in ("x_only_per_seq", "all_per_seq")
+    parts = [arrays(x_shape(layout, None if no_b else B), "float32", 8, (B, S) if per_seq else (S,), "float32",
+                    seed=i) for i in range(3)]
+    xs, dys, coss, sins = (jnp.stack([p[k] for p in parts]) for k in range(4))
+    x_axis = None if case == "tables_only" else 0
+    t_axis = 0 if case.startswith("all") or case == "tables_only" else None
+    if x_axis is None:
+        xs, dys = parts[0][0], parts[0][1]
+    if t_axis is None:
+        coss, sins = parts[0][2], parts[0][3]
+    axes = (x_axis, t_axis, t_axis)
+    ys = jax.vmap(lambda x, c, s: fj.rope(x, c, s, layout=layout), in_axes=axes)(xs, coss, sins)
+    grads = jax.vmap(vjp(layout, False), in_axes=(*axes, x_axis))(xs, coss, sins, dys)
+    for i in range(3):
+        x, dy, cos, sin = (a[i] if ax == 0 else a for a, ax in zip((xs, dys, coss, sins), (x_axis, x_axis, t_axis, t_axis)))
+        dcos = grads[1][i] if t_axis == 0 else jnp.zeros_like(cos)
+        dsin = grads[2][i] if t_axis == 0 else jnp.zeros_like(sin)
+        check(x, dy, cos, sin, "float32", layout, False, ys[i], (grads[0][i], dcos, dsin))
+
+
+# --- sharding (8 CPU devices, in a subprocess) ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def sharded() -> dict:
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-m", "tests.jax.test_rope"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def others(counts: dict, *allowed) -> dict:
+    return {c: n for c, n in counts.items() if n and c not in allowed}
+
+
+@pytest.mark.parametrize("case", ["batch", "batch_and_heads", "bhsd_batch_and_heads", "per_seq_batch",
+                                  "sequence", "bhsd_sequence", "shard_map"])
+def test_sharding_has_no_collective(sharded, case):
+    """x sharded on B, N and / or S (tables replicated, or sharded on B like x): no all-gather,
+    all-reduce or any other collective, forward or gradient; y and dx keep x's sharding."""
+    r = sharded[case]
+    assert others(r["fwd"]) == {} and others(r["grad"]) == {}, r
+    assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_sharded_head_dim_is_gathered(sharded):
+    r = sharded["head_dim"]
+    assert r["fwd"]["all-gather"] >= 1 and r["max_diff"] < 1e-5, r
+
+
+def _sharding_main():
+    """Prints one JSON object: per case, the collectives of the compiled forward and gradient,
+    whether y / dx keep x's sharding, and the largest difference from the unsharded result."""
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    collectives = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
+
+    def count(hlo):
+        return {c: len(re.findall(rf"\b{c}(?:-start)?\(", hlo)) for c in collectives}
+
+    def case(mesh, spec, layout, shape, tables, table_spec=None, shard_map=False):
+        x, dy, cos, sin = arrays(shape, "float32", shape[-1], tables, "float32")
+
+        def f(x, c, s):
+            return fj.rope(x, c, s, layout=layout, interleaved=True)
+
+        g = jax.grad(lambda x, c, s, dy: jnp.sum(f(x, c, s) * dy), argnums=(0,))
+        expected = f(x, cos, sin), g(x, cos, sin, dy)
+        xs = NamedSharding(mesh, spec)
+        ts = NamedSharding(mesh, table_spec if table_spec is not None else P())
+        if shard_map:
+            f = jax.shard_map(f, mesh=mesh, in_specs=(spec, table_spec, table_spec), out_specs=spec)
+            g = jax.grad(lambda x, c, s, dy: jnp.sum(f(x, c, s) * dy), argnums=(0,))
+        args = (jax.device_put(x, xs), jax.device_put(cos, ts), jax.device_put(sin, ts))
+        dys = jax.device_put(dy, xs)
+        jf, jg = jax.jit(f), jax.jit(g)
+        y, grads = jf(*args), jg(*args, dys)
+        diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in ((y, expected[0]),
+                                                                                     (grads[0], expected[1][0])))
+        return {"fwd": count(jf.lower(*args).compile().as_text()),
+                "grad": count(jg.lower(*args, dys).compile().as_text()),
+                "y_sharding_is_x": y.sharding.is_equivalent_to(xs, y.ndim),
+                "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(xs, y.ndim), "max_diff": diff}
+
+    mesh = jax.make_mesh((8,), ("data",))
+    mesh2 = jax.make_mesh((2, 4), ("a", "b"))
+    out = {
+        "batch": case(mesh, P("data"), "bshd", (8, 6, 2, 16), (6,)),
+        "batch_and_heads": case(mesh2, P("a", None, "b"), "bshd", (2, 6, 4, 16), (6,)),
+        "bhsd_batch_and_heads": case(mesh2, P("a", "b"), "bhsd", (2, 4, 6, 16), (6,)),
+        "per_seq_batch": case(mesh, P("data"), "bshd", (8, 6, 2, 16), (8, 6), P("data")),
+        "sequence": case(mesh, P(None, "data"), "bshd", (2, 16, 2, 8), (16,)),
+        "bhsd_sequence": case(mesh2, P("a", None, "b"), "bhsd", (2, 3, 8, 8), (2, 8)),
+        "shard_map": case(mesh, P("data"), "bshd", (8, 6, 2, 16), (6,), P(), shard_map=True),
+        "head_dim": case(mesh, P(None, None, None, "data"), "bshd", (2, 6, 2, 16), (6,)),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    assert "xla_force_host_platform_device_count=8" in os.environ.get("XLA_FLAGS", ""), "set XLA_FLAGS first"
+    _sharding_main()
