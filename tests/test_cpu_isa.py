@@ -51,6 +51,10 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
     elif op == "add_rms_norm":
         y, h = ft.add_rms_norm(x, t["bias"].detach().expand_as(x).contiguous().requires_grad_(True), w, 1e-6)
         y = y + h
+    elif op.startswith("rope"):  # x [1, S = rows, 1, H], tables [S, H - 2] in float32: partial rotary
+        rng = np.random.default_rng(2)
+        cos, sin = (torch.from_numpy(rng.uniform(-1, 1, (shape[0], shape[1] - 2)).astype(np.float32)) for _ in range(2))
+        y = ft.rope(x.view(1, shape[0], 1, shape[1]), cos, sin, interleaved=op == "rope_interleaved").view(shape)
     elif op == "swiglu":
         y = ft.swiglu(x)
         dy = dy[..., : y.shape[-1]].contiguous()
@@ -63,7 +67,7 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("shape", [(5, 6), (8, 4098), (256, 4096)], ids=["5x6", "8x4098", "256x4096"])
-@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved"])
 def test_bit_identical_across_isas(op, dtype, shape):
     """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits."""
     isas = available()

@@ -178,15 +178,20 @@ struct RopeRows {
       T* y = static_cast<T*>(p->out) + b * p->out_b + t * p->out_s + n * p->out_n;
       const float* x = row_as_float(xr, xf, R);
       if constexpr (kInter) {
+        // Even and odd features in separate loops: one loop writing both lets GCC 12's SLP
+        // vectorizer fuse the alternating sub / add into vfmaddsub (an FMA despite
+        // -ffp-contract=off), and the AVX2 / AVX-512 copies would round differently.
         for (int64_t j = 0; j < h; ++j) {
-          const float a = x[2 * j], e = x[2 * j + 1];
-          if constexpr (kBwd) {
-            y[2 * j] = from_float<T>(a * c[2 * j] + e * s[2 * j + 1]);
-            y[2 * j + 1] = from_float<T>(e * c[2 * j + 1] - a * s[2 * j]);
-          } else {
-            y[2 * j] = from_float<T>(a * c[2 * j] - e * s[2 * j]);
-            y[2 * j + 1] = from_float<T>(e * c[2 * j + 1] + a * s[2 * j + 1]);
-          }
+          if constexpr (kBwd)
+            y[2 * j] = from_float<T>(x[2 * j] * c[2 * j] + x[2 * j + 1] * s[2 * j + 1]);
+          else
+            y[2 * j] = from_float<T>(x[2 * j] * c[2 * j] - x[2 * j + 1] * s[2 * j]);
+        }
+        for (int64_t j = 0; j < h; ++j) {
+          if constexpr (kBwd)
+            y[2 * j + 1] = from_float<T>(x[2 * j + 1] * c[2 * j + 1] - x[2 * j] * s[2 * j]);
+          else
+            y[2 * j + 1] = from_float<T>(x[2 * j + 1] * c[2 * j + 1] + x[2 * j] * s[2 * j + 1]);
         }
       } else {
         for (int64_t i = 0; i < h; ++i) {
