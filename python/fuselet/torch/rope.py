@@ -26,6 +26,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str =
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if t.device != x.device:
+            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
     check_rope_args(tuple(x.shape), _dtype(x), tuple(cos.shape), _dtype(cos), tuple(sin.shape), _dtype(sin),
                     layout, interleaved)
     return ops.rope_fwd(x, cos, sin, layout == "bhsd", interleaved)
