@@ -9,7 +9,7 @@
  * the N heads; both have one dtype, FUSELET_FLOAT32 or x's, and any strides >= 0 with the last
  * one 1. R is even, 2 <= R <= D: the first R features of each head rotate, features R..D-1 pass
  * through unchanged (partial rotary). y, dy and dx have x's shape and dtype (their own strides,
- * last one 1). Supported dtypes: FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16; the math
+ * last one 1); y must not overlap x, nor dx dy (no in-place call). Supported dtypes: FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16; the math
  * runs in float32. B, S or N may be 0; D may not. flags: a bitwise OR of fuselet_rope_flags.
  *
  * Math, per row (one head of one token) with c = cos[b, s, :], s = sin[b, s, :], and i < R:
