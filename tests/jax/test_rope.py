@@ -151,6 +151,12 @@ def test_sharded_head_dim_is_gathered(sharded):
     assert r["fwd"]["all-gather"] >= 1 and r["max_diff"] < 1e-5, r
 
 
+def test_eager_call_with_uncommitted_tables(sharded):
+    """fj.rope(x_sharded, cos, sin) outside jit with plain jnp tables: y keeps x's sharding."""
+    r = sharded["eager"]
+    assert r["y_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
 def _sharding_main():
     """Prints one JSON object: per case, the collectives of the compiled forward and gradient,
     whether y / dx keep x's sharding, and the largest difference from the unsharded result."""
@@ -198,6 +204,11 @@ def _sharding_main():
         "shard_map": case(mesh, P("data"), "bshd", (8, 6, 2, 16), (6,), P(), shard_map=True),
         "head_dim": case(mesh, P(None, None, None, "data"), "bshd", (2, 6, 2, 16), (6,)),
     }
+    x, _, cos, sin = arrays((8, 6, 2, 16), "float32", 16, (6,), "float32")
+    xs = NamedSharding(mesh, P("data"))
+    y = fj.rope(jax.device_put(x, xs), cos, sin)
+    out["eager"] = {"y_sharding_is_x": y.sharding.is_equivalent_to(xs, y.ndim),
+                    "max_diff": float(np.max(np.abs(np.asarray(y) - np.asarray(fj.rope(x, cos, sin)))))}
     print(json.dumps(out))
 
 

@@ -125,6 +125,21 @@ def test_other_views(view):
     ref.assert_close(f64(y), ref.rope_fwd(f64(x), f64(cos), f64(sin), False, True), "float32", name="y")
 
 
+def test_expanded_gradients():
+    """y.sum().backward() hands rope_bwd a dy of stride 0 everywhere; an expanded row has stride 0
+    but in its last dim: both are read as they are."""
+    t = tensors((B, S, N, D), "float32", 10, (B, S), "float32")
+    x, cos, sin = t["x"], t["cos"], t["sin"]
+    ft.rope(x, cos, sin).sum().backward()
+    ones = np.ones((B, S, N, D))
+    ref.assert_close(f64(x.grad), ref.rope_bwd(ones, f64(cos), f64(sin)), "float32", name="dx of sum")
+    row = torch.randn(D)
+    dy = row.expand(B, S, N, D)
+    assert dy.stride() == (0, 0, 0, 1)
+    (dx,) = torch.autograd.grad(ft.rope(x, cos, sin), (x,), dy)
+    ref.assert_close(f64(dx), ref.rope_bwd(f64(dy), f64(cos), f64(sin)), "float32", name="dx of an expanded dy")
+
+
 def test_reference_backward_is_the_transpose():
     """<dy, rope(x)> == <rope_bwd(dy), x>: the backward in rope.h is the transposed rotation."""
     rng = np.random.default_rng(3)
