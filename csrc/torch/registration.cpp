@@ -36,4 +36,24 @@ TORCH_LIBRARY(fuselet, m) {
   // over the last dim; causal: x [..., Q, K], key j masked for query i when j > i + (K - Q).
   m.def("softmax_fwd(Tensor x, float scale=1.0, bool causal=False) -> Tensor y");
   m.def("softmax_bwd(Tensor dy, Tensor y, float scale=1.0) -> Tensor dx");
+  // Cross-entropy (cross_entropy.cpp): math in csrc/core/include/fuselet/cross_entropy.h.
+  // logits [..., V], target logits.shape[:-1] (int32 or int64); per-token float32 outputs of
+  // target's shape, 0 where target == ignore_index; softcap 0.0: none. The backward takes the
+  // upstream gradient of each token's loss (dloss); the trailing-underscore variants write
+  // dlogits into the logits' memory.
+  m.def(
+      "cross_entropy_fwd(Tensor logits, Tensor target, int ignore_index, float label_smoothing, float z_loss,"
+      " float softcap) -> (Tensor loss, Tensor z, Tensor lse)");
+  m.def(
+      "cross_entropy_bwd(Tensor dloss, Tensor logits, Tensor target, Tensor lse, int ignore_index,"
+      " float label_smoothing, float z_loss, float softcap) -> Tensor dlogits");
+  m.def(
+      "cross_entropy_bwd_(Tensor dloss, Tensor(a!) logits, Tensor target, Tensor lse, int ignore_index,"
+      " float label_smoothing, float z_loss, float softcap) -> ()");
+  m.def(
+      "cross_entropy_fwd_bwd(Tensor logits, Tensor target, int ignore_index, float label_smoothing, float z_loss,"
+      " float softcap, float grad_scale) -> (Tensor loss, Tensor z, Tensor dlogits)");
+  m.def(
+      "cross_entropy_fwd_bwd_(Tensor(a!) logits, Tensor target, int ignore_index, float label_smoothing,"
+      " float z_loss, float softcap, float grad_scale) -> (Tensor loss, Tensor z)");
 }
