@@ -209,6 +209,7 @@ def test_inplace_backward():
 
 
 def test_fwd_bwd_helper(dtype):
+    assert ft.cross_entropy.fwd_bwd is fwd_bwd
     logits, target = make((3, 5), 301, dtype)
     opts = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 15.0}
     loss, z, dlogits = fwd_bwd(logits.detach(), target, grad_scale=0.25, **opts)

@@ -144,3 +144,8 @@ class _InplaceBackward(torch.autograd.Function):
             return None, None, None, None, None, None
         ops.cross_entropy_bwd_(dloss, logits, target, lse, *ctx.options)
         return logits, None, None, None, None, None
+
+
+# fuselet.<layer>.cross_entropy is the function above (the package exports it over this
+# module's name): the helper is reachable as fuselet.<layer>.cross_entropy.fwd_bwd too.
+cross_entropy.fwd_bwd = fwd_bwd
