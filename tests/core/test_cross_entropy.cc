@@ -166,6 +166,9 @@ void errors() {
   fuselet_tensor x0 = view(x, FUSELET_FLOAT32, {2, 0});
   expect_error(fuselet_cross_entropy_fwd(&x0, &tt, &o, &tl, nullptr, &tlse), "logits: the last dimension (classes)",
                "V = 0");
+  fuselet_tensor huge = view(x, FUSELET_FLOAT32, {int64_t{1} << 40, int64_t{1} << 30});
+  expect_error(fuselet_cross_entropy_fwd(&huge, &tt, &o, &tl, nullptr, &tlse), "logits: the element count overflows",
+               "element count overflow");
   fuselet_cross_entropy_options b = o;
   b.label_smoothing = 1.5f;
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "label_smoothing: expected a number in [0, 1]",

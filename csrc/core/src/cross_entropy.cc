@@ -33,13 +33,16 @@ fuselet_status check_options(const fuselet_cross_entropy_options* opts, CrossEnt
 }
 
 fuselet_status check_logits(const fuselet_tensor* logits, CrossEntropyProblem* p, Rows* r) {
+  // The element count must fit int64 before as_rows multiplies the leading dims.
+  if (logits != nullptr && logits->ndim > 0 && logits->ndim <= FUSELET_MAX_DIMS) {
+    int64_t elems = 1;
+    for (int32_t d = 0; d < logits->ndim; ++d)
+      if (logits->shape[d] >= 0 && __builtin_mul_overflow(elems, logits->shape[d], &elems))
+        return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: the element count overflows int64");
+  }
   if (fuselet_status s = as_rows(logits, "logits", r)) return s;
   if (r->hidden == 0)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: the last dimension (classes) must be > 0, got 0");
-  int64_t elems = 0;
-  if (__builtin_mul_overflow(r->rows, r->hidden, &elems))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: %" PRId64 " rows of %" PRId64 " elements overflow int64",
-                r->rows, r->hidden);
   p->dtype = logits->dtype;
   p->rows = r->rows;
   p->vocab = r->hidden;
