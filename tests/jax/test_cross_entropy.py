@@ -179,3 +179,10 @@ def test_fwd_bwd_may_reuse_the_logits_buffer():
     donated = jax.jit(lambda x: fwd_bwd(x, target)[2], donate_argnums=0)
     want = fwd_bwd(logits, target)[2]
     np.testing.assert_array_equal(np.asarray(donated(jnp.array(logits))), np.asarray(want))
+
+
+def test_ignore_index_outside_the_target_dtype():
+    """An int32 target cannot hold ignore_index 2**32: every token counts."""
+    logits, target = make((6,), 5, "float32", ignore_every=0)
+    a = fj.cross_entropy(logits, target, ignore_index=2 ** 32)
+    np.testing.assert_allclose(float(a), float(fj.cross_entropy(logits, target)), rtol=1e-6)

@@ -265,3 +265,22 @@ def test_torch_compile_fullgraph(inplace):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     want = F.cross_entropy(30.0 * torch.tanh(h0 @ w0 / 30.0), target, label_smoothing=0.1)
     assert abs(float(eager[0]) - float(eager[1]) - float(want)) < 1e-5
+
+
+def test_ignore_index_outside_the_target_dtype():
+    """An int32 target cannot hold ignore_index 2**32: every token counts (torch would wrap it to 0)."""
+    logits, target = make((6,), 5, "float32", ignore_every=0)
+    target[0] = 0
+    loss = ft.cross_entropy(logits, target.int(), ignore_index=2 ** 32)
+    torch.testing.assert_close(loss, F.cross_entropy(logits.detach(), target))
+
+
+def test_fwd_bwd_in_place_non_contiguous():
+    logits, target = make((6,), 10, "bfloat16")
+    base = torch.stack([logits.detach(), logits.detach()], -1).reshape(6, 20)
+    view = base[:, ::2]
+    assert not view.is_contiguous()
+    want = fwd_bwd(logits.detach(), target, z_loss=1e-3)
+    got = fwd_bwd(view, target, z_loss=1e-3, inplace=True)
+    assert got[2] is view and torch.equal(view, want[2]) and torch.equal(base[:, 1::2], logits.detach())
+    assert torch.equal(got[0], want[0])

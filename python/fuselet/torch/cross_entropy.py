@@ -39,6 +39,9 @@ def _reduce(v: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction:
     total = v.sum()
     if reduction == "sum":
         return total
+    info = torch.iinfo(target.dtype)
+    if not info.min <= ignore_index <= info.max:  # no target can equal it (torch would wrap it)
+        return total / max(target.numel(), 1)
     return total / (target != ignore_index).sum().clamp(min=1)  # 0 tokens: 0, not NaN
 
 
