@@ -181,6 +181,7 @@ def main():
         out[f"softmax/{name}/queries"] = softmax_case(mesh, P(None, None, "data", None), (1, 2, 16, 8), causal)
     out["cross_entropy/rows"] = cross_entropy_case(mesh, P("data", None), (16, 64))
     out["cross_entropy/rows_2d_mesh"] = cross_entropy_case(mesh2, P("a", "b", None), (4, 8, 64))
+    out["cross_entropy/vocab"] = cross_entropy_case(mesh, P(None, "data"), (16, 64))
     print(json.dumps(out))
 
 

@@ -123,3 +123,12 @@ def test_cross_entropy_row_sharding(results, case):
     assert r["reduced"]["all-reduce"] == axes and others(r["reduced"], "all-reduce") == {}, r["reduced"]
     assert r["grad"]["all-reduce"] <= axes and others(r["grad"], "all-reduce") == {}, r["grad"]
     assert r["loss_sharding_is_target"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_cross_entropy_vocab_sharding_gathers_logits(results):
+    """logits sharded on V: gathered along V for the kernel (which needs whole rows), nothing
+    else, and the unsharded result."""
+    r = results["cross_entropy/vocab"]
+    for name in ("fwd", "reduced", "grad"):
+        assert r[name]["all-gather"] >= 1 and others(r[name], "all-gather") == {}, r[name]
+    assert r["loss_sharding_is_target"] and r["max_diff"] < 1e-5, r
