@@ -250,3 +250,44 @@ def variant_inputs(shape, dtype: str, variant: str, seed: int = 0) -> dict:
     for name, present in (("weight", has_w), ("bias", has_b)):
         a[name] = (p32[name] if pdtype == "float32" else a[name]) if present else None
     return a
+
+
+def _ce_prepare(logits, target, ignore_index, softcap):
+    """(s, valid, target with ignored -> 0, c): the soft-capped logits in float64."""
+    x, t = to_float64(logits), np.asarray(target).astype(np.int64)
+    c = None if softcap is None else float(np.float32(softcap))  # the kernels take it as a float32
+    s = x if c is None else c * np.tanh(x / c)
+    valid = t != ignore_index
+    return s, valid, np.where(valid, t, 0), c
+
+
+def _logsumexp(s):
+    m = np.max(s, axis=-1, keepdims=True)
+    return (m + np.log(np.sum(np.exp(s - m), axis=-1, keepdims=True)))[..., 0]
+
+
+def cross_entropy_fwd(logits, target, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None):
+    """-> (loss, z, lse) per token [...] (target's shape), 0 where target == ignore_index.
+
+    s = softcap * tanh(logits / softcap) (or logits), lse = logsumexp(s),
+    loss = (1 - ls) (lse - s_t) + ls (lse - mean(s)) + z, z = z_loss lse^2."""
+    s, valid, t, _ = _ce_prepare(logits, target, ignore_index, softcap)
+    ls, zl = float(np.float32(label_smoothing)), float(np.float32(z_loss))
+    lse = _logsumexp(s)
+    st = np.take_along_axis(s, t[..., None], axis=-1)[..., 0]
+    z = zl * lse ** 2
+    loss = (1 - ls) * (lse - st) + ls * (lse - np.mean(s, axis=-1)) + z
+    return tuple(np.where(valid, v, 0.0) for v in (loss, z, lse))
+
+
+def cross_entropy_bwd(dloss, logits, target, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None):
+    """-> dlogits: dloss * (p (1 + 2 z_loss lse) - (1 - ls) onehot(t) - ls / V), times
+    1 - (s / softcap)^2 with a softcap; 0 rows where ignored."""
+    s, valid, t, c = _ce_prepare(logits, target, ignore_index, softcap)
+    ls, zl = float(np.float32(label_smoothing)), float(np.float32(z_loss))
+    lse = _logsumexp(s)[..., None]
+    onehot = np.arange(s.shape[-1]) == t[..., None]
+    ds = to_float64(dloss)[..., None] * (np.exp(s - lse) * (1 + 2 * zl * lse) - (1 - ls) * onehot - ls / s.shape[-1])
+    if c is not None:
+        ds = ds * (1 - (s / c) ** 2)
+    return np.where(valid[..., None], ds, 0.0)

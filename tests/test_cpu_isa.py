@@ -58,16 +58,28 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
     elif op == "swiglu":
         y = ft.swiglu(x)
         dy = dy[..., : y.shape[-1]].contiguous()
+    elif op == "cross_entropy":
+        target = torch.from_numpy(np.random.default_rng(3).integers(0, shape[-1], shape[:-1]))
+        target[::5] = -100
+        opts = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 5.0}
+        y = ft.cross_entropy(x, target, reduction="none", **opts)
+        dy = dy[..., 0].contiguous().float()
+        from fuselet.torch.cross_entropy import fwd_bwd
+
+        fused = fwd_bwd(x.detach(), target, grad_scale=0.5, **opts)
     else:
         y = ft.softmax(x, 0.5, True)
     params = [v for v in (x, w, b) if v.requires_grad]
     grads = torch.autograd.grad(y, params, dy, allow_unused=True)
+    if op == "cross_entropy":
+        grads = (*grads, *fused)
     return [v.detach().contiguous().view(torch.int16 if v.dtype != torch.float32 else torch.int32).numpy().copy()
             for v in (y, *grads) if v is not None]
 
 
 @pytest.mark.parametrize("shape", [(5, 6), (8, 4098), (256, 4096)], ids=["5x6", "8x4098", "256x4096"])
-@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved"])
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved",
+                                "cross_entropy"])
 def test_bit_identical_across_isas(op, dtype, shape):
     """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits."""
     isas = available()

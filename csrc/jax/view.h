@@ -38,6 +38,32 @@ inline bool view(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* ou
   return true;
 }
 
+// A row-major core view of a class-id buffer (S32 or S64: cross-entropy's target).
+inline bool index_view(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* out, ffi::Error* error) {
+  *out = fuselet_tensor{};
+  switch (buf.element_type()) {
+    case ffi::DataType::S32: out->dtype = FUSELET_INT32; break;
+    case ffi::DataType::S64: out->dtype = FUSELET_INT64; break;
+    default:
+      *error = ffi::Error::InvalidArgument(std::string(name) + ": expected dtype int32 or int64 (class ids)");
+      return false;
+  }
+  const auto dims = buf.dimensions();
+  if (dims.size() > FUSELET_MAX_DIMS) {
+    *error = ffi::Error::InvalidArgument(std::string(name) + ": expected at most 8 dimensions");
+    return false;
+  }
+  out->data = buf.untyped_data();
+  out->ndim = static_cast<int32_t>(dims.size());
+  int64_t stride = 1;
+  for (int32_t d = out->ndim - 1; d >= 0; --d) {
+    out->shape[d] = dims[d];
+    out->strides[d] = stride;
+    stride *= dims[d];
+  }
+  return true;
+}
+
 inline ffi::Error to_error(fuselet_status status) {
   if (status == FUSELET_OK) return ffi::Error::Success();
   std::string msg = std::string("fuselet: ") + fuselet_last_error();
@@ -56,4 +82,12 @@ inline ffi::Error to_error(fuselet_status status) {
   {                                                               \
     ::xla::ffi::Error _err = ::xla::ffi::Error::Success();        \
     if (!::fuselet_jax::view(buf, name, &var, &_err)) return _err; \
+  }
+
+// Declares a core view var of a class-id buffer, returning the view error if any.
+#define FUSELET_JAX_INDEX_VIEW(var, buf, name)                          \
+  fuselet_tensor var;                                                   \
+  {                                                                     \
+    ::xla::ffi::Error _err = ::xla::ffi::Error::Success();              \
+    if (!::fuselet_jax::index_view(buf, name, &var, &_err)) return _err; \
   }

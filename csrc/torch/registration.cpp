@@ -42,4 +42,24 @@ TORCH_LIBRARY(fuselet, m) {
   // i, i + R/2). The backward is the transposed rotation of dy; cos and sin get no gradient.
   m.def("rope_fwd(Tensor x, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False) -> Tensor y");
   m.def("rope_bwd(Tensor dy, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False) -> Tensor dx");
+  // Cross-entropy (cross_entropy.cpp): math in csrc/core/include/fuselet/cross_entropy.h.
+  // logits [..., V], target logits.shape[:-1] (int32 or int64); per-token float32 outputs of
+  // target's shape, 0 where target == ignore_index; softcap 0.0: none. The backward takes the
+  // upstream gradient of each token's loss (dloss); the trailing-underscore variants write
+  // dlogits into the logits' memory.
+  m.def(
+      "cross_entropy_fwd(Tensor logits, Tensor target, int ignore_index, float label_smoothing, float z_loss,"
+      " float softcap) -> (Tensor loss, Tensor z, Tensor lse)");
+  m.def(
+      "cross_entropy_bwd(Tensor dloss, Tensor logits, Tensor target, Tensor lse, int ignore_index,"
+      " float label_smoothing, float z_loss, float softcap) -> Tensor dlogits");
+  m.def(
+      "cross_entropy_bwd_(Tensor dloss, Tensor(a!) logits, Tensor target, Tensor lse, int ignore_index,"
+      " float label_smoothing, float z_loss, float softcap) -> ()");
+  m.def(
+      "cross_entropy_fwd_bwd(Tensor logits, Tensor target, int ignore_index, float label_smoothing, float z_loss,"
+      " float softcap, float grad_scale) -> (Tensor loss, Tensor z, Tensor dlogits)");
+  m.def(
+      "cross_entropy_fwd_bwd_(Tensor(a!) logits, Tensor target, int ignore_index, float label_smoothing,"
+      " float z_loss, float softcap, float grad_scale) -> (Tensor loss, Tensor z)");
 }

@@ -29,6 +29,26 @@ inline fuselet_tensor view(const at::Tensor& t, const char* name) {
   return v;
 }
 
+// A core view of a class-id tensor (int32 or int64: cross-entropy's target).
+inline fuselet_tensor index_view(const at::Tensor& t, const char* name) {
+  fuselet_tensor v{};
+  switch (t.scalar_type()) {
+    case at::kInt: v.dtype = FUSELET_INT32; break;
+    case at::kLong: v.dtype = FUSELET_INT64; break;
+    default:
+      TORCH_CHECK_TYPE(false, name, ": expected dtype int32 or int64 (class ids), got ", t.scalar_type());
+  }
+  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS,
+                    " dimensions, got ", t.dim());
+  v.data = t.data_ptr();
+  v.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    v.shape[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  return v;
+}
+
 // Turns a failed core call into the matching Python exception with the core's message.
 inline void check(fuselet_status status) {
   if (status == FUSELET_OK) return;

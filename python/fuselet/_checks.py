@@ -135,3 +135,59 @@ def check_rope_args(x_shape: tuple, x_dtype: str, cos_shape: tuple, cos_dtype: s
         raise ValueError(f"cos: expected a batch of {x_shape[0]} (B, dim 0 of x {x_shape}), got shape {cos_shape}")
     if sin_shape != cos_shape:
         raise ValueError(f"sin: expected shape {cos_shape} (the shape of cos), got {sin_shape}")
+
+
+INDEX_DTYPES = ("int32", "int64")
+REDUCTIONS = ("none", "sum", "mean")
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def check_cross_entropy_args(logits_shape: tuple, logits_dtype: str, target_shape: tuple, target_dtype: str,
+                             ignore_index, label_smoothing, z_loss, softcap, reduction="mean",
+                             return_z_loss=False) -> None:
+    """logits: [..., V], V > 0; target: logits.shape[:-1] int32/int64 class ids; the options of
+    fuselet/cross_entropy.h (softcap None for none) and the reduction applied by the layers."""
+    check_dtype("logits", logits_dtype)
+    if len(logits_shape) == 0:
+        raise ValueError("logits: expected shape [..., V] with at least 1 dimension, got a 0-d array")
+    if logits_shape[-1] == 0:
+        raise ValueError(f"logits: the number of classes (last dimension) must be > 0, got shape {tuple(logits_shape)}")
+    if target_dtype not in INDEX_DTYPES:
+        raise TypeError(f"target: expected dtype int32 or int64 (class ids), got {target_dtype}")
+    if tuple(target_shape) != tuple(logits_shape[:-1]):
+        raise ValueError(f"target: expected shape {tuple(logits_shape[:-1])} (the shape of logits without its last "
+                         f"dimension), got {tuple(target_shape)}")
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index: expected a Python int, got {type(ignore_index).__name__}")
+    if not _INT64[0] <= ignore_index <= _INT64[1]:
+        raise ValueError(f"ignore_index: expected an int64, got {ignore_index}")
+    if not _is_number(label_smoothing):
+        raise TypeError(f"label_smoothing: expected a Python float, got {type(label_smoothing).__name__}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing}")
+    if not _is_number(z_loss):
+        raise TypeError(f"z_loss: expected a Python float, got {type(z_loss).__name__}")
+    if not (math.isfinite(z_loss) and z_loss >= 0):
+        raise ValueError(f"z_loss: expected a finite float >= 0, got {z_loss}")
+    if softcap is not None:
+        if not _is_number(softcap):
+            raise TypeError(f"softcap: expected None or a Python float, got {type(softcap).__name__}")
+        if not (math.isfinite(softcap) and softcap > 0):
+            raise ValueError(f"softcap: expected None or a finite float > 0, got {softcap}")
+    if not isinstance(reduction, str):
+        raise TypeError(f"reduction: expected 'none', 'sum' or 'mean', got {type(reduction).__name__}")
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction: expected 'none', 'sum' or 'mean', got {reduction!r}")
+    if not isinstance(return_z_loss, bool):
+        raise TypeError(f"return_z_loss: expected a bool, got {type(return_z_loss).__name__}")
+
+
+def check_grad_scale(grad_scale) -> None:
+    if not _is_number(grad_scale):
+        raise TypeError(f"grad_scale: expected a Python float, got {type(grad_scale).__name__}")
+    if not math.isfinite(grad_scale):
+        raise ValueError(f"grad_scale: expected a finite float, got {grad_scale}")

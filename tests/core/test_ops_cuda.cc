@@ -1,4 +1,4 @@
-// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax and rope against the CPU
+// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax, rope and cross_entropy against the CPU
 // entry points of the same library (float32, rows of every kernel path). Prints one line per
 // failure and "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip)
 // without a GPU.
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fuselet/cross_entropy.h"
 #include "fuselet/glu.h"
 #include "fuselet/norm.h"
 #include "fuselet/rope.h"
@@ -187,6 +188,78 @@ void rope_case(int64_t b, int64_t sq, int64_t n, int64_t d, int64_t r, int64_t p
   compare(name + " dx", dx.download(), dx.h);
 }
 
+// Class ids on the host and their device twin (int64).
+struct Targets {
+  std::vector<int64_t> h;
+  int64_t* d = nullptr;
+  Targets(int64_t rows, int64_t vocab, int64_t ignore_index) : h(rows) {
+    for (int64_t r = 0; r < rows; ++r) h[r] = r % 4 == 1 ? ignore_index : (r * 7919 + 13) % vocab;
+    CUDA_OK(cudaMalloc(&d, (rows ? rows : 1) * sizeof(int64_t)));
+    if (rows) CUDA_OK(cudaMemcpy(d, h.data(), rows * sizeof(int64_t), cudaMemcpyHostToDevice));
+  }
+  ~Targets() { cudaFree(d); }
+  Targets(const Targets&) = delete;
+  Targets& operator=(const Targets&) = delete;
+};
+
+// Forward, backward (from the CPU's lse) and in-place fwd_bwd on the GPU against the CPU.
+void cross_entropy_case(int64_t rows, int64_t vocab, fuselet_cross_entropy_options o, cudaStream_t s) {
+  const std::string name = "cross_entropy " + std::to_string(rows) + "x" + std::to_string(vocab) + " ls=" +
+                           std::to_string(o.label_smoothing) + " z=" + std::to_string(o.z_loss) +
+                           " cap=" + std::to_string(o.softcap) + " ignore=" + std::to_string(o.ignore_index);
+  Buf x(rows * vocab, 11), g(rows, 12), loss(rows), z(rows), lse(rows), dx(rows * vocab), fused(rows * vocab, 11),
+      floss(rows);
+  Targets t(rows, vocab, o.ignore_index);
+  fuselet_tensor ht = view(t.h.data(), {rows}), dt = view(t.d, {rows});
+  ht.dtype = dt.dtype = FUSELET_INT64;
+  fuselet_tensor hx = view(x.h.data(), {rows, vocab}), hg = view(g.h.data(), {rows}), hl = view(loss.h.data(), {rows}),
+                 hz = view(z.h.data(), {rows}), hlse = view(lse.h.data(), {rows}),
+                 hdx = view(dx.h.data(), {rows, vocab}), hf = view(fused.h.data(), {rows, vocab}),
+                 hfl = view(floss.h.data(), {rows});
+  fuselet_tensor vx = view(x.d, {rows, vocab}), vg = view(g.d, {rows}), vl = view(loss.d, {rows}), vz = view(z.d, {rows}),
+                 vlse = view(lse.d, {rows}), vdx = view(dx.d, {rows, vocab}), vf = view(fused.d, {rows, vocab}),
+                 vfl = view(floss.d, {rows});
+  check(fuselet_cross_entropy_fwd(&hx, &ht, &o, &hl, &hz, &hlse) == FUSELET_OK &&
+            fuselet_cross_entropy_bwd(&hg, &hx, &ht, &hlse, &o, &hdx) == FUSELET_OK &&
+            fuselet_cross_entropy_fwd_bwd(&hf, &ht, &o, 0.5f, &hfl, nullptr, &hf) == FUSELET_OK,
+        name + " cpu");
+  check(fuselet_cross_entropy_fwd_cuda(&vx, &dt, &o, &vl, &vz, &vlse, s) == FUSELET_OK, name + " cuda fwd");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " loss", loss.download(), loss.h);
+  compare(name + " z", z.download(), z.h);
+  compare(name + " lse", lse.download(), lse.h);
+  if (rows) CUDA_OK(cudaMemcpy(lse.d, lse.h.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
+  check(fuselet_cross_entropy_bwd_cuda(&vg, &vx, &dt, &vlse, &o, &vdx, s) == FUSELET_OK, name + " cuda bwd");
+  check(fuselet_cross_entropy_fwd_bwd_cuda(&vf, &dt, &o, 0.5f, &vfl, nullptr, &vf, s) == FUSELET_OK,
+        name + " cuda fwd_bwd in place");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " dlogits", dx.download(), dx.h);
+  compare(name + " fwd_bwd loss", floss.download(), floss.h);
+  compare(name + " fwd_bwd dlogits", fused.download(), fused.h);
+}
+
+// A target outside [0, V) (not ignored): NaN loss and a zero gradient row on the GPU, the
+// other rows as usual.
+void cross_entropy_bad_target(cudaStream_t s) {
+  const int64_t rows = 3, vocab = 50;
+  const fuselet_cross_entropy_options o{-100, 0.f, 0.f, 0.f};
+  Buf x(rows * vocab, 13), loss(rows), dx(rows * vocab, 14);
+  Targets t(rows, vocab, -100);
+  t.h = {4, 50, 7};
+  CUDA_OK(cudaMemcpy(t.d, t.h.data(), rows * sizeof(int64_t), cudaMemcpyHostToDevice));
+  fuselet_tensor dt = view(t.d, {rows}), vx = view(x.d, {rows, vocab}), vl = view(loss.d, {rows}),
+                 vdx = view(dx.d, {rows, vocab});
+  dt.dtype = FUSELET_INT64;
+  check(fuselet_cross_entropy_fwd_bwd_cuda(&vx, &dt, &o, 1.f, &vl, nullptr, &vdx, s) == FUSELET_OK,
+        "cross_entropy bad target: cuda");
+  CUDA_OK(cudaStreamSynchronize(s));
+  const std::vector<float> l = loss.download(), d = dx.download();
+  bool zero_row = true;
+  for (int64_t j = 0; j < vocab; ++j) zero_row = zero_row && d[vocab + j] == 0.f;
+  check(std::isnan(l[1]) && std::isfinite(l[0]) && std::isfinite(l[2]) && zero_row,
+        "cross_entropy bad target: NaN loss, zero gradient row");
+}
+
 }  // namespace
 
 int main() {
@@ -221,6 +294,15 @@ int main() {
       rope_case(1, 9, 2, 12, 4, 13, flags, per_seq, s);      // scalar: odd row stride
     }
   rope_case(4, 2048, 8, 64, 64, 64, 0, false, s);  // more units than the grid
+  // Cross-entropy: odd, vocabulary-sized and 128k+ rows (strided), every option, ignore_index in [0, V).
+  for (int64_t v : {1, 3, 127, 4097, 32000, 32001}) cross_entropy_case(9, v, {-100, 0.f, 0.f, 0.f}, s);
+  cross_entropy_case(6, 32001, {-100, 0.1f, 1e-3f, 30.f}, s);
+  cross_entropy_case(5, 3, {2, 0.2f, 1e-2f, 5.f}, s);
+  cross_entropy_case(3, 131072 + 5, {-100, 0.05f, 1e-4f, 0.f}, s);
+  cross_entropy_case(2, 262144, {-100, 0.f, 0.f, 15.f}, s);
+  cross_entropy_case(0, 8, {-100, 0.f, 0.f, 0.f}, s);
+  cross_entropy_case(70000, 4, {-100, 0.1f, 0.f, 0.f}, s);  // more rows than a block's share
+  cross_entropy_bad_target(s);
   CUDA_OK(cudaStreamDestroy(s));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

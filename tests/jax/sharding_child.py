@@ -135,6 +135,27 @@ def softmax_case(mesh, spec, shape, causal) -> dict:
     return measure(f, g, (jax.device_put(x, sharded),), jax.device_put(dy, sharded), sharded, expected)
 
 
+def cross_entropy_case(mesh, spec, shape) -> dict:
+    """fj.cross_entropy with logits [..., V] row-sharded by `spec` (target like its rows) under jit:
+    the collectives of the per-token loss, of the reduced (mean) loss and of its gradient."""
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal(shape) * 2, jnp.float32)
+    t = jnp.asarray(rng.integers(0, shape[-1], shape[:-1]), jnp.int32).at[..., ::3].set(-100)
+    per_token = functools.partial(fj.cross_entropy, reduction="none", z_loss=1e-3)
+    reduced = functools.partial(fj.cross_entropy, z_loss=1e-3, return_z_loss=True)
+    grad = jax.grad(lambda x, t: fj.cross_entropy(x, t, label_smoothing=0.1))
+    expected = per_token(x, t), reduced(x, t), grad(x, t)
+    xs, ts = NamedSharding(mesh, spec), NamedSharding(mesh, P(*spec[:-1]))
+    args = jax.device_put(x, xs), jax.device_put(t, ts)
+    fns = {"fwd": jax.jit(per_token), "reduced": jax.jit(reduced), "grad": jax.jit(grad)}
+    out = {name: collectives(f.lower(*args).compile().as_text()) for name, f in fns.items()}
+    results = {name: f(*args) for name, f in fns.items()}
+    out["loss_sharding_is_target"] = results["fwd"].sharding.is_equivalent_to(ts, len(shape) - 1)
+    out["dx_sharding_is_x"] = results["grad"].sharding.is_equivalent_to(xs, len(shape))
+    out["max_diff"] = max(max_diff(results[k], e) for k, e in zip(("fwd", "reduced", "grad"), expected))
+    return out
+
+
 def main():
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -158,6 +179,9 @@ def main():
         name = "causal" if causal else "plain"
         out[f"softmax/{name}/rows"] = softmax_case(mesh2, P("a", "b", None, None), (2, 4, 6, 8), causal)
         out[f"softmax/{name}/queries"] = softmax_case(mesh, P(None, None, "data", None), (1, 2, 16, 8), causal)
+    out["cross_entropy/rows"] = cross_entropy_case(mesh, P("data", None), (16, 64))
+    out["cross_entropy/rows_2d_mesh"] = cross_entropy_case(mesh2, P("a", "b", None), (4, 8, 64))
+    out["cross_entropy/vocab"] = cross_entropy_case(mesh, P(None, "data"), (16, 64))
     print(json.dumps(out))
 
 

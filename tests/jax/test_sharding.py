@@ -109,3 +109,26 @@ def test_softmax_query_sharding(results):
     plain, causal = results["softmax/plain/queries"], results["softmax/causal/queries"]
     assert others(plain["fwd"]) == {} and plain["y_sharding_is_x"] and plain["max_diff"] < 1e-5, plain
     assert causal["fwd"]["all-gather"] >= 1 and causal["max_diff"] < 1e-5, causal
+
+
+@pytest.mark.parametrize("case", ["rows", "rows_2d_mesh"])
+def test_cross_entropy_row_sharding(results, case):
+    """logits row-sharded (target like its rows): the per-token loss needs no collective, the
+    mean loss (with its z-loss part and the token count: one stacked jnp.sum) exactly one
+    all-reduce, which XLA's CPU SPMD splits into one per mesh axis of the rows (2 on the 2-D
+    mesh; separate jnp.sums there give 4)."""
+    r = results[f"cross_entropy/{case}"]
+    axes = 2 if case == "rows_2d_mesh" else 1
+    assert others(r["fwd"]) == {}, r["fwd"]
+    assert r["reduced"]["all-reduce"] == axes and others(r["reduced"], "all-reduce") == {}, r["reduced"]
+    assert r["grad"]["all-reduce"] <= axes and others(r["grad"], "all-reduce") == {}, r["grad"]
+    assert r["loss_sharding_is_target"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-5, r
+
+
+def test_cross_entropy_vocab_sharding_gathers_logits(results):
+    """logits sharded on V: gathered along V for the kernel (which needs whole rows), nothing
+    else, and the unsharded result."""
+    r = results["cross_entropy/vocab"]
+    for name in ("fwd", "reduced", "grad"):
+        assert r[name]["all-gather"] >= 1 and others(r[name], "all-gather") == {}, r[name]
+    assert r["loss_sharding_is_target"] and r["max_diff"] < 1e-5, r

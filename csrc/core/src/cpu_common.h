@@ -82,6 +82,8 @@ inline void load_param(const void* param, fuselet_dtype dtype, int64_t n, float 
     case FUSELET_FLOAT32: load(static_cast<const float*>(param)); break;
     case FUSELET_FLOAT16: load(static_cast<const half_t*>(param)); break;
     case FUSELET_BFLOAT16: load(static_cast<const bfloat16_t*>(param)); break;
+    case FUSELET_INT32:
+    case FUSELET_INT64: break;  // never: the checks admit float parameters only
   }
 }
 
@@ -95,6 +97,8 @@ inline void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64
     case FUSELET_FLOAT32: store(static_cast<float*>(dst)); break;
     case FUSELET_FLOAT16: store(static_cast<half_t*>(dst)); break;
     case FUSELET_BFLOAT16: store(static_cast<bfloat16_t*>(dst)); break;
+    case FUSELET_INT32:
+    case FUSELET_INT64: break;  // never: the checks admit float parameters only
   }
 }
 
@@ -176,6 +180,8 @@ void dispatch(fuselet_dtype dtype, F&& f) {
     case FUSELET_FLOAT32: f(float{}); break;
     case FUSELET_FLOAT16: f(half_t{}); break;
     case FUSELET_BFLOAT16: f(bfloat16_t{}); break;
+    case FUSELET_INT32:
+    case FUSELET_INT64: break;  // never: as_rows admits float dtypes only
   }
 }
 

@@ -39,6 +39,8 @@ const char* dtype_name(fuselet_dtype dtype) {
     case FUSELET_FLOAT32: return "float32";
     case FUSELET_FLOAT16: return "float16";
     case FUSELET_BFLOAT16: return "bfloat16";
+    case FUSELET_INT32: return "int32";
+    case FUSELET_INT64: return "int64";
   }
   return "unknown";
 }

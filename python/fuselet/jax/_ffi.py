@@ -16,11 +16,13 @@ from fuselet.jax import _load, _sharding
 from fuselet.jax._sharding import HALF, ROWS, STATS
 
 
-def _call(op: str, outs, *args, **attrs):
+def _call(op: str, outs, *args, aliases=(), **attrs):
+    """aliases: ((input index, output index), ...), outputs that may reuse an input's buffer
+    (XLA copies the input first where it is still live)."""
     from fuselet.jax import BUILD_INFO
 
     target = _load.target(op, cuda_kernels=bool(BUILD_INFO.get("cuda_kernels")))
-    return jax.ffi.ffi_call(target, outs)(*args, **attrs)
+    return jax.ffi.ffi_call(target, outs, input_output_aliases=dict(aliases) or None)(*args, **attrs)
 
 
 def _workspace_bytes(x) -> int:
@@ -34,21 +36,22 @@ def _workspace_bytes(x) -> int:
 
 
 @functools.cache
-def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tuple, core_dims: int):
+def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tuple, core_dims: int, aliases: tuple = ()):
     """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...).
-    With `workspace`, the call has one more (uint8) output, its workspace, dropped here."""
+    With `workspace`, the call has one more (uint8) output, its workspace, dropped here.
+    aliases: see _call."""
     def call(*args):
         outs = _sharding.out_types(args, in_kinds, out_kinds)
         if workspace:
             outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
-        return tuple(_call(op, outs, *args, **dict(attrs)))[:len(out_kinds)]
+        return tuple(_call(op, outs, *args, aliases=aliases, **dict(attrs)))[:len(out_kinds)]
     return _sharding.row_partitioned(call, in_kinds, out_kinds, core_dims)
 
 
-def row_op(op, in_kinds, out_kinds, args, fold, workspace=False, core_dims=1, **attrs):
+def row_op(op, in_kinds, out_kinds, args, fold, workspace=False, core_dims=1, aliases=(), **attrs):
     """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like)."""
     axes = _sharding.varying_axes(*args)
-    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())), core_dims)
+    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())), core_dims, tuple(aliases))
     call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
     return _batched(call, tuple(k in (ROWS, HALF, STATS) for k in in_kinds), fold)(*args)
 

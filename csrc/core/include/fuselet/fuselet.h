@@ -37,11 +37,17 @@ typedef enum fuselet_status {
   FUSELET_ERR_INTERNAL = 4          /* out of memory or a bug: please report */
 } fuselet_status;
 
-/* Element types of tensor views. */
+/*
+ * Element types of tensor views. The integer types are class ids: only the `target` of the
+ * cross-entropy entry points (cross_entropy.h) takes them; every other tensor argument of
+ * every entry point must be one of the three float types (FUSELET_ERR_INVALID_ARGUMENT).
+ */
 typedef enum fuselet_dtype {
   FUSELET_FLOAT32 = 0,
   FUSELET_FLOAT16 = 1,
-  FUSELET_BFLOAT16 = 2
+  FUSELET_BFLOAT16 = 2,
+  FUSELET_INT32 = 3,
+  FUSELET_INT64 = 4
 } fuselet_dtype;
 
 #define FUSELET_MAX_DIMS 8

@@ -171,6 +171,8 @@ fuselet_status dispatch(fuselet_dtype dtype, F&& f) {
     case FUSELET_FLOAT32: return f(float{});
     case FUSELET_FLOAT16: return f(__half{});
     case FUSELET_BFLOAT16: return f(__nv_bfloat16{});
+    case FUSELET_INT32:
+    case FUSELET_INT64: break;  // never: as_rows admits float dtypes only
   }
   return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: unsupported dtype code %d", static_cast<int>(dtype));
 }

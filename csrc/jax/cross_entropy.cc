@@ -1,0 +1,86 @@
+// XLA FFI handlers of the cross-entropy family: fuselet_cross_entropy_{fwd,bwd,fwd_bwd}
+// (attributes: the fields of fuselet_cross_entropy_options; grad_scale for fwd_bwd).
+// Symbols: fuselet_jax_<op>_{cpu,cuda}.
+#include <utility>
+
+#include "fuselet/cross_entropy.h"
+#include "op.h"
+
+namespace fuselet_jax {
+namespace {
+
+using ffi::AnyBuffer;
+using ffi::Error;
+using ffi::Result;
+
+fuselet_cross_entropy_options options(int64_t ignore_index, float label_smoothing, float z_loss, float softcap) {
+  return {ignore_index, label_smoothing, z_loss, softcap};
+}
+
+Error CrossEntropyFwd(Where at, AnyBuffer logits, AnyBuffer target, int64_t ignore_index, float label_smoothing,
+                      float z_loss, float softcap, Result<AnyBuffer> loss, Result<AnyBuffer> z,
+                      Result<AnyBuffer> lse) {
+  FUSELET_JAX_VIEW(vx, logits, "logits");
+  FUSELET_JAX_INDEX_VIEW(vt, target, "target");
+  FUSELET_JAX_VIEW(vl, *loss, "loss");
+  FUSELET_JAX_VIEW(vz, *z, "z");
+  FUSELET_JAX_VIEW(vlse, *lse, "lse");
+  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  return run_on(
+      at, [&] { return fuselet_cross_entropy_fwd(&vx, &vt, &o, &vl, &vz, &vlse); },
+      [&](void* s) { return fuselet_cross_entropy_fwd_cuda(&vx, &vt, &o, &vl, &vz, &vlse, s); });
+}
+
+Error CrossEntropyBwd(Where at, AnyBuffer dloss, AnyBuffer logits, AnyBuffer target, AnyBuffer lse,
+                      int64_t ignore_index, float label_smoothing, float z_loss, float softcap,
+                      Result<AnyBuffer> dlogits) {
+  FUSELET_JAX_VIEW(vg, dloss, "dloss");
+  FUSELET_JAX_VIEW(vx, logits, "logits");
+  FUSELET_JAX_INDEX_VIEW(vt, target, "target");
+  FUSELET_JAX_VIEW(vlse, lse, "lse");
+  FUSELET_JAX_VIEW(vdx, *dlogits, "dlogits");
+  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  return run_on(
+      at, [&] { return fuselet_cross_entropy_bwd(&vg, &vx, &vt, &vlse, &o, &vdx); },
+      [&](void* s) { return fuselet_cross_entropy_bwd_cuda(&vg, &vx, &vt, &vlse, &o, &vdx, s); });
+}
+
+Error CrossEntropyFwdBwd(Where at, AnyBuffer logits, AnyBuffer target, int64_t ignore_index, float label_smoothing,
+                         float z_loss, float softcap, float grad_scale, Result<AnyBuffer> loss, Result<AnyBuffer> z,
+                         Result<AnyBuffer> dlogits) {
+  FUSELET_JAX_VIEW(vx, logits, "logits");
+  FUSELET_JAX_INDEX_VIEW(vt, target, "target");
+  FUSELET_JAX_VIEW(vl, *loss, "loss");
+  FUSELET_JAX_VIEW(vz, *z, "z");
+  FUSELET_JAX_VIEW(vdx, *dlogits, "dlogits");
+  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  return run_on(
+      at, [&] { return fuselet_cross_entropy_fwd_bwd(&vx, &vt, &o, grad_scale, &vl, &vz, &vdx); },
+      [&](void* s) { return fuselet_cross_entropy_fwd_bwd_cuda(&vx, &vt, &o, grad_scale, &vl, &vz, &vdx, s); });
+}
+
+template <typename B> auto options_attrs(B b) {
+  return std::move(b).template Attr<int64_t>("ignore_index").template Attr<float>("label_smoothing")
+      .template Attr<float>("z_loss").template Attr<float>("softcap");
+}
+template <typename B> auto fwd_args(B b) {
+  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>())
+      .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+}
+template <typename B> auto bwd_args(B b) {
+  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+                           .template Arg<AnyBuffer>())
+      .template Ret<AnyBuffer>();
+}
+template <typename B> auto fwd_bwd_args(B b) {
+  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>())
+      .template Attr<float>("grad_scale").template Ret<AnyBuffer>().template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
+}
+
+}  // namespace
+}  // namespace fuselet_jax
+
+FUSELET_JAX_HANDLERS(cross_entropy_fwd, fuselet_jax::CrossEntropyFwd, fuselet_jax::fwd_args)
+FUSELET_JAX_HANDLERS(cross_entropy_bwd, fuselet_jax::CrossEntropyBwd, fuselet_jax::bwd_args)
+FUSELET_JAX_HANDLERS(cross_entropy_fwd_bwd, fuselet_jax::CrossEntropyFwdBwd, fuselet_jax::fwd_bwd_args)

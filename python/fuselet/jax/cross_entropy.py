@@ -1,0 +1,150 @@
+"""Cross-entropy loss for JAX: FFI calls wrapped in custom_vjp (and custom_vmap), the fused
+fwd_bwd helper.
+
+Math and shapes: csrc/core/include/fuselet/cross_entropy.h. logits [..., V] (float32, float16,
+bfloat16), target logits.shape[:-1] (int32; int64 with jax x64 on). Per token with
+target != ignore_index: ce = (1 - ls) (lse - s_t) + ls (lse - mean(s)), loss = ce + z_loss lse^2,
+s = softcap * tanh(logits / softcap) with a softcap, else the logits. Ignored tokens give 0 and
+no gradient. Losses are float32; the forward keeps only a float32 lse per token for the
+backward. fwd_bwd's dlogits may reuse the logits' buffer (input_output_aliases). The reduction
+("mean" over the non-ignored tokens, "sum", "none") is one jnp.sum over the per-token values:
+with row-sharded logits, one all-reduce.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fuselet._checks import check_cross_entropy_args, check_grad_scale
+from fuselet.jax._ffi import row_op
+from fuselet.jax._sharding import ROWS, STATS
+
+
+def _attrs(ignore_index, label_smoothing, z_loss, softcap) -> dict:
+    return {"ignore_index": np.int64(ignore_index), "label_smoothing": np.float32(label_smoothing),
+            "z_loss": np.float32(z_loss), "softcap": np.float32(softcap)}
+
+
+def _fwd_call(logits, target, options):
+    return row_op("cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True,
+                  **_attrs(*options))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _per_token(logits, target, options):
+    loss, z, _ = _fwd_call(logits, target, options)
+    return loss, z
+
+
+def _per_token_fwd(logits, target, options):
+    loss, z, lse = _fwd_call(logits, target, options)
+    return (loss, z), (logits, target, lse)
+
+
+def _per_token_bwd(options, res, cts):
+    logits, target, lse = res
+    dloss, _ = cts  # z is for logging: no gradient flows through it
+    # No input_output_aliases here: where the logits are still live (a jit argument that is not
+    # donated, as in jax.grad of the loss with respect to the logits themselves) XLA copies
+    # them first, which measured 2-3x the backward's own time (8192 x 32768 float32 on the
+    # CPU); where they are dead (an intermediate), XLA may reuse their buffer unasked.
+    (dlogits,) = row_op("cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True,
+                        **_attrs(*options))
+    return dlogits, None
+
+
+_per_token.defvjp(_per_token_fwd, _per_token_bwd)
+
+
+def _valid(target, ignore_index):
+    info = jnp.iinfo(target.dtype)
+    if not info.min <= ignore_index <= info.max:  # no target can equal it
+        return jnp.ones(target.shape, jnp.float32)
+    return (target != ignore_index).astype(jnp.float32)
+
+
+def _reduced(logits, target, options, reduction, return_z_loss):
+    loss, z = _per_token(logits, target, options)
+    z = jax.lax.stop_gradient(z)
+    if reduction == "none":
+        return (loss, z) if return_z_loss else loss
+    parts = [loss, z] if return_z_loss else [loss]
+    if reduction == "mean":
+        parts.append(_valid(target, options[0]))
+    # One reduction over the token axes of the stacked values: one all-reduce when sharded.
+    sums = jnp.sum(jnp.stack(parts), axis=tuple(range(1, loss.ndim + 1)))
+    if reduction == "mean":
+        sums = sums[:-1] / jnp.maximum(sums[-1], 1.0)  # 0 tokens: 0, not NaN
+    return (sums[0], sums[1]) if return_z_loss else sums[0]
+
+
+# Jitted so that an eager call with sharded logits is partitioned too (inside jit it is inlined).
+_reduced_jit = jax.jit(_reduced, static_argnums=(2, 3, 4))
+
+
+def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none", return_z_loss=False):
+    for name, a in (("logits", logits), ("target", target)):
+        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
+            raise TypeError(f"{name}: expected a jax.Array, got {type(a).__name__}")
+    check_cross_entropy_args(tuple(logits.shape), jnp.dtype(logits.dtype).name, tuple(target.shape),
+                             jnp.dtype(target.dtype).name, ignore_index, label_smoothing, z_loss, softcap, reduction,
+                             return_z_loss)
+    return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
+
+
+def cross_entropy(logits, target, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+                  softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False):
+    """Cross-entropy of logits [..., V] against target (logits.shape[:-1]), reduced by `reduction`.
+
+    z_loss adds z_loss * lse^2 per token; softcap first maps the logits to softcap * tanh(logits /
+    softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
+    (for logging: no gradient flows through it). A target outside [0, V) that is not
+    ignore_index raises on the CPU (the CUDA kernel gives NaN for that token)."""
+    options = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    return _target_errors(target, lambda: _reduced_jit(logits, target, options, reduction, return_z_loss))
+
+
+def _target_errors(target, call):
+    """call(); in an eager call on the CPU, the kernel's refusal of an out-of-range target
+    raised as the ValueError it is (waiting for the result; traced calls, and other
+    platforms, keep XLA's asynchronous error)."""
+    if isinstance(target, jax.core.Tracer):
+        return call()
+    platforms = {d.platform for d in target.devices()} if isinstance(target, jax.Array) else {jax.default_backend()}
+    if platforms != {"cpu"}:
+        return call()
+    try:
+        return jax.block_until_ready(call())
+    except jax.errors.JaxRuntimeError as exc:
+        message = str(exc)
+        if "fuselet: target: element" not in message:
+            raise
+        raise ValueError(message[message.index("fuselet: target: element"):].splitlines()[0]) from None
+
+
+def _fwd_bwd(logits, target, options, grad_scale):
+    return row_op("cross_entropy_fwd_bwd", (ROWS, STATS), (STATS, STATS, ROWS), (logits, target), True,
+                  aliases=((0, 2),), grad_scale=np.float32(grad_scale), **_attrs(*options))
+
+
+_fwd_bwd_jit = jax.jit(_fwd_bwd, static_argnums=(2, 3))
+
+
+def fwd_bwd(logits, target, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
+            softcap: float | None = None, grad_scale: float = 1.0):
+    """(loss, z, dlogits) in one pass over the logits, no custom_vjp: the per-token float32 loss
+    and z-loss part (target's shape, 0 where ignored) and dlogits = grad_scale * d loss_token /
+    d logits in logits' dtype, written into the logits' buffer where XLA can (logits made in the
+    same jit, e.g. one chunk's h @ W, or donated; logits still live elsewhere are copied first).
+    grad_scale is a Python float (a compile-time attribute)."""
+    options = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap)
+    check_grad_scale(grad_scale)
+    return _target_errors(target, lambda: _fwd_bwd_jit(logits, target, options, float(grad_scale)))
+
+
+# fuselet.<layer>.cross_entropy is the function above (the package exports it over this
+# module's name): the helper is reachable as fuselet.<layer>.cross_entropy.fwd_bwd too.
+cross_entropy.fwd_bwd = fwd_bwd

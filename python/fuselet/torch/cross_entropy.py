@@ -1,0 +1,154 @@
+"""Cross-entropy loss for PyTorch: checked wrapper, fake impls, autograd, the fused fwd_bwd helper.
+
+Math and shapes: csrc/core/include/fuselet/cross_entropy.h. logits [..., V] (float32, float16,
+bfloat16), target logits.shape[:-1] (int64 or int32 class ids). Per token with
+target != ignore_index: ce = (1 - ls) (lse - s_t) + ls (lse - mean(s)), loss = ce + z_loss lse^2,
+s = softcap * tanh(logits / softcap) with a softcap, else the logits. Ignored tokens give 0 and
+no gradient. Losses are float32; the forward keeps only a float32 lse per token for the backward.
+The reduction ("mean" over the non-ignored tokens, "sum", "none") runs here, around the op.
+"""
+from __future__ import annotations
+
+import torch
+
+from fuselet._checks import check_cross_entropy_args, check_grad_scale
+
+ops = torch.ops.fuselet
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none",
+           return_z_loss=False) -> tuple:
+    """Checks the arguments; the op's scalar arguments (softcap None -> 0.0)."""
+    for name, t in (("logits", logits), ("target", target)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    check_cross_entropy_args(tuple(logits.shape), _dtype(logits), tuple(target.shape), _dtype(target), ignore_index,
+                             label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    if target.device != logits.device:
+        raise ValueError(f"target: expected a tensor on {logits.device} (the device of logits), got {target.device}")
+    return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
+
+
+def _reduce(v: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
+    if reduction == "none":
+        return v
+    total = v.sum()
+    if reduction == "sum":
+        return total
+    info = torch.iinfo(target.dtype)
+    if not info.min <= ignore_index <= info.max:  # no target can equal it (torch would wrap it)
+        return total / max(target.numel(), 1)
+    return total / (target != ignore_index).sum().clamp(min=1)  # 0 tokens: 0, not NaN
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
+                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                  reduction: str = "mean", return_z_loss: bool = False, inplace_backward: bool = False):
+    """Cross-entropy of logits [..., V] against target (logits.shape[:-1]), reduced by `reduction`.
+
+    z_loss adds z_loss * lse^2 per token; softcap first maps the logits to softcap * tanh(logits /
+    softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
+    (for logging: no gradient flows through it). inplace_backward=True writes the gradient into
+    the logits' memory (the logits must not be used after the backward)."""
+    args = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    if not isinstance(inplace_backward, bool):
+        raise TypeError(f"inplace_backward: expected a bool, got {type(inplace_backward).__name__}")
+    if inplace_backward:
+        loss, z = _InplaceBackward.apply(logits, target, *args)
+    else:
+        loss, z, _ = ops.cross_entropy_fwd(logits, target, *args)
+    loss = _reduce(loss, target, args[0], reduction)
+    if not return_z_loss:
+        return loss
+    return loss, _reduce(z.detach(), target, args[0], reduction)
+
+
+def fwd_bwd(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
+            z_loss: float = 0.0, softcap: float | None = None, grad_scale: float = 1.0,
+            inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, z, dlogits) in one pass, no autograd: the per-token float32 loss and z-loss part
+    (target's shape, 0 where ignored) and dlogits = grad_scale * d loss_token / d logits in
+    logits' dtype. inplace=True writes dlogits into logits and returns logits as dlogits."""
+    args = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap)
+    check_grad_scale(grad_scale)
+    if inplace:
+        loss, z = ops.cross_entropy_fwd_bwd_(logits, target, *args, float(grad_scale))
+        return loss, z, logits
+    return ops.cross_entropy_fwd_bwd(logits, target, *args, float(grad_scale))
+
+
+# --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
+
+def _tokens(logits):
+    return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.register_fake("fuselet::cross_entropy_fwd")
+def _(logits, target, ignore_index, label_smoothing, z_loss, softcap):
+    return _tokens(logits), _tokens(logits), _tokens(logits)
+
+
+@torch.library.register_fake("fuselet::cross_entropy_bwd")
+def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
+    return torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("fuselet::cross_entropy_bwd_")
+def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
+    return None
+
+
+@torch.library.register_fake("fuselet::cross_entropy_fwd_bwd")
+def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    return _tokens(logits), _tokens(logits), torch.empty_like(logits, memory_format=torch.contiguous_format)
+
+
+@torch.library.register_fake("fuselet::cross_entropy_fwd_bwd_")
+def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    return _tokens(logits), _tokens(logits)
+
+
+# --- autograd: the gradient of logits only, through the per-token loss ------------------
+
+def _setup(ctx, inputs, output):
+    logits, target, *ctx.options = inputs
+    ctx.save_for_backward(logits, target, output[2])
+
+
+def _backward(ctx, dloss, _dz, _dlse):
+    logits, target, lse = ctx.saved_tensors
+    dlogits = None if dloss is None else ops.cross_entropy_bwd(dloss, logits, target, lse, *ctx.options)
+    return dlogits, None, None, None, None, None
+
+
+torch.library.register_autograd("fuselet::cross_entropy_fwd", _backward, setup_context=_setup)
+
+
+class _InplaceBackward(torch.autograd.Function):
+    """cross_entropy_fwd whose backward overwrites the saved logits with their gradient
+    (cross_entropy_bwd_, a mutating op: functionalization and torch.compile see the write)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, ignore_index, label_smoothing, z_loss, softcap):
+        loss, z, lse = ops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, z_loss, softcap)
+        ctx.options = (ignore_index, label_smoothing, z_loss, softcap)
+        ctx.save_for_backward(logits, target, lse)
+        ctx.mark_non_differentiable(z)
+        return loss, z
+
+    @staticmethod
+    def backward(ctx, dloss, _dz):
+        logits, target, lse = ctx.saved_tensors
+        if dloss is None:
+            return None, None, None, None, None, None
+        ops.cross_entropy_bwd_(dloss, logits, target, lse, *ctx.options)
+        return logits, None, None, None, None, None
+
+
+# fuselet.<layer>.cross_entropy is the function above (the package exports it over this
+# module's name): the helper is reachable as fuselet.<layer>.cross_entropy.fwd_bwd too.
+cross_entropy.fwd_bwd = fwd_bwd

@@ -1,0 +1,214 @@
+// C++ test of the framework-free core: CPU cross-entropy (forward, backward, fused forward +
+// backward, in place) against a float64 reference, and the error values of the C ABI.
+// Prints "N passed, N failed".
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "expect.h"
+#include "fuselet/cross_entropy.h"
+
+namespace {
+
+using fuselet_test::expect;
+using fuselet_test::expect_error;
+
+fuselet_tensor view(void* data, fuselet_dtype dtype, std::vector<int64_t> shape) {
+  fuselet_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = static_cast<int32_t>(shape.size());
+  int64_t s = 1;
+  for (int d = t.ndim - 1; d >= 0; --d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = s;
+    s *= shape[d];
+  }
+  return t;
+}
+
+struct Ref {
+  std::vector<double> loss, z, dx;
+};
+
+// float64 reference of the header's math; g: the upstream gradient of each row.
+Ref reference(const std::vector<float>& x, const std::vector<int64_t>& t, int64_t V,
+              const fuselet_cross_entropy_options& o, const std::vector<float>& g) {
+  const int64_t N = static_cast<int64_t>(t.size());
+  Ref out{std::vector<double>(N), std::vector<double>(N), std::vector<double>(N * V)};
+  for (int64_t r = 0; r < N; ++r) {
+    if (t[r] == o.ignore_index) continue;
+    std::vector<double> s(V);
+    double m = -INFINITY, sum = 0, mean = 0;
+    for (int64_t j = 0; j < V; ++j) {
+      s[j] = o.softcap > 0 ? o.softcap * std::tanh(double(x[r * V + j]) / o.softcap) : double(x[r * V + j]);
+      m = std::fmax(m, s[j]);
+      mean += s[j] / V;
+    }
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(s[j] - m);
+    const double lse = m + std::log(sum), ls = o.label_smoothing, zl = o.z_loss;
+    out.z[r] = zl * lse * lse;
+    out.loss[r] = (1 - ls) * (lse - s[t[r]]) + ls * (lse - mean) + out.z[r];
+    for (int64_t j = 0; j < V; ++j) {
+      double d = g[r] * (std::exp(s[j] - lse) * (1 + 2 * zl * lse) - (1 - ls) * (j == t[r]) - ls / V);
+      if (o.softcap > 0) d *= 1 - (s[j] / o.softcap) * (s[j] / o.softcap);
+      out.dx[r * V + j] = d;
+    }
+  }
+  return out;
+}
+
+double max_err(const std::vector<float>& got, const std::vector<double>& want) {
+  double err = 0;
+  for (size_t i = 0; i < want.size(); ++i) err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
+  return std::isnan(err) ? INFINITY : err;
+}
+
+void check(int64_t N, int64_t V, fuselet_cross_entropy_options o, bool target64, const std::string& what) {
+  std::mt19937 rng(static_cast<unsigned>(N * 31 + V));
+  std::normal_distribution<float> dist(0.5f, 3.0f);
+  std::uniform_int_distribution<int64_t> cls(0, V - 1);
+  std::vector<float> x(N * V), g(N), loss(N), z(N), lse(N), dx(N * V), dx2(N * V), loss2(N), z2(N);
+  std::vector<int64_t> t(N);
+  std::vector<int32_t> t32(N);
+  for (auto& v : x) v = dist(rng);
+  for (int64_t r = 0; r < N; ++r) {
+    t[r] = r % 3 == 1 ? o.ignore_index : cls(rng);
+    t32[r] = static_cast<int32_t>(t[r]);
+    g[r] = dist(rng);
+  }
+  const std::string name = what + " N=" + std::to_string(N) + " V=" + std::to_string(V) + (target64 ? " int64" : " int32");
+  fuselet_tensor tx = view(x.data(), FUSELET_FLOAT32, {N, V}), tdx = view(dx.data(), FUSELET_FLOAT32, {N, V});
+  fuselet_tensor tt = target64 ? view(t.data(), FUSELET_INT64, {N}) : view(t32.data(), FUSELET_INT32, {N});
+  fuselet_tensor tg = view(g.data(), FUSELET_FLOAT32, {N}), tl = view(loss.data(), FUSELET_FLOAT32, {N}),
+                 tz = view(z.data(), FUSELET_FLOAT32, {N}), tlse = view(lse.data(), FUSELET_FLOAT32, {N});
+  expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, &tz, &tlse) == FUSELET_OK, name + " fwd");
+  expect(fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &tdx) == FUSELET_OK, name + " bwd");
+  const Ref want = reference(x, t, V, o, g);
+  expect(max_err(loss, want.loss) < 2e-5, name + " loss, max error " + std::to_string(max_err(loss, want.loss)));
+  expect(max_err(z, want.z) < 2e-5, name + " z, max error " + std::to_string(max_err(z, want.z)));
+  expect(max_err(dx, want.dx) < 2e-6, name + " dlogits, max error " + std::to_string(max_err(dx, want.dx)));
+  for (int64_t r = 1; r < N; r += 3) expect(lse[r] == 0.f && loss[r] == 0.f, name + " ignored row zeros");
+  // fwd_bwd with grad_scale 0.5, in place (dlogits = the logits), z not asked for.
+  std::vector<float> xi = x;
+  fuselet_tensor txi = view(xi.data(), FUSELET_FLOAT32, {N, V}), tl2 = view(loss2.data(), FUSELET_FLOAT32, {N});
+  expect(fuselet_cross_entropy_fwd_bwd(&txi, &tt, &o, 0.5f, &tl2, nullptr, &txi) == FUSELET_OK, name + " fwd_bwd");
+  const Ref half = reference(x, t, V, o, std::vector<float>(N, 0.5f));
+  expect(max_err(loss2, want.loss) < 2e-5, name + " fwd_bwd loss");
+  expect(max_err(xi, half.dx) < 2e-6, name + " fwd_bwd in-place dlogits, max error " + std::to_string(max_err(xi, half.dx)));
+  // bwd in place.
+  xi = x;
+  expect(fuselet_cross_entropy_bwd(&tg, &txi, &tt, &tlse, &o, &txi) == FUSELET_OK, name + " bwd in place");
+  expect(max_err(xi, want.dx) < 2e-6, name + " bwd in-place dlogits");
+}
+
+// bfloat16 logits: the core's results against float32 logits holding the same values.
+void check_bf16(int64_t N, int64_t V) {
+  std::vector<uint16_t> xb(N * V), dxb(N * V);
+  std::vector<float> x(N * V), loss(N), lse(N), loss32(N), lse32(N), dx32(N * V), g(N, 1.f);
+  std::vector<int64_t> t(N);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.f, 4.f);
+  for (int64_t i = 0; i < N * V; ++i) {
+    uint32_t u;
+    const float f = dist(rng);
+    std::memcpy(&u, &f, 4);
+    xb[i] = static_cast<uint16_t>(u >> 16);
+    u = static_cast<uint32_t>(xb[i]) << 16;
+    std::memcpy(&x[i], &u, 4);
+  }
+  for (int64_t r = 0; r < N; ++r) t[r] = (r * 7919) % V;
+  fuselet_cross_entropy_options o{-100, 0.1f, 1e-4f, 30.f};
+  fuselet_tensor tx = view(xb.data(), FUSELET_BFLOAT16, {N, V}), tdx = view(dxb.data(), FUSELET_BFLOAT16, {N, V}),
+                 tt = view(t.data(), FUSELET_INT64, {N}), tl = view(loss.data(), FUSELET_FLOAT32, {N}),
+                 tlse = view(lse.data(), FUSELET_FLOAT32, {N}), tg = view(g.data(), FUSELET_FLOAT32, {N});
+  expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, &tlse) == FUSELET_OK &&
+             fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &tdx) == FUSELET_OK,
+         "bf16 fwd + bwd");
+  const Ref want = reference(x, t, V, o, g);
+  std::vector<float> dx(N * V);
+  for (int64_t i = 0; i < N * V; ++i) {
+    const uint32_t u = static_cast<uint32_t>(dxb[i]) << 16;
+    std::memcpy(&dx[i], &u, 4);
+  }
+  expect(max_err(loss, want.loss) < 2e-5, "bf16 loss");
+  expect(max_err(dx, want.dx) < 8e-3, "bf16 dlogits, max error " + std::to_string(max_err(dx, want.dx)));
+}
+
+void errors() {
+  float x[6] = {0, 1, 2, 3, 4, 5}, loss[2], lse[2], dx[6], g[2] = {1, 1};
+  int64_t t[2] = {1, 2}, bad[2] = {0, 3};
+  int32_t t32[2] = {2, -100};
+  fuselet_cross_entropy_options o{-100, 0.f, 0.f, 0.f};
+  fuselet_tensor tx = view(x, FUSELET_FLOAT32, {2, 3}), tt = view(t, FUSELET_INT64, {2}),
+                 tl = view(loss, FUSELET_FLOAT32, {2}), tlse = view(lse, FUSELET_FLOAT32, {2}),
+                 tdx = view(dx, FUSELET_FLOAT32, {2, 3}), tg = view(g, FUSELET_FLOAT32, {2});
+  expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, &tlse) == FUSELET_OK, "plain call");
+  fuselet_tensor tb = view(bad, FUSELET_INT64, {2});
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tb, &o, &tl, nullptr, &tlse), "target: element 1 is 3, outside [0, 3)",
+               "target out of range");
+  expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tb, &tlse, &o, &tdx), "target: element 1 is 3", "bwd target range");
+  fuselet_tensor t32v = view(t32, FUSELET_INT32, {2});
+  expect(fuselet_cross_entropy_fwd(&tx, &t32v, &o, &tl, nullptr, &tlse) == FUSELET_OK && loss[1] == 0.f,
+         "int32 target with an ignored row");
+  fuselet_tensor tf = view(x, FUSELET_FLOAT32, {2});
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tf, &o, &tl, nullptr, &tlse), "target: expected dtype int32 or int64",
+               "float target");
+  fuselet_tensor t3 = view(t, FUSELET_INT64, {1});
+  expect_error(fuselet_cross_entropy_fwd(&tx, &t3, &o, &tl, nullptr, &tlse), "target: expected 2 elements",
+               "target size");
+  fuselet_tensor xi = view(t, FUSELET_INT64, {2, 1});
+  expect_error(fuselet_cross_entropy_fwd(&xi, &tt, &o, &tl, nullptr, &tlse),
+               "logits: expected dtype float32, float16 or bfloat16, got code 4", "integer logits");
+  fuselet_tensor x0 = view(x, FUSELET_FLOAT32, {2, 0});
+  expect_error(fuselet_cross_entropy_fwd(&x0, &tt, &o, &tl, nullptr, &tlse), "logits: the last dimension (classes)",
+               "V = 0");
+  fuselet_tensor huge = view(x, FUSELET_FLOAT32, {int64_t{1} << 40, int64_t{1} << 30});
+  expect_error(fuselet_cross_entropy_fwd(&huge, &tt, &o, &tl, nullptr, &tlse), "logits: the element count overflows",
+               "element count overflow");
+  fuselet_cross_entropy_options b = o;
+  b.label_smoothing = 1.5f;
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "label_smoothing: expected a number in [0, 1]",
+               "label_smoothing");
+  b = o;
+  b.z_loss = NAN;
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "z_loss: expected a finite number >= 0",
+               "z_loss");
+  b = o;
+  b.softcap = -1.f;
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "softcap: expected a finite number > 0",
+               "softcap");
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, nullptr, &tl, nullptr, &tlse), "opts: expected the options", "NULL opts");
+  fuselet_tensor tl3 = view(loss, FUSELET_FLOAT32, {3});
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl3, nullptr, &tlse), "loss: expected 2 elements", "loss size");
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, nullptr), "lse: expected a tensor", "NULL lse");
+  fuselet_tensor th = view(dx, FUSELET_FLOAT16, {2, 3});
+  expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &th), "dlogits: expected dtype float32 (the dtype of logits)",
+               "dlogits dtype");
+  expect_error(fuselet_cross_entropy_fwd_bwd(&tx, &tt, &o, INFINITY, &tl, nullptr, &tdx), "grad_scale: expected a finite",
+               "grad_scale");
+  if (!fuselet_has_cuda())
+    expect(fuselet_cross_entropy_fwd_cuda(&tx, &tt, &o, &tl, nullptr, &tlse, nullptr) == FUSELET_ERR_UNSUPPORTED,
+           "CPU-only build");
+}
+
+}  // namespace
+
+int main() {
+  const fuselet_cross_entropy_options plain{-100, 0.f, 0.f, 0.f};
+  for (int64_t V : {1, 3, 127, 32000, 32001})
+    for (bool t64 : {false, true}) check(V > 1000 ? 4 : 9, V, plain, t64, "plain");
+  for (int64_t V : {3, 4097}) {
+    check(7, V, {-100, 0.1f, 0.f, 0.f}, true, "label_smoothing");
+    check(7, V, {-100, 0.f, 1e-3f, 0.f}, true, "z_loss");
+    check(7, V, {-100, 0.f, 0.f, 5.f}, true, "softcap");
+    check(7, V, {2, 0.2f, 1e-2f, 10.f}, false, "all options, ignore_index 2");
+  }
+  check(0, 5, plain, true, "empty");
+  check_bf16(5, 32001);
+  errors();
+  return fuselet_test::report();
+}
