@@ -191,3 +191,34 @@ def check_grad_scale(grad_scale) -> None:
         raise TypeError(f"grad_scale: expected a Python float, got {type(grad_scale).__name__}")
     if not math.isfinite(grad_scale):
         raise ValueError(f"grad_scale: expected a finite float, got {grad_scale}")
+def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | None, target_shape: tuple,
+                                    chunk_size) -> None:
+    """hidden (shape [..., H], dtype), weight ([V, H], hidden's dtype), bias ([V], hidden's dtype) or
+    None; target_shape: hidden's leading dims (its dtype is cross_entropy's to check); chunk_size:
+    None or an int >= 1."""
+    (h_shape, h_dtype), (w_shape, w_dtype) = hidden, weight
+    check_dtype("hidden", h_dtype)
+    if len(h_shape) == 0:
+        raise ValueError("hidden: expected shape [..., H] with at least 1 dimension, got a 0-d array")
+    if h_shape[-1] == 0:
+        raise ValueError(f"hidden: the hidden size (last dimension) must be > 0, got shape {tuple(h_shape)}")
+    if w_dtype != h_dtype:
+        check_dtype("weight", w_dtype)
+        raise TypeError(f"weight: expected dtype {h_dtype} (the dtype of hidden), got {w_dtype}")
+    if len(w_shape) != 2 or w_shape[1] != h_shape[-1] or w_shape[0] == 0:
+        raise ValueError(f"weight: expected shape [V, {h_shape[-1]}] (V > 0; H: the last dimension of hidden "
+                         f"{tuple(h_shape)}), got {tuple(w_shape)}")
+    if bias is not None:
+        b_shape, b_dtype = bias
+        if b_dtype != h_dtype:
+            check_dtype("bias", b_dtype)
+            raise TypeError(f"bias: expected dtype {h_dtype} (the dtype of hidden), got {b_dtype}")
+        if tuple(b_shape) != (w_shape[0],):
+            raise ValueError(f"bias: expected shape ({w_shape[0]},) (V, the rows of weight), got {tuple(b_shape)}")
+    if tuple(target_shape) != tuple(h_shape[:-1]):
+        raise ValueError(f"target: expected shape {tuple(h_shape[:-1])} (the leading dimensions of hidden "
+                         f"{tuple(h_shape)}), got {tuple(target_shape)}")
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)):
+        raise TypeError(f"chunk_size: expected None or an int, got {type(chunk_size).__name__}")
+    if chunk_size is not None and chunk_size < 1:
+        raise ValueError(f"chunk_size: expected None or an int >= 1 (tokens per chunk), got {chunk_size}")

@@ -8,10 +8,11 @@ from fuselet.jax._load import load as _load_library
 BUILD_INFO = _load_library()
 
 from fuselet.jax.cross_entropy import cross_entropy  # noqa: E402
+from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.jax.glu import geglu, swiglu  # noqa: E402
 from fuselet.jax.norm import add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.jax.rope import rope  # noqa: E402
 from fuselet.jax.softmax import softmax  # noqa: E402
 
-__all__ = ["BUILD_INFO", "add_rms_norm", "cross_entropy", "geglu", "layer_norm", "rms_norm", "rope", "softmax",
-           "swiglu"]
+__all__ = ["BUILD_INFO", "add_rms_norm", "cross_entropy", "fused_linear_cross_entropy", "geglu", "layer_norm",
+           "rms_norm", "rope", "softmax", "swiglu"]

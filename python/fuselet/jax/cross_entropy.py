@@ -51,9 +51,12 @@ def _per_token_bwd(options, res, cts):
     # donated, as in jax.grad of the loss with respect to the logits themselves) XLA copies
     # them first, which measured 2-3x the backward's own time (8192 x 32768 float32 on the
     # CPU); where they are dead (an intermediate), XLA may reuse their buffer unasked.
-    (dlogits,) = row_op("cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True,
-                        **_attrs(*options))
-    return dlogits, None
+    return _bwd_call(dloss, logits, target, lse, options), None
+
+
+def _bwd_call(dloss, logits, target, lse, options):
+    return row_op("cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True,
+                  **_attrs(*options))[0]
 
 
 _per_token.defvjp(_per_token_fwd, _per_token_bwd)

@@ -1,0 +1,238 @@
+"""Fused linear cross-entropy for PyTorch: the loss of `hidden @ weight.T + bias` without the
+[tokens, V] logits.
+
+The tokens are taken chunk by chunk: each chunk's logits come from torch's own matmul, fuselet's
+cross-entropy kernel turns them into the loss and, in the same pass and in place, into dlogits;
+the chunk's dhidden and its share of dweight / dbias are accumulated at once. So at most one
+chunk of logits exists at a time.
+
+- reduction "mean" / "sum": the gradients are computed during the forward (the upstream gradient
+  of a reduced loss is one number, applied in the backward); the forward returns them to
+  autograd, which keeps them instead of the logits.
+- reduction "none": the per-token upstream gradient is known only in the backward, which
+  recomputes each chunk's logits (one more matmul per chunk) from hidden, weight and the
+  float32 per-token lse the forward kept.
+
+One [chunk, V] buffer holds each chunk's logits and then its dlogits; dweight / dbias are
+accumulated in float32 (per vocabulary block, so that no [V, H] temporary of the matmul's dtype
+is needed) and returned in the parameters' dtypes.
+"""
+from __future__ import annotations
+
+import torch
+
+from fuselet._checks import check_linear_cross_entropy_args
+from fuselet._fused_linear_cross_entropy import chunk_size_for, options
+
+ops = torch.ops.fuselet
+
+# dweight is accumulated over vocabulary blocks of this many rows (the temporary of one
+# block's matmul is [block, H] in the weight's dtype).
+_VOCAB_BLOCK = 4096
+
+
+def _chunks(n: int, chunk: int):
+    return ((a, min(n, a + chunk)) for a in range(0, n, chunk))
+
+
+class _Logits:
+    """One [chunk, V] buffer, reused by every chunk: the logits of h, then (in place) dlogits."""
+
+    def __init__(self, hidden, weight, bias, chunk):
+        self.weight, self.bias = weight, bias
+        self.buf = hidden.new_empty((min(chunk, hidden.shape[0]), weight.shape[0]))
+
+    def __call__(self, h):
+        out = self.buf[: h.shape[0]]
+        if self.bias is None:
+            return torch.mm(h, self.weight.t(), out=out)
+        return torch.addmm(self.bias, h, self.weight.t(), out=out)
+
+
+class _Accumulator:
+    """dweight / dbias in float32, added to chunk by chunk from (dlogits, h). dweight is held as
+    float32 blocks of _VOCAB_BLOCK rows: each chunk's share is one matmul per block in the
+    weight's dtype into a block-sized temporary, and the result is converted block by block,
+    each float32 block freed as soon as it is converted."""
+
+    def __init__(self, weight, bias):
+        self.weight, self.bias = weight, bias
+        vocab, hidden = weight.shape
+        self.rows = [(v0, min(vocab, v0 + _VOCAB_BLOCK)) for v0 in range(0, vocab, _VOCAB_BLOCK)]
+        self.blocks = [torch.zeros((v1 - v0, hidden), dtype=torch.float32, device=weight.device)
+                       for v0, v1 in self.rows]
+        self.dbias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=weight.device)
+        self.tmp = None if weight.dtype == torch.float32 else \
+            weight.new_empty((min(vocab, _VOCAB_BLOCK), hidden))
+
+    def add(self, dlogits, h):
+        for (v0, v1), block in zip(self.rows, self.blocks):
+            if self.tmp is None:  # float32: straight into the accumulator
+                block.addmm_(dlogits[:, v0:v1].t(), h)
+            else:
+                block.add_(torch.mm(dlogits[:, v0:v1].t(), h, out=self.tmp[: v1 - v0]))
+        if self.dbias is not None:
+            self.dbias.add_(dlogits.sum(0, dtype=torch.float32))
+
+    def results(self):
+        self.tmp = None
+        dweight = torch.empty_like(self.weight)
+        for v0, v1 in self.rows:
+            dweight[v0:v1].copy_(self.blocks.pop(0))
+        dbias = self.dbias.to(self.bias.dtype) if self.bias is not None else self.weight.new_empty(0)
+        return dweight, dbias
+
+
+@torch.library.custom_op("fuselet::fused_linear_cross_entropy_reduced", mutates_args=())
+def _reduced(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
+             ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, mean: bool,
+             chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
+    n = hidden.shape[0]
+    scale = 1.0
+    if mean:
+        info = torch.iinfo(target.dtype)
+        valid = int((target != ignore_index).sum()) if info.min <= ignore_index <= info.max else n
+        scale = 1.0 / max(1, valid)
+    loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    z = torch.zeros((), dtype=torch.float32, device=hidden.device)
+    dhidden = torch.empty_like(hidden)
+    acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, chunk_size)
+    for a, b in _chunks(n, chunk_size):
+        h = hidden[a:b]
+        logits = logits_of(h)
+        loss_c, z_c = ops.cross_entropy_fwd_bwd_(logits, target[a:b], ignore_index, label_smoothing, z_loss,
+                                                 softcap, scale)
+        loss += loss_c.sum()
+        z += z_c.sum()
+        torch.mm(logits, weight, out=dhidden[a:b])  # logits now holds dlogits
+        acc.add(logits, h)
+    logits = logits_of = None  # the chunk buffer goes before dweight is converted
+    return (loss * scale, z * scale, dhidden, *acc.results())
+
+
+@_reduced.register_fake
+def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
+    scalar = hidden.new_empty((), dtype=torch.float32)
+    dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
+    return scalar, torch.empty_like(scalar), torch.empty_like(hidden), torch.empty_like(weight), dbias
+
+
+def _reduced_setup(ctx, inputs, output):
+    # Gradients arrive for `loss` only: no zero-filled [N, H] / [V, H] stand-ins for the others.
+    ctx.set_materialize_grads(False)
+    ctx.has_bias = inputs[2] is not None
+    ctx.save_for_backward(*output[2:])
+
+
+def _reduced_backward(ctx, dloss, _dz, _dh, _dw, _db):
+    if dloss is None:  # only z (no gradient) or the gradient outputs were used
+        return (None,) * 10
+    dhidden, dweight, dbias = ctx.saved_tensors
+    return (dhidden * dloss.to(dhidden.dtype), dweight * dloss.to(dweight.dtype),
+            dbias * dloss.to(dbias.dtype) if ctx.has_bias else None, None, None, None, None, None, None, None)
+
+
+_reduced.register_autograd(_reduced_backward, setup_context=_reduced_setup)
+
+
+@torch.library.custom_op("fuselet::fused_linear_cross_entropy_none", mutates_args=())
+def _per_token(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
+               ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
+               chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(loss, z, lse): float32 per token of hidden [N, H]."""
+    n = hidden.shape[0]
+    out = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
+    logits_of = _Logits(hidden, weight, bias, chunk_size)
+    for a, b in _chunks(n, chunk_size):
+        for o, r in zip(out, ops.cross_entropy_fwd(logits_of(hidden[a:b]), target[a:b], ignore_index,
+                                                   label_smoothing, z_loss, softcap)):
+            o[a:b] = r
+    return tuple(out)
+
+
+@_per_token.register_fake
+def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(3))
+
+
+@torch.library.custom_op("fuselet::fused_linear_cross_entropy_none_bwd", mutates_args=())
+def _per_token_bwd(dloss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                   target: torch.Tensor, lse: torch.Tensor, ignore_index: int, label_smoothing: float,
+                   z_loss: float, softcap: float,
+                   chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dhidden, dweight, dbias) from the per-token upstream gradient dloss [N] (logits recomputed)."""
+    dloss = dloss.to(torch.float32).contiguous()
+    dhidden = torch.empty_like(hidden)
+    acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, chunk_size)
+    for a, b in _chunks(hidden.shape[0], chunk_size):
+        h = hidden[a:b]
+        logits = logits_of(h)
+        ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], ignore_index, label_smoothing, z_loss,
+                               softcap)
+        torch.mm(logits, weight, out=dhidden[a:b])
+        acc.add(logits, h)
+    logits = logits_of = None
+    return (dhidden, *acc.results())
+
+
+@_per_token_bwd.register_fake
+def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
+    return torch.empty_like(hidden), torch.empty_like(weight), dbias
+
+
+def _per_token_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)
+    hidden, weight, bias, target, *ctx.options = inputs
+    ctx.has_bias = bias is not None
+    ctx.save_for_backward(hidden, weight, bias, target, output[2])
+
+
+def _per_token_backward(ctx, dloss, _dz, _dlse):
+    if dloss is None:
+        return (None,) * 9
+    hidden, weight, bias, target, lse = ctx.saved_tensors
+    dhidden, dweight, dbias = _per_token_bwd(dloss, hidden, weight, bias, target, lse, *ctx.options)
+    return dhidden, dweight, dbias if ctx.has_bias else None, None, None, None, None, None, None
+
+
+_per_token.register_autograd(_per_token_backward, setup_context=_per_token_setup)
+
+
+def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
+                               bias: torch.Tensor | None = None, ignore_index: int = -100,
+                               label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
+                               reduction: str = "mean", return_z_loss: bool = False,
+                               chunk_size: int | None = None):
+    """cross_entropy(hidden @ weight.T + bias, target, ...) without materializing the logits.
+
+    hidden [..., H], weight [V, H] (torch.nn.Linear's layout), bias [V] or None, all of one dtype
+    (float32, float16 or bfloat16); target hidden.shape[:-1] of int64 / int32 class ids. The
+    options are cross_entropy's. chunk_size: tokens per chunk (None: chunk_size_for(N, H, V)).
+    Returns the float32 loss (target's shape for reduction="none"), and with return_z_loss=True
+    (loss, z), z the z-loss part alone for logging (no gradient flows through z)."""
+    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
+        if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
+            raise TypeError(f"{name}: expected a torch.Tensor{' or None' if name == 'bias' else ''}, "
+                            f"got {type(t).__name__}")
+    facts = {n: None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+             for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))}
+    check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
+    for name, t in (("weight", weight), ("bias", bias), ("target", target)):
+        if t is not None and t.device != hidden.device:
+            raise ValueError(f"{name}: expected a tensor on {hidden.device} (the device of hidden), got {t.device}")
+    opts = options(tuple(target.shape), str(target.dtype).removeprefix("torch."), weight.shape[0], facts["hidden"][1],
+                   ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    shape, h_dim, vocab = target.shape, hidden.shape[-1], weight.shape[0]
+    h2 = hidden.reshape(-1, h_dim).contiguous()
+    t1 = target.reshape(-1).contiguous()
+    chunk = chunk_size or chunk_size_for(h2.shape[0], h_dim, vocab)
+    weight = weight.contiguous()
+    bias = None if bias is None else bias.contiguous()
+    if reduction == "none":
+        loss, z, _ = _per_token(h2, weight, bias, t1, *opts, chunk)
+        loss, z = loss.reshape(shape), z.reshape(shape)
+    else:
+        loss, z, *_ = _reduced(h2, weight, bias, t1, *opts, reduction == "mean", chunk)
+    return (loss, z.detach()) if return_z_loss else loss
