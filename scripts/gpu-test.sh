@@ -61,4 +61,8 @@ cd "$ROOT"
 # 3. The benchmarks.
 "$PY" benchmarks/bench_norm.py --device cuda --repeats 5 || fail "bench_norm"
 "$PY" benchmarks/bench_ops.py --device cuda --repeats 5 || fail "bench_ops"
+"$PY" benchmarks/bench_rope.py --device cuda --repeats 5 || fail "bench_rope"
+"$PY" benchmarks/bench_cross_entropy.py --device cuda --repeats 5 || fail "bench_cross_entropy"
+"$PY" benchmarks/bench_fused_linear_cross_entropy.py --device cuda --processes 1 --methods fuselet.torch,"torch eager","torch.compile" \
+  || fail "bench_fused_linear_cross_entropy"
 exit "$status"
