@@ -10,18 +10,9 @@ namespace fuselet_jax {
 
 namespace ffi = xla::ffi;
 
-// A row-major core view of `buf` (XLA buffers given to custom calls are dense, row-major).
-// Sets `error` and returns false for dtypes fuselet does not support.
-inline bool view(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* out, ffi::Error* error) {
-  *out = fuselet_tensor{};
-  switch (buf.element_type()) {
-    case ffi::DataType::F32: out->dtype = FUSELET_FLOAT32; break;
-    case ffi::DataType::F16: out->dtype = FUSELET_FLOAT16; break;
-    case ffi::DataType::BF16: out->dtype = FUSELET_BFLOAT16; break;
-    default:
-      *error = ffi::Error::InvalidArgument(std::string(name) + ": expected dtype float32, float16 or bfloat16");
-      return false;
-  }
+// Data, shape and row-major strides of `buf` into `out` (XLA buffers given to custom calls are
+// dense, row-major); false with `error` set for more dimensions than a view holds.
+inline bool row_major(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* out, ffi::Error* error) {
   const auto dims = buf.dimensions();
   if (dims.size() > FUSELET_MAX_DIMS) {
     *error = ffi::Error::InvalidArgument(std::string(name) + ": expected at most 8 dimensions");
@@ -38,7 +29,21 @@ inline bool view(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* ou
   return true;
 }
 
-// A row-major core view of a class-id buffer (S32 or S64: cross-entropy's target).
+// A core view of `buf`. Sets `error` and returns false for dtypes fuselet does not support.
+inline bool view(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* out, ffi::Error* error) {
+  *out = fuselet_tensor{};
+  switch (buf.element_type()) {
+    case ffi::DataType::F32: out->dtype = FUSELET_FLOAT32; break;
+    case ffi::DataType::F16: out->dtype = FUSELET_FLOAT16; break;
+    case ffi::DataType::BF16: out->dtype = FUSELET_BFLOAT16; break;
+    default:
+      *error = ffi::Error::InvalidArgument(std::string(name) + ": expected dtype float32, float16 or bfloat16");
+      return false;
+  }
+  return row_major(buf, name, out, error);
+}
+
+// A core view of a class-id buffer (S32 or S64: cross-entropy's target).
 inline bool index_view(const ffi::AnyBuffer& buf, const char* name, fuselet_tensor* out, ffi::Error* error) {
   *out = fuselet_tensor{};
   switch (buf.element_type()) {
@@ -48,20 +53,7 @@ inline bool index_view(const ffi::AnyBuffer& buf, const char* name, fuselet_tens
       *error = ffi::Error::InvalidArgument(std::string(name) + ": expected dtype int32 or int64 (class ids)");
       return false;
   }
-  const auto dims = buf.dimensions();
-  if (dims.size() > FUSELET_MAX_DIMS) {
-    *error = ffi::Error::InvalidArgument(std::string(name) + ": expected at most 8 dimensions");
-    return false;
-  }
-  out->data = buf.untyped_data();
-  out->ndim = static_cast<int32_t>(dims.size());
-  int64_t stride = 1;
-  for (int32_t d = out->ndim - 1; d >= 0; --d) {
-    out->shape[d] = dims[d];
-    out->strides[d] = stride;
-    stride *= dims[d];
-  }
-  return true;
+  return row_major(buf, name, out, error);
 }
 
 inline ffi::Error to_error(fuselet_status status) {

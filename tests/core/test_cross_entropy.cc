@@ -15,20 +15,7 @@ namespace {
 
 using fuselet_test::expect;
 using fuselet_test::expect_error;
-
-fuselet_tensor view(void* data, fuselet_dtype dtype, std::vector<int64_t> shape) {
-  fuselet_tensor t{};
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = s;
-    s *= shape[d];
-  }
-  return t;
-}
+using fuselet_test::view;
 
 struct Ref {
   std::vector<double> loss, z, dx;
@@ -81,10 +68,10 @@ void check(int64_t N, int64_t V, fuselet_cross_entropy_options o, bool target64,
     g[r] = dist(rng);
   }
   const std::string name = what + " N=" + std::to_string(N) + " V=" + std::to_string(V) + (target64 ? " int64" : " int32");
-  fuselet_tensor tx = view(x.data(), FUSELET_FLOAT32, {N, V}), tdx = view(dx.data(), FUSELET_FLOAT32, {N, V});
-  fuselet_tensor tt = target64 ? view(t.data(), FUSELET_INT64, {N}) : view(t32.data(), FUSELET_INT32, {N});
-  fuselet_tensor tg = view(g.data(), FUSELET_FLOAT32, {N}), tl = view(loss.data(), FUSELET_FLOAT32, {N}),
-                 tz = view(z.data(), FUSELET_FLOAT32, {N}), tlse = view(lse.data(), FUSELET_FLOAT32, {N});
+  fuselet_tensor tx = view(x.data(), {N, V}, {}, FUSELET_FLOAT32), tdx = view(dx.data(), {N, V}, {}, FUSELET_FLOAT32);
+  fuselet_tensor tt = target64 ? view(t.data(), {N}, {}, FUSELET_INT64) : view(t32.data(), {N}, {}, FUSELET_INT32);
+  fuselet_tensor tg = view(g.data(), {N}, {}, FUSELET_FLOAT32), tl = view(loss.data(), {N}, {}, FUSELET_FLOAT32),
+                 tz = view(z.data(), {N}, {}, FUSELET_FLOAT32), tlse = view(lse.data(), {N}, {}, FUSELET_FLOAT32);
   expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, &tz, &tlse) == FUSELET_OK, name + " fwd");
   expect(fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &tdx) == FUSELET_OK, name + " bwd");
   const Ref want = reference(x, t, V, o, g);
@@ -94,7 +81,7 @@ void check(int64_t N, int64_t V, fuselet_cross_entropy_options o, bool target64,
   for (int64_t r = 1; r < N; r += 3) expect(lse[r] == 0.f && loss[r] == 0.f, name + " ignored row zeros");
   // fwd_bwd with grad_scale 0.5, in place (dlogits = the logits), z not asked for.
   std::vector<float> xi = x;
-  fuselet_tensor txi = view(xi.data(), FUSELET_FLOAT32, {N, V}), tl2 = view(loss2.data(), FUSELET_FLOAT32, {N});
+  fuselet_tensor txi = view(xi.data(), {N, V}, {}, FUSELET_FLOAT32), tl2 = view(loss2.data(), {N}, {}, FUSELET_FLOAT32);
   expect(fuselet_cross_entropy_fwd_bwd(&txi, &tt, &o, 0.5f, &tl2, nullptr, &txi) == FUSELET_OK, name + " fwd_bwd");
   const Ref half = reference(x, t, V, o, std::vector<float>(N, 0.5f));
   expect(max_err(loss2, want.loss) < 2e-5, name + " fwd_bwd loss");
@@ -122,9 +109,9 @@ void check_bf16(int64_t N, int64_t V) {
   }
   for (int64_t r = 0; r < N; ++r) t[r] = (r * 7919) % V;
   fuselet_cross_entropy_options o{-100, 0.1f, 1e-4f, 30.f};
-  fuselet_tensor tx = view(xb.data(), FUSELET_BFLOAT16, {N, V}), tdx = view(dxb.data(), FUSELET_BFLOAT16, {N, V}),
-                 tt = view(t.data(), FUSELET_INT64, {N}), tl = view(loss.data(), FUSELET_FLOAT32, {N}),
-                 tlse = view(lse.data(), FUSELET_FLOAT32, {N}), tg = view(g.data(), FUSELET_FLOAT32, {N});
+  fuselet_tensor tx = view(xb.data(), {N, V}, {}, FUSELET_BFLOAT16), tdx = view(dxb.data(), {N, V}, {}, FUSELET_BFLOAT16),
+                 tt = view(t.data(), {N}, {}, FUSELET_INT64), tl = view(loss.data(), {N}, {}, FUSELET_FLOAT32),
+                 tlse = view(lse.data(), {N}, {}, FUSELET_FLOAT32), tg = view(g.data(), {N}, {}, FUSELET_FLOAT32);
   expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, &tlse) == FUSELET_OK &&
              fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &tdx) == FUSELET_OK,
          "bf16 fwd + bwd");
@@ -143,30 +130,30 @@ void errors() {
   int64_t t[2] = {1, 2}, bad[2] = {0, 3};
   int32_t t32[2] = {2, -100};
   fuselet_cross_entropy_options o{-100, 0.f, 0.f, 0.f};
-  fuselet_tensor tx = view(x, FUSELET_FLOAT32, {2, 3}), tt = view(t, FUSELET_INT64, {2}),
-                 tl = view(loss, FUSELET_FLOAT32, {2}), tlse = view(lse, FUSELET_FLOAT32, {2}),
-                 tdx = view(dx, FUSELET_FLOAT32, {2, 3}), tg = view(g, FUSELET_FLOAT32, {2});
+  fuselet_tensor tx = view(x, {2, 3}, {}, FUSELET_FLOAT32), tt = view(t, {2}, {}, FUSELET_INT64),
+                 tl = view(loss, {2}, {}, FUSELET_FLOAT32), tlse = view(lse, {2}, {}, FUSELET_FLOAT32),
+                 tdx = view(dx, {2, 3}, {}, FUSELET_FLOAT32), tg = view(g, {2}, {}, FUSELET_FLOAT32);
   expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, &tlse) == FUSELET_OK, "plain call");
-  fuselet_tensor tb = view(bad, FUSELET_INT64, {2});
+  fuselet_tensor tb = view(bad, {2}, {}, FUSELET_INT64);
   expect_error(fuselet_cross_entropy_fwd(&tx, &tb, &o, &tl, nullptr, &tlse), "target: element 1 is 3, outside [0, 3)",
                "target out of range");
   expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tb, &tlse, &o, &tdx), "target: element 1 is 3", "bwd target range");
-  fuselet_tensor t32v = view(t32, FUSELET_INT32, {2});
+  fuselet_tensor t32v = view(t32, {2}, {}, FUSELET_INT32);
   expect(fuselet_cross_entropy_fwd(&tx, &t32v, &o, &tl, nullptr, &tlse) == FUSELET_OK && loss[1] == 0.f,
          "int32 target with an ignored row");
-  fuselet_tensor tf = view(x, FUSELET_FLOAT32, {2});
+  fuselet_tensor tf = view(x, {2}, {}, FUSELET_FLOAT32);
   expect_error(fuselet_cross_entropy_fwd(&tx, &tf, &o, &tl, nullptr, &tlse), "target: expected dtype int32 or int64",
                "float target");
-  fuselet_tensor t3 = view(t, FUSELET_INT64, {1});
+  fuselet_tensor t3 = view(t, {1}, {}, FUSELET_INT64);
   expect_error(fuselet_cross_entropy_fwd(&tx, &t3, &o, &tl, nullptr, &tlse), "target: expected 2 elements",
                "target size");
-  fuselet_tensor xi = view(t, FUSELET_INT64, {2, 1});
+  fuselet_tensor xi = view(t, {2, 1}, {}, FUSELET_INT64);
   expect_error(fuselet_cross_entropy_fwd(&xi, &tt, &o, &tl, nullptr, &tlse),
                "logits: expected dtype float32, float16 or bfloat16, got code 4", "integer logits");
-  fuselet_tensor x0 = view(x, FUSELET_FLOAT32, {2, 0});
+  fuselet_tensor x0 = view(x, {2, 0}, {}, FUSELET_FLOAT32);
   expect_error(fuselet_cross_entropy_fwd(&x0, &tt, &o, &tl, nullptr, &tlse), "logits: the last dimension (classes)",
                "V = 0");
-  fuselet_tensor huge = view(x, FUSELET_FLOAT32, {int64_t{1} << 40, int64_t{1} << 30});
+  fuselet_tensor huge = view(x, {int64_t{1} << 40, int64_t{1} << 30}, {}, FUSELET_FLOAT32);
   expect_error(fuselet_cross_entropy_fwd(&huge, &tt, &o, &tl, nullptr, &tlse), "logits: the element count overflows",
                "element count overflow");
   fuselet_cross_entropy_options b = o;
@@ -182,10 +169,10 @@ void errors() {
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "softcap: expected a finite number > 0",
                "softcap");
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, nullptr, &tl, nullptr, &tlse), "opts: expected the options", "NULL opts");
-  fuselet_tensor tl3 = view(loss, FUSELET_FLOAT32, {3});
+  fuselet_tensor tl3 = view(loss, {3}, {}, FUSELET_FLOAT32);
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl3, nullptr, &tlse), "loss: expected 2 elements", "loss size");
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, nullptr), "lse: expected a tensor", "NULL lse");
-  fuselet_tensor th = view(dx, FUSELET_FLOAT16, {2, 3});
+  fuselet_tensor th = view(dx, {2, 3}, {}, FUSELET_FLOAT16);
   expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &th), "dlogits: expected dtype float32 (the dtype of logits)",
                "dlogits dtype");
   expect_error(fuselet_cross_entropy_fwd_bwd(&tx, &tt, &o, INFINITY, &tl, nullptr, &tdx), "grad_scale: expected a finite",

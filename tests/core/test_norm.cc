@@ -14,21 +14,7 @@ namespace {
 
 using fuselet_test::expect;
 using fuselet_test::expect_error;
-
-fuselet_tensor view(void* data, std::vector<int64_t> shape, std::vector<int64_t> strides = {},
-                    fuselet_dtype dtype = FUSELET_FLOAT32) {
-  fuselet_tensor t{};
-  t.data = data;
-  t.dtype = dtype;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = strides.empty() ? s : strides[d];
-    s *= shape[d];
-  }
-  return t;
-}
+using fuselet_test::view;
 
 double max_err(const std::vector<float>& a, const std::vector<double>& b) {
   double m = 0;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "expect.h"
 #include "fuselet/cross_entropy.h"
 #include "fuselet/glu.h"
 #include "fuselet/norm.h"
@@ -18,6 +19,8 @@
 #include "fuselet/softmax.h"
 
 namespace {
+
+using fuselet_test::view;
 
 int g_passed = 0, g_failed = 0;
 
@@ -55,21 +58,6 @@ struct Buf {
     return out;
   }
 };
-
-// A contiguous float32 view of `data` with `shape`.
-fuselet_tensor view(void* data, std::vector<int64_t> shape) {
-  fuselet_tensor t{};
-  t.data = data;
-  t.dtype = FUSELET_FLOAT32;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = s;
-    s *= shape[d];
-  }
-  return t;
-}
 
 void compare(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0;

@@ -14,20 +14,7 @@ namespace {
 
 using fuselet_test::expect;
 using fuselet_test::expect_error;
-
-fuselet_tensor view(float* data, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
-  fuselet_tensor t{};
-  t.data = data;
-  t.dtype = FUSELET_FLOAT32;
-  t.ndim = static_cast<int32_t>(shape.size());
-  int64_t s = 1;
-  for (int d = t.ndim - 1; d >= 0; --d) {
-    t.shape[d] = shape[d];
-    t.strides[d] = strides.empty() ? s : strides[d];
-    s *= shape[d];
-  }
-  return t;
-}
+using fuselet_test::view;
 
 // The rotation of rope.h in float64: out_i = a_i c_i + e_i s_i a_p(i) (forward) or
 // a_i c_i - e_i s_p(i) a_p(i) (backward).
