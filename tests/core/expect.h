@@ -41,7 +41,7 @@ inline fuselet_tensor view(void* data, std::vector<int64_t> shape, std::vector<i
   for (int d = t.ndim - 1; d >= 0; --d) {
     t.shape[d] = shape[d];
     t.strides[d] = strides.empty() ? s : strides[d];
-    s *= shape[d];
+    if (d > 0) s *= shape[d];  // not past the outermost dim: huge views must not overflow here
   }
   return t;
 }
