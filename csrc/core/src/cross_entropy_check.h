@@ -4,12 +4,6 @@
 #include "fuselet/cross_entropy.h"
 #include "internal.h"
 
-#ifdef __CUDACC__
-#define FUSELET_HOST_DEVICE __host__ __device__
-#else
-#define FUSELET_HOST_DEVICE
-#endif
-
 namespace fuselet {
 
 // A checked cross-entropy problem: N rows of V logits, one target per row.

@@ -8,6 +8,13 @@
 
 #include "fuselet/fuselet.h"
 
+// Functions of the checked problem structs that the CPU and the CUDA kernels both call.
+#ifdef __CUDACC__
+#define FUSELET_HOST_DEVICE __host__ __device__
+#else
+#define FUSELET_HOST_DEVICE
+#endif
+
 namespace fuselet {
 
 // Records a printf-style message for fuselet_last_error() and returns `status`.

@@ -4,14 +4,6 @@
 #include "fuselet/rope.h"
 #include "internal.h"
 
-#ifndef FUSELET_HOST_DEVICE
-#ifdef __CUDACC__
-#define FUSELET_HOST_DEVICE __host__ __device__
-#else
-#define FUSELET_HOST_DEVICE
-#endif
-#endif
-
 namespace fuselet {
 
 // A checked rope problem: rows = B * S * N heads of D features, the first R rotated. Strides

@@ -4,12 +4,6 @@
 #include "fuselet/softmax.h"
 #include "internal.h"
 
-#ifdef __CUDACC__
-#define FUSELET_HOST_DEVICE __host__ __device__
-#else
-#define FUSELET_HOST_DEVICE
-#endif
-
 namespace fuselet {
 
 // A checked softmax problem: R rows of K elements; with causal, query i = r mod Q of row r
