@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tests import reference as ref
 from tests.conftest import import_layer
+from tests.jax.multi_device import others, run_on_8_cpu_devices
 
 jax = pytest.importorskip("jax", reason="jax is not installed in this environment")
 import jax.numpy as jnp  # noqa: E402
@@ -22,7 +19,6 @@ import jax.numpy as jnp  # noqa: E402
 fj = import_layer("jax")
 f64 = ref.to_float64
 B, S, N, D = 2, 5, 3, 16
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def x_shape(layout, b=B, s=S, n=N, d=D) -> tuple:
@@ -125,15 +121,7 @@ def test_vmap_and_vmap_of_grad(case, layout):
 
 @pytest.fixture(scope="module")
 def sharded() -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "tests.jax.test_rope"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def others(counts: dict, *allowed) -> dict:
-    return {c: n for c, n in counts.items() if n and c not in allowed}
+    return run_on_8_cpu_devices("tests.jax.test_rope")
 
 
 @pytest.mark.parametrize("case", ["batch", "batch_and_heads", "bhsd_batch_and_heads", "per_seq_batch",
@@ -163,10 +151,7 @@ def _sharding_main():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    collectives = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all", "collective-permute")
-
-    def count(hlo):
-        return {c: len(re.findall(rf"\b{c}(?:-start)?\(", hlo)) for c in collectives}
+    from tests.jax.sharding_child import collectives as count
 
     def case(mesh, spec, layout, shape, tables, table_spec=None, shard_map=False):
         x, dy, cos, sin = arrays(shape, "float32", shape[-1], tables, "float32")

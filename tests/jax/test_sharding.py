@@ -6,32 +6,19 @@ dweight/dbias over the row shards. A sharded hidden dim: x (and dy) gathered alo
 else. Outputs keep x's sharding and match the unsharded result; shard_map too."""
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from tests.jax.multi_device import others, run_on_8_cpu_devices
 
 pytest.importorskip("jax", reason="jax is not installed in this environment")
 
-ROOT = Path(__file__).resolve().parents[2]
 ROW_CASES = ("rows", "rows_2d_mesh", "rows_bf16_x_f32_params", "shard_map")
 NORMS = ("rms_norm", "layer_norm")
 
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", "tests.jax.sharding_child"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def others(counts: dict, *allowed) -> dict:
-    return {c: n for c, n in counts.items() if n and c not in allowed}
+    return run_on_8_cpu_devices("tests.jax.sharding_child")
 
 
 @pytest.mark.parametrize("case", ROW_CASES)
