@@ -5,9 +5,14 @@ TypeError (wrong kind or dtype) or ValueError (wrong shape or value) naming the 
 """
 from __future__ import annotations
 
-import math
-
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
+_INF = float("inf")
+
+
+def _finite(v) -> bool:
+    """_finite(v) in comparisons only (False for NaN and +-inf): torch.compile traces
+    them on a symbolic float (a SymFloat eps or scale), where math.isfinite breaks the graph."""
+    return -_INF < v < _INF
 
 
 def check_dtype(name: str, dtype: str, like: str | None = None) -> None:
@@ -48,7 +53,7 @@ def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps, zero_center
         like = like or (name, dtype)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps: expected a Python float, got {type(eps).__name__}")
-    if not (math.isfinite(eps) and eps > 0):
+    if not (_finite(eps) and eps > 0):
         raise ValueError(f"eps: expected a finite float > 0, got {eps}")
     if not isinstance(zero_centered_gamma, bool):
         raise TypeError(f"zero_centered_gamma: expected a bool, got {type(zero_centered_gamma).__name__}")
@@ -89,7 +94,7 @@ def check_softmax_args(x_shape: tuple, x_dtype: str, scale, causal) -> None:
         raise ValueError(f"x: the last dimension (keys) must be > 0, got shape {tuple(x_shape)}")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)):
         raise TypeError(f"scale: expected a Python float, got {type(scale).__name__}")
-    if not math.isfinite(scale):
+    if not _finite(scale):
         raise ValueError(f"scale: expected a finite float, got {scale}")
     if not isinstance(causal, bool):
         raise TypeError(f"causal: expected a bool, got {type(causal).__name__}")
@@ -171,12 +176,12 @@ def check_cross_entropy_args(logits_shape: tuple, logits_dtype: str, target_shap
         raise ValueError(f"label_smoothing: expected a float in [0, 1], got {label_smoothing}")
     if not _is_number(z_loss):
         raise TypeError(f"z_loss: expected a Python float, got {type(z_loss).__name__}")
-    if not (math.isfinite(z_loss) and z_loss >= 0):
+    if not (_finite(z_loss) and z_loss >= 0):
         raise ValueError(f"z_loss: expected a finite float >= 0, got {z_loss}")
     if softcap is not None:
         if not _is_number(softcap):
             raise TypeError(f"softcap: expected None or a Python float, got {type(softcap).__name__}")
-        if not (math.isfinite(softcap) and softcap > 0):
+        if not (_finite(softcap) and softcap > 0):
             raise ValueError(f"softcap: expected None or a finite float > 0, got {softcap}")
     if not isinstance(reduction, str):
         raise TypeError(f"reduction: expected 'none', 'sum' or 'mean', got {type(reduction).__name__}")
@@ -189,7 +194,7 @@ def check_cross_entropy_args(logits_shape: tuple, logits_dtype: str, target_shap
 def check_grad_scale(grad_scale) -> None:
     if not _is_number(grad_scale):
         raise TypeError(f"grad_scale: expected a Python float, got {type(grad_scale).__name__}")
-    if not math.isfinite(grad_scale):
+    if not _finite(grad_scale):
         raise ValueError(f"grad_scale: expected a finite float, got {grad_scale}")
 def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | None, target_shape: tuple,
                                     chunk_size) -> None:

@@ -31,6 +31,13 @@ ops = torch.ops.fuselet
 _VOCAB_BLOCK = 4096
 
 
+def _resolve(chunk_size: int, hidden, weight) -> int:
+    """The ops' chunk_size 0 is the default, chunk_size_for(N, H, V), decided inside the op from the
+    real sizes: under torch.compile a symbolic N stays symbolic (no guard on its value, so no
+    recompilation for every new token count)."""
+    return chunk_size or chunk_size_for(hidden.shape[0], hidden.shape[1], weight.shape[0])
+
+
 def _chunks(n: int, chunk: int):
     return ((a, min(n, a + chunk)) for a in range(0, n, chunk))
 
@@ -88,7 +95,7 @@ def _reduced(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
              ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, mean: bool,
              chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
-    n = hidden.shape[0]
+    n, chunk_size = hidden.shape[0], _resolve(chunk_size, hidden, weight)
     scale = 1.0
     if mean:
         info = torch.iinfo(target.dtype)
@@ -143,6 +150,7 @@ def _per_token(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     """(loss, z, lse): float32 per token of hidden [N, H]."""
     n = hidden.shape[0]
     out = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
+    chunk_size = _resolve(chunk_size, hidden, weight)
     logits_of = _Logits(hidden, weight, bias, chunk_size)
     for a, b in _chunks(n, chunk_size):
         for o, r in zip(out, ops.cross_entropy_fwd(logits_of(hidden[a:b]), target[a:b], ignore_index,
@@ -164,6 +172,7 @@ def _per_token_bwd(dloss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tens
     """(dhidden, dweight, dbias) from the per-token upstream gradient dloss [N] (logits recomputed)."""
     dloss = dloss.to(torch.float32).contiguous()
     dhidden = torch.empty_like(hidden)
+    chunk_size = _resolve(chunk_size, hidden, weight)
     acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, chunk_size)
     for a, b in _chunks(hidden.shape[0], chunk_size):
         h = hidden[a:b]
@@ -224,10 +233,10 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
             raise ValueError(f"{name}: expected a tensor on {hidden.device} (the device of hidden), got {t.device}")
     opts = options(tuple(target.shape), str(target.dtype).removeprefix("torch."), weight.shape[0], facts["hidden"][1],
                    ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
-    shape, h_dim, vocab = target.shape, hidden.shape[-1], weight.shape[0]
+    shape, h_dim = target.shape, hidden.shape[-1]
     h2 = hidden.reshape(-1, h_dim).contiguous()
     t1 = target.reshape(-1).contiguous()
-    chunk = chunk_size or chunk_size_for(h2.shape[0], h_dim, vocab)
+    chunk = chunk_size or 0  # 0: chunk_size_for(N, H, V), decided by the op (_resolve)
     weight = weight.contiguous()
     bias = None if bias is None else bias.contiguous()
     if reduction == "none":
