@@ -122,6 +122,19 @@ def test_mlp_both_matmul_paths(tokens):
         ref.assert_close(f64(p.grad), f64(q.grad), "float32", "reduce", rows=tokens, name=name)
 
 
+def test_norm_of_mixed_dtypes_falls_back():
+    """A float32 Llama norm weight on bfloat16 x: transformers promotes y to float32; fuselet's op
+    would not, so that call runs transformers' own forward."""
+    plain = transformers.models.llama.modeling_llama.LlamaRMSNorm(SMALL["hidden_size"])
+    wrapper = torch.nn.ModuleDict({"norm": copy.deepcopy(plain)})
+    wrapper.config = transformers.LlamaConfig(**SMALL)
+    fused = ft.transformers.fuse(wrapper)["norm"]
+    x = torch.randn(3, SMALL["hidden_size"])
+    y = fused(x.bfloat16())
+    assert "forward" in vars(fused) and y.dtype == torch.float32 and torch.equal(y, plain(x.bfloat16()))
+    ref.assert_close(f64(fused(x)), f64(plain(x)), "float32", name="y")  # one dtype: fuselet's op
+
+
 def test_lm_head_never_runs_with_labels():
     model = ft.transformers.fuse(tiny("llama"))
     calls = []
@@ -151,6 +164,15 @@ def test_loss_options_match_transformers():
         fused(input_ids=input_ids, labels=labels, logits_to_keep=1)
 
 
+def test_generate_with_cache():
+    """Greedy generate (no labels; cos / sin of one position per step with the KV cache) as unfused."""
+    plain = tiny("gemma2")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    input_ids, _ = batch()
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(fused.generate(input_ids, **kwargs), plain.generate(input_ids, **kwargs))
+
+
 def test_other_instances_unaffected():
     plain = tiny("gemma")
     other = copy.deepcopy(plain)
@@ -172,6 +194,9 @@ def test_state_dict_round_trip():
     fresh.load_state_dict(plain.state_dict(), strict=True)
     for (name, p), q in zip(fresh.state_dict().items(), fused.state_dict().values()):
         assert torch.equal(p, q), name
+    twin = copy.deepcopy(fused)  # a copy's swapped forwards are bound to the copy's modules
+    assert twin.model.norm.forward.__self__ is twin.model.norm
+    assert twin.model.layers[0].mlp.forward.__self__ is twin.model.layers[0].mlp
 
 
 def test_flags_choose_the_swaps():
