@@ -90,6 +90,9 @@ def test_matches_unfused(family, dtype):
     # every norm (Qwen3's q_norm / k_norm included), MLP and attention, and the LM head's loss
     kinds = {type(m).__name__.removeprefix(type(fused).__name__.removesuffix("ForCausalLM")) for m in swapped}
     assert kinds == {"RMSNorm", "MLP", "Attention", "ForCausalLM"}, kinds
+    unswapped = [n for n, m in fused.named_modules() if type(m).__name__.endswith(("RMSNorm", "MLP", "Attention"))
+                 and "forward" not in vars(m)]
+    assert unswapped == []
     assert_same_training_step(fused, plain, dtype)
 
 

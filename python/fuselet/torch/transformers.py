@@ -7,8 +7,9 @@ other instances of the same class, fused or not, keep theirs. No parameter or bu
 removed or renamed: a fused model's state_dict loads strictly into the unfused model and back.
 
 - rms_norm: each <Family>RMSNorm runs ft.rms_norm (Gemma's (1 + weight) scale through
-  zero_centered_gamma). Llama's norm rounds x to its dtype before the weight multiply and Gemma's
-  after; fuselet rounds once, at the end (both within the dtype's half ulp of the float32 math).
+  zero_centered_gamma). Llama's norm rounds to x's dtype before the weight multiply and again
+  after it, Gemma's once after; fuselet's math is float32 with one rounding at the end (Gemma's
+  order; within about one ulp of the dtype of Llama's).
 - swiglu: each <Family>MLP makes [gate, up] (what the GLU ops read), then runs ft.swiglu for
   silu or ft.geglu for gelu (approximate="tanh": Gemma's gelu_pytorch_tanh). With at least H
   tokens, in one matmul on the two weights concatenated on the fly (the parameters stay
@@ -16,11 +17,11 @@ removed or renamed: a fused model's state_dict loads strictly into the unfused m
 - rope: each <Family>Attention calls ft.rope (layout "bhsd", read in place) where its forward
   calls the module-level apply_rotary_pos_emb: the instance gets a copy of its class's forward
   whose globals name fuselet's function instead (decorators kept).
-- loss: the <Family>ForCausalLM's forward, when given labels, computes the loss
-  with ft.fused_linear_cross_entropy from the last hidden states and lm_head.weight, with
-  transformers' ForCausalLMLoss semantics (labels shifted by one or shift_labels as given, ignore_index -100, mean over
-  the counted tokens, or sum / num_items_in_batch); the [tokens, vocab] logits are never made
-  and the output's `logits` is None. Gemma2's final_logit_softcapping becomes the op's softcap.
+- loss: the <Family>ForCausalLM's forward, when given labels, computes the loss with
+  ft.fused_linear_cross_entropy from the last hidden states and lm_head.weight, as transformers'
+  ForCausalLMLoss does (labels shifted by one, or shift_labels as given; ignore_index -100; mean
+  over the counted tokens, or sum / num_items_in_batch); the [tokens, vocab] logits are never
+  made and the output's `logits` is None. Gemma2's final_logit_softcapping is the op's softcap.
   Without labels the forward is the class's own.
 
 A module whose inputs fuselet does not take (a Llama norm weight of another dtype than x, a
