@@ -7,6 +7,7 @@ from fuselet.torch._load import load as _load_library
 
 BUILD_INFO = _load_library()
 
+from fuselet.torch import transformers  # noqa: E402  (imports transformers only when fuse() runs)
 from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.torch.glu import geglu, swiglu  # noqa: E402
@@ -15,4 +16,4 @@ from fuselet.torch.rope import rope  # noqa: E402
 from fuselet.torch.softmax import softmax  # noqa: E402
 
 __all__ = ["BUILD_INFO", "LayerNorm", "RMSNorm", "add_rms_norm", "cross_entropy", "fused_linear_cross_entropy",
-           "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu"]
+           "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu", "transformers"]

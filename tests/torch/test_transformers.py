@@ -1,0 +1,278 @@
+"""fuselet.torch.transformers.fuse on tiny transformers models built from their configs (no
+download): the fused instance against an unfused deep copy of itself, per family and dtype."""
+from __future__ import annotations
+
+import copy
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tests import reference as ref
+from tests.conftest import import_layer
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed in this environment")
+ft = import_layer("torch")
+
+SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=256, max_position_embeddings=64)
+FAMILIES = {
+    "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
+    "mistral": ("MistralConfig", "MistralForCausalLM", {}),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", {}),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", {"head_dim": 16}),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", {"head_dim": 16, "hidden_act": "gelu_pytorch_tanh"}),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM", {"head_dim": 16, "final_logit_softcapping": 30.0}),
+}
+B, S = 2, 8
+
+
+def tiny(family: str, dtype=torch.float32, seed: int = 0):
+    config_name, model_name, extra = FAMILIES[family]
+    config = getattr(transformers, config_name)(**SMALL, **extra)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, model_name)(config).to(dtype)
+    with torch.no_grad():  # Gemma's norms start at zero weight ((1 + w) = 1): make them matter
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.add_(torch.randn_like(p) * 0.3)
+    return model
+
+
+def batch(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    input_ids = torch.randint(0, SMALL["vocab_size"], (B, S), generator=g)
+    labels = input_ids.clone()
+    labels[0, :3] = -100  # ignored positions
+    return input_ids, labels
+
+
+def f64(t) -> np.ndarray:
+    return t.detach().float().numpy().astype(np.float64)
+
+
+def run(model, input_ids, labels, step=None):
+    out = (model if step is None else step)(input_ids=input_ids, labels=labels)
+    out.loss.backward()
+    return out, {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+
+
+def assert_same_training_step(fused, plain, dtype: str, compile_fused: bool = False):
+    input_ids, labels = batch()
+    step_fused = torch.compile(fused, fullgraph=True) if compile_fused else fused
+    out_f, grads_f = run(fused, input_ids, labels, step_fused)
+    out_p, grads_p = run(plain, input_ids, labels)
+    assert out_f.logits is None  # the fused loss never builds them
+    # the loss: a mean over tokens of float32 math, compared with the "reduce" tolerance
+    ref.assert_close(f64(out_f.loss), f64(out_p.loss), dtype, "reduce", rows=B * S, name="loss")
+    assert grads_f.keys() == grads_p.keys() and len(grads_p) == len(list(plain.parameters()))
+    for name, g in grads_p.items():
+        scale = max(1.0, float(g.detach().float().abs().max()))  # gradients through two layers
+        ref.assert_close(f64(grads_f[name]) / scale, f64(g) / scale, dtype, "reduce", rows=B * S, name=name)
+    # without labels, the logits as the unfused model gives them
+    with torch.no_grad():
+        logits_f, logits_p = step_fused(input_ids=input_ids).logits, plain(input_ids=input_ids).logits
+    scale = max(1.0, float(logits_p.float().abs().max()))
+    ref.assert_close(f64(logits_f) / scale, f64(logits_p) / scale, dtype, "reduce", rows=B * S, name="logits")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_matches_unfused(family, dtype):
+    plain = tiny(family, getattr(torch, dtype))
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    swapped = [m for m in fused.modules() if "forward" in vars(m)]
+    # every norm (Qwen3's q_norm / k_norm included), MLP and attention, and the LM head's loss
+    kinds = {type(m).__name__.removeprefix(type(fused).__name__.removesuffix("ForCausalLM")) for m in swapped}
+    assert kinds == {"RMSNorm", "MLP", "Attention", "ForCausalLM"}, kinds
+    unswapped = [n for n, m in fused.named_modules() if type(m).__name__.endswith(("RMSNorm", "MLP", "Attention"))
+                 and "forward" not in vars(m)]
+    assert unswapped == []
+    assert_same_training_step(fused, plain, dtype)
+
+
+def test_matches_unfused_compiled():
+    """One family under torch.compile (slow on small CPUs): the fused ops inside the compiled graph."""
+    torch._dynamo.reset()
+    plain = tiny("qwen3")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    assert_same_training_step(fused, plain, "float32", compile_fused=True)
+
+
+@pytest.mark.parametrize("tokens", [4, 96])  # fewer than H = 64: two matmuls; more: one on both weights
+def test_mlp_both_matmul_paths(tokens):
+    config = transformers.LlamaConfig(**SMALL, mlp_bias=True)
+    torch.manual_seed(0)
+    plain = transformers.models.llama.modeling_llama.LlamaMLP(config)
+    wrapper = torch.nn.ModuleDict({"mlp": copy.deepcopy(plain)})
+    wrapper.config = config
+    fused = ft.transformers.fuse(wrapper)["mlp"]
+    assert "forward" in vars(fused)
+    x = torch.randn(2, tokens // 2, SMALL["hidden_size"], requires_grad=True)
+    x2 = x.detach().clone().requires_grad_(True)
+    y, y2 = fused(x), plain(x2)
+    dy = torch.randn_like(y)
+    y.backward(dy)
+    y2.backward(dy)
+    ref.assert_close(f64(y), f64(y2), "float32", name="y")
+    ref.assert_close(f64(x.grad), f64(x2.grad), "float32", name="dx")
+    for (name, p), q in zip(fused.named_parameters(), plain.parameters()):
+        ref.assert_close(f64(p.grad), f64(q.grad), "float32", "reduce", rows=tokens, name=name)
+
+
+def test_norm_of_mixed_dtypes_falls_back():
+    """A float32 Llama norm weight on bfloat16 x: transformers promotes y to float32; fuselet's op
+    would not, so that call runs transformers' own forward."""
+    plain = transformers.models.llama.modeling_llama.LlamaRMSNorm(SMALL["hidden_size"])
+    wrapper = torch.nn.ModuleDict({"norm": copy.deepcopy(plain)})
+    wrapper.config = transformers.LlamaConfig(**SMALL)
+    fused = ft.transformers.fuse(wrapper)["norm"]
+    x = torch.randn(3, SMALL["hidden_size"])
+    y = fused(x.bfloat16())
+    assert "forward" in vars(fused) and y.dtype == torch.float32 and torch.equal(y, plain(x.bfloat16()))
+    ref.assert_close(f64(fused(x)), f64(plain(x)), "float32", name="y")  # one dtype: fuselet's op
+
+
+def test_lm_head_never_runs_with_labels():
+    model = ft.transformers.fuse(tiny("llama"))
+    calls = []
+    model.lm_head.register_forward_hook(lambda *_: calls.append(1))
+    input_ids, labels = batch()
+    out = model(input_ids=input_ids, labels=labels)
+    out.loss.backward()
+    assert calls == [] and out.logits is None and torch.isfinite(out.loss)
+    assert model.lm_head.weight.grad is not None
+    model(input_ids=input_ids)  # without labels: the ordinary forward, logits and all
+    assert calls == [1]
+
+
+def test_loss_options_match_transformers():
+    """shift_labels, num_items_in_batch and return_dict=False as transformers' ForCausalLMLoss takes them."""
+    plain = tiny("mistral")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    input_ids, labels = batch()
+    unshifted = labels.flip(-1)  # any targets: shift_labels is used as given
+    for kwargs in ({"labels": labels, "shift_labels": unshifted},
+                   {"labels": labels, "num_items_in_batch": torch.tensor(7)}):
+        got, want = fused(input_ids=input_ids, **kwargs).loss, plain(input_ids=input_ids, **kwargs).loss
+        ref.assert_close(f64(got), f64(want), "float32", "reduce", rows=B * S, name=str(list(kwargs)))
+    as_tuple = fused(input_ids=input_ids, labels=labels, return_dict=False)
+    assert isinstance(as_tuple, tuple) and as_tuple[0].shape == ()
+    with pytest.raises(ValueError, match="logits_to_keep"):
+        fused(input_ids=input_ids, labels=labels, logits_to_keep=1)
+
+
+def test_generate_with_cache():
+    """Greedy generate (no labels; cos / sin of one position per step with the KV cache) as unfused."""
+    plain = tiny("gemma2")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    input_ids, _ = batch()
+    kwargs = dict(max_new_tokens=4, do_sample=False, pad_token_id=0)
+    assert torch.equal(fused.generate(input_ids, **kwargs), plain.generate(input_ids, **kwargs))
+
+
+def test_other_instances_unaffected():
+    plain = tiny("gemma")
+    other = copy.deepcopy(plain)
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    assert fused is not other
+    assert not any("forward" in vars(m) for m in other.modules())  # the class and its other instances
+    assert type(fused) is type(other) and type(fused.model.norm) is type(other.model.norm)
+    input_ids, labels = batch()
+    a, b = other(input_ids=input_ids, labels=labels), plain(input_ids=input_ids, labels=labels)
+    assert a.logits is not None and torch.equal(a.logits, b.logits) and torch.equal(a.loss, b.loss)
+
+
+def test_state_dict_round_trip():
+    plain = tiny("qwen2")
+    fused = ft.transformers.fuse(tiny("qwen2", seed=5))
+    assert list(fused.state_dict()) == list(plain.state_dict())
+    plain.load_state_dict(fused.state_dict(), strict=True)
+    fresh = ft.transformers.fuse(tiny("qwen2", seed=7))
+    fresh.load_state_dict(plain.state_dict(), strict=True)
+    for (name, p), q in zip(fresh.state_dict().items(), fused.state_dict().values()):
+        assert torch.equal(p, q), name
+    twin = copy.deepcopy(fused)  # a copy's swapped forwards are bound to the copy's modules
+    assert twin.model.norm.forward.__self__ is twin.model.norm
+    assert twin.model.layers[0].mlp.forward.__self__ is twin.model.layers[0].mlp
+
+
+def test_flags_choose_the_swaps():
+    model = ft.transformers.fuse(tiny("llama"), rms_norm=False, swiglu=True, rope=False, loss=False)
+    assert {type(m).__name__ for m in model.modules() if "forward" in vars(m)} == {"LlamaMLP"}
+    ft.transformers.fuse(model)  # fusing again adds the rest, keeps the MLPs'
+    assert {type(m).__name__ for m in model.modules() if "forward" in vars(m)} == \
+        {"LlamaMLP", "LlamaRMSNorm", "LlamaAttention", "LlamaForCausalLM"}
+
+
+def test_bad_input():
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64))
+    with pytest.raises(ValueError, match=r"GPT2LMHeadModel \(model_type 'gpt2'\).*llama, mistral, qwen2, qwen3, "
+                                         r"gemma, gemma2"):
+        ft.transformers.fuse(gpt2)
+    with pytest.raises(TypeError, match="model: expected a transformers PreTrainedModel"):
+        ft.transformers.fuse("llama")
+    with pytest.raises(TypeError, match="rope: expected a bool"):
+        ft.transformers.fuse(tiny("llama"), rope="yes")
+
+
+def test_import_does_not_import_transformers():
+    code = "import sys, fuselet.torch; assert 'transformers' not in sys.modules, 'imported'; print('ok')"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+FSDP_CHILD = textwrap.dedent("""
+    import copy, os, sys
+    import torch, torch.distributed as dist
+    from torch.distributed.fsdp import fully_shard
+    sys.path.insert(0, os.environ["FUSELET_REPO"])
+    import fuselet.torch as ft
+    from tests.torch.test_transformers import batch, tiny
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    plain = tiny("llama")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    for layer in fused.model.layers:
+        fully_shard(layer)
+    fully_shard(fused)
+    input_ids, labels = batch(seed=1 + rank)  # one batch per rank
+    loss = fused(input_ids=input_ids, labels=labels).loss
+    loss.backward()
+    # the unfused model on both ranks' batches, gradients averaged as FSDP's reduce-scatter does
+    ref_grads = {}
+    for r in range(2):
+        plain.zero_grad()
+        ids, lab = batch(seed=1 + r)
+        (plain(input_ids=ids, labels=lab).loss / 2).backward()
+        for n, p in plain.named_parameters():
+            ref_grads[n] = ref_grads.get(n, 0) + p.grad
+    ref_loss = plain(input_ids=input_ids, labels=labels).loss
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    for n, p in fused.named_parameters():
+        g = p.grad.full_tensor()
+        torch.testing.assert_close(g, ref_grads[n], rtol=1e-4, atol=1e-5, msg=n)
+    dist.destroy_process_group()
+    print("rank", rank, "ok")
+""")
+
+
+def test_fsdp2_two_processes(tmp_path):
+    """fully_shard over a fused model, 2 gloo processes on loopback: loss and gradients as unfused."""
+    pytest.importorskip("torch.distributed.fsdp")
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    script = tmp_path / "fsdp_child.py"
+    script.write_text(FSDP_CHILD)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.count(" ok") == 2, out.stdout
