@@ -2,7 +2,9 @@
 PROCESS_ID NUM_PROCESSES PORT OUT`, with XLA_FLAGS=--xla_force_host_platform_device_count=2.
 
 fuselet.jax is imported first, then jax.distributed.initialize joins the coordinator on
-127.0.0.1:PORT (process 0 serves it, bound to loopback) with gloo CPU collectives. A jitted
+127.0.0.1:PORT (process 0 serves it, bound to loopback) with gloo CPU collectives; as
+initialize refuses to run once a JAX backend exists, this also checks that importing
+fuselet.jax (which registers its FFI targets) initializes none. A jitted
 training step of fuselet ops (add_rms_norm, rms_norm, rope, causal softmax, swiglu,
 cross_entropy) runs with its batch rows sharded over every device of every process (each
 process gives only its own rows: jax.make_array_from_process_local_data). Each process
