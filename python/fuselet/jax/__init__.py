@@ -1,12 +1,15 @@
 """fuselet for JAX: fused kernels as XLA FFI custom calls, with custom_vjp gradients.
 
-jit, grad, vmap and sharding (jit over a mesh, shard_map) work; on GPUs the kernels run on
-XLA's stream.
+jit, grad, vmap and sharding (jit over a mesh, shard_map, several processes) work; on GPUs the
+kernels run on XLA's stream. Importing registers every FFI target (no JAX backend is initialized,
+so jax.distributed.initialize() may follow); fuselet.jax.export.disabled_checks() is what
+jax.export needs.
 """
 from fuselet.jax._load import load as _load_library
 
 BUILD_INFO = _load_library()
 
+from fuselet.jax import export  # noqa: E402
 from fuselet.jax.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.jax.glu import geglu, swiglu  # noqa: E402
@@ -14,5 +17,5 @@ from fuselet.jax.norm import add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.jax.rope import rope  # noqa: E402
 from fuselet.jax.softmax import softmax  # noqa: E402
 
-__all__ = ["BUILD_INFO", "add_rms_norm", "cross_entropy", "fused_linear_cross_entropy", "geglu", "layer_norm",
+__all__ = ["BUILD_INFO", "add_rms_norm", "cross_entropy", "export", "fused_linear_cross_entropy", "geglu", "layer_norm",
            "rms_norm", "rope", "softmax", "swiglu"]

@@ -19,9 +19,7 @@ from fuselet.jax._sharding import HALF, ROWS, STATS
 def _call(op: str, outs, *args, aliases=(), **attrs):
     """aliases: ((input index, output index), ...), outputs that may reuse an input's buffer
     (XLA copies the input first where it is still live)."""
-    from fuselet.jax import BUILD_INFO
-
-    target = _load.target(op, cuda_kernels=bool(BUILD_INFO.get("cuda_kernels")))
+    target = _load.target(op)
     return jax.ffi.ffi_call(target, outs, input_output_aliases=dict(aliases) or None)(*args, **attrs)
 
 

@@ -1,21 +1,25 @@
-"""Load the fuselet XLA FFI library and register its targets with JAX on first use.
+"""Load the fuselet XLA FFI library and register all of its targets with JAX (at import).
 
-Registration is lazy: registering custom-call targets before JAX has initialized its
-backends can break the CPU backend of the whole process, so targets are registered the
-first time an op is traced, after jax.devices() has run.
+Every target is registered when fuselet.jax is imported, so that a jax.export artifact
+deserialized in a fresh process finds its handlers before anything is traced. Registering
+initializes no JAX backend (jaxlib queues a target until the platform's client is created),
+so jax.distributed.initialize() may still follow the import. CUDA handlers are registered
+where the CUDA kernels were built; they run only where JAX finds a GPU.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import sys
-import threading
 
 from fuselet import _core, _guard
 
 LIBRARY_NAME = "libfuselet_jax.so"
-_lock = threading.Lock()
-_registered: set[str] = set()
+# The ops of csrc/jax (FUSELET_JAX_HANDLERS): target fuselet_<op>, symbols fuselet_jax_<op>_{cpu,cuda}.
+OPS = ("rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd", "add_rms_norm_fwd", "add_rms_norm_bwd",
+       "glu_fwd", "glu_bwd", "softmax_fwd", "softmax_bwd", "rope_fwd", "rope_bwd",
+       "cross_entropy_fwd", "cross_entropy_bwd", "cross_entropy_fwd_bwd")
+TARGETS = tuple(f"fuselet_{op}" for op in OPS)
 _lib = None
 
 
@@ -50,11 +54,23 @@ def load() -> dict:
            f"(pip install --no-build-isolation --force-reinstall <fuselet source>), or {_install_hint(built)}")
     _guard.enforce("jax", built, running, _guard.jax_mismatches(built, running), fix)
     _lib = ctypes.CDLL(str(where / LIBRARY_NAME))
+    _register(bool(built.get("cuda_kernels")))
     return built
 
 
+def _register(cuda_kernels: bool) -> None:
+    """Registers every target of OPS: its CPU handler, and its CUDA handler in CUDA builds."""
+    import jax
+
+    for op, name in zip(OPS, TARGETS):
+        jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cpu")), platform="cpu")
+        if cuda_kernels:
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cuda")),
+                                        platform="CUDA")
+
+
 def cuda_targets(cuda_kernels: bool) -> bool:
-    """Whether the CUDA handlers are (or will be) registered: CUDA kernels built and a GPU seen."""
+    """Whether the CUDA handlers run here: CUDA kernels built and a GPU seen (initializes the backends)."""
     return cuda_kernels and _has_gpu()
 
 
@@ -68,20 +84,8 @@ def _has_gpu() -> bool:
         return False
 
 
-def target(op: str, cuda_kernels: bool) -> str:
-    """The FFI target name of `op` ("rms_norm_fwd" -> "fuselet_rms_norm_fwd"), registered."""
-    name = f"fuselet_{op}"
-    if name in _registered:
-        return name
-    with _lock:
-        if name not in _registered:
-            import jax
-
-            jax.devices()  # initialize the backends before the first registration
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cpu")),
-                                        platform="cpu")
-            if cuda_targets(cuda_kernels):
-                jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cuda")),
-                                            platform="CUDA")
-            _registered.add(name)
-    return name
+def target(op: str) -> str:
+    """The FFI target name of `op` ("rms_norm_fwd" -> "fuselet_rms_norm_fwd"), registered at import."""
+    if op not in OPS:
+        raise AssertionError(f"fuselet.jax: FFI op {op!r} is not in _load.OPS, so it was never registered")
+    return f"fuselet_{op}"
