@@ -17,6 +17,7 @@ onnx = pytest.importorskip("onnx", reason="onnx is not installed in this environ
 pytest.importorskip("onnxscript", reason="onnxscript is not installed in this environment")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed in this environment")
 ft = import_layer("torch")
+ops = torch.ops.fuselet
 fonnx = pytest.importorskip("fuselet.torch.onnx")
 
 H, V = 16, 24
@@ -69,7 +70,24 @@ class CrossEntropy(torch.nn.Module):
                                  reduction="none"),
                 ft.cross_entropy(logits, target),  # the mean over the non-ignored tokens, in torch ops
                 ft.fused_linear_cross_entropy(hidden, self.head, target, bias=self.bias, label_smoothing=0.2,
-                                              reduction="none"))
+                                              reduction="none"),
+                ft.fused_linear_cross_entropy(hidden, self.head, target, z_loss=1e-2, softcap=3.0),
+                ft.fused_linear_cross_entropy(hidden, self.head, target, bias=self.bias, reduction="sum"))
+
+
+class Gradients(torch.nn.Module):
+    """The ops that return gradients with the loss: all their outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.head, self.bias = _param(V, H, seed=2), _param(V, seed=3)
+
+    def forward(self, logits, target, hidden):
+        flat, t = hidden.flatten(0, 1), target.flatten()
+        return (*ft.cross_entropy.fwd_bwd(logits, target, label_smoothing=0.1, z_loss=1e-2, softcap=4.0,
+                                          grad_scale=0.5),
+                *ops.fused_linear_cross_entropy_reduced(flat, self.head, self.bias, t, -100, 0.1, 1e-2, 4.0, True, 4),
+                *ops.fused_linear_cross_entropy_reduced(flat, self.head, None, t, -100, 0.0, 0.0, 0.0, False, 4))
 
 
 def _target(b, s, seed):
@@ -98,6 +116,8 @@ CASES = {
     "cross_entropy": (CrossEntropy, lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed),
                                                        torch.randn(b, s, H)),
                       [{0: "b", 1: "s"}] * 3),
+    "gradients": (Gradients, lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed), torch.randn(b, s, H)),
+                  [{0: "b", 1: "s"}] * 3),
 }
 TRACED, RUN = (2, 3), (3, 5)  # (batch, seq) exported with, and run with
 
@@ -176,25 +196,15 @@ def test_every_fuselet_op_is_in_the_table():
     assert {op.name().removeprefix("fuselet::") for op in table} == registered
 
 
-class FwdBwd(torch.nn.Module):
-    def forward(self, logits, target):
-        return ft.cross_entropy.fwd_bwd(logits, target)[0]
+class SoftmaxGradient(torch.nn.Module):
+    def forward(self, dy, y):
+        return ops.softmax_bwd(dy, y, 0.5)
 
 
-class ReducedLinearLoss(torch.nn.Module):
-    def forward(self, hidden, weight, target):
-        return ft.fused_linear_cross_entropy(hidden, weight, target)
-
-
-@pytest.mark.parametrize("module,op", [(FwdBwd, "cross_entropy_fwd_bwd"),
-                                       (ReducedLinearLoss, "fused_linear_cross_entropy_reduced")])
-def test_op_without_translation_says_why(module, op):
-    args = (torch.randn(4, H), torch.randn(V, H), torch.randint(0, V, (4,)))
-    args = args[1:] if module is FwdBwd else args
-    if module is FwdBwd:
-        args = (torch.randn(4, V), args[1])
-    with pytest.raises(Exception, match=f"fuselet::{op} has no ONNX translation: .*fuselet.torch|reduction='none'"):
-        torch.onnx.export(module(), args, dynamo=True, custom_translation_table=fonnx.translations())
+def test_op_without_translation_says_why():
+    with pytest.raises(Exception, match="fuselet::softmax_bwd has no ONNX translation: a backward op"):
+        torch.onnx.export(SoftmaxGradient(), (torch.randn(4, V), torch.rand(4, V)), dynamo=True,
+                          custom_translation_table=fonnx.translations())
 
 
 @pytest.mark.parametrize("opset", [17, "23", True])

@@ -4,8 +4,8 @@
     torch.onnx.export(model, args, dynamo=True, opset_version=23,
                       custom_translation_table=fuselet.torch.onnx.translations(opset_version=23))
 
-translations() maps each forward op (torch.ops.fuselet.<op>_fwd.default, and the python op
-fused_linear_cross_entropy_none.default) to a python function of onnxscript ops: the op's math
+translations() maps each forward op (torch.ops.fuselet.<op>_fwd.default, and the python ops
+fused_linear_cross_entropy_{none,reduced}.default) to a python function of onnxscript ops: the op's math
 (csrc/core/include/fuselet/*.h), in float32, cast back to x's dtype where the op does. Pass it
 the opset_version given to torch.onnx.export (18 or more): from 23 the RMS norms use
 RMSNormalization, from 20 GeGLU uses Gelu, below that decompositions; LayerNorm is
@@ -13,9 +13,12 @@ LayerNormalization, softmax Softmax (the causal mask a Where), rope, SwiGLU and 
 decompositions. The TorchScript exporter (torch.onnx.export(..., dynamo=False), opsets up to 20,
 deprecated in torch) gets the same math from register_torchscript().
 
-The other fuselet ops (backward ops, cross_entropy.fwd_bwd, fused_linear_cross_entropy with
-reduction "mean" / "sum", which computes its gradients in the forward) are in the table too,
-as translations that fail with the reason and what to call instead.
+The ops that return gradients with the loss are translated with their gradients
+(cross_entropy.fwd_bwd, fused_linear_cross_entropy with reduction "mean" / "sum"; a graph that
+uses only the loss drops them). The others (the backward ops, fwd_bwd(inplace=True)) are in the
+table too, as translations that fail with the reason and what to call instead. (A mutating op
+never reaches its translation in the dynamo exporter of torch 2.13: its auto_functionalized_v2
+node fails with a KeyError on the op's name first.)
 
 onnxscript is imported when translations() is called: importing fuselet.torch needs neither it
 nor onnx.
@@ -160,8 +163,9 @@ def rope_fwd(b, x, cos, sin, bhsd=False, interleaved=False):
     return _like(b, b.op("Concat", y, rest, axis=-1), x)
 
 
-def cross_entropy_fwd(b, logits, target, ignore_index, label_smoothing, z_loss, softcap):
-    """(loss, z, lse) float32 per token, 0 where target == ignore_index (cross_entropy.h)."""
+def _cross_entropy(b, logits, target, ignore_index, label_smoothing, z_loss, softcap):
+    """{"loss", "z", "lse" (float32 per token, 0 where target == ignore_index), "s" (the capped
+    float32 logits), "valid", "target" (int64, 0 where ignored), "lse_raw" (unmasked)}."""
     s = _f32(b, logits)
     if softcap > 0.0:
         cap = b.const(float(softcap), _FLOAT)
@@ -180,7 +184,42 @@ def cross_entropy_fwd(b, logits, target, ignore_index, label_smoothing, z_loss, 
     z = b.op("Mul", b.op("Mul", lse, lse), b.const(float(z_loss), _FLOAT))
     loss = b.op("Add", loss, z)
     zero = b.const(0.0, _FLOAT)
-    return tuple(b.op("Where", valid, v, zero) for v in (loss, z, lse))
+    out = {k: b.op("Where", valid, v, zero) for k, v in (("loss", loss), ("z", z), ("lse", lse))}
+    return {**out, "s": s, "valid": valid, "target": safe, "lse_raw": lse}
+
+
+def _dlogits(b, ce, label_smoothing, z_loss, softcap, scale):
+    """float32 scale * d loss_token / d logits of _cross_entropy's result: scale * (p (1 + 2 z_loss
+    lse) - (1 - ls) onehot(t) - ls / V), times 1 - (s / softcap)^2 with a softcap, 0 rows where ignored."""
+    one = b.const(1.0, _FLOAT)
+    s, lse = ce["s"], b.op("Unsqueeze", ce["lse_raw"], _axes(b, -1))
+    vocab = b.op("Squeeze", b.op("Shape", s, start=-1), _axes(b, 0))
+    zero_i, one_i = b.const(0, _INT64, scalar=True), b.const(1, _INT64, scalar=True)
+    onehot = b.op("Cast", b.op("Equal", b.op("Range", zero_i, vocab, one_i),
+                               b.op("Unsqueeze", ce["target"], _axes(b, -1))), to=_FLOAT)
+    p = b.op("Exp", b.op("Sub", s, lse))
+    ds = b.op("Mul", p, b.op("Add", one, b.op("Mul", lse, b.const(2.0 * float(z_loss), _FLOAT))))
+    ds = b.op("Sub", ds, b.op("Mul", onehot, b.const(1.0 - float(label_smoothing), _FLOAT)))
+    if label_smoothing != 0.0:
+        ds = b.op("Sub", ds, b.op("Div", b.const(float(label_smoothing), _FLOAT), b.op("Cast", vocab, to=_FLOAT)))
+    if softcap > 0.0:
+        ratio = b.op("Div", s, b.const(float(softcap), _FLOAT))
+        ds = b.op("Mul", ds, b.op("Sub", one, b.op("Mul", ratio, ratio)))
+    return b.op("Where", b.op("Unsqueeze", ce["valid"], _axes(b, -1)), b.op("Mul", ds, scale), b.const(0.0, _FLOAT))
+
+
+def cross_entropy_fwd(b, logits, target, ignore_index, label_smoothing, z_loss, softcap):
+    """(loss, z, lse) float32 per token, 0 where target == ignore_index (cross_entropy.h)."""
+    ce = _cross_entropy(b, logits, target, ignore_index, label_smoothing, z_loss, softcap)
+    return ce["loss"], ce["z"], ce["lse"]
+
+
+def cross_entropy_fwd_bwd(b, logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    """(loss, z, dlogits): the per-token loss and z-loss part, and grad_scale * d loss_token / d logits
+    in the logits' dtype."""
+    ce = _cross_entropy(b, logits, target, ignore_index, label_smoothing, z_loss, softcap)
+    ds = _dlogits(b, ce, label_smoothing, z_loss, softcap, b.const(float(grad_scale), _FLOAT))
+    return ce["loss"], ce["z"], _like(b, ds, logits)
 
 
 def _matmul_logits(b, hidden, weight, bias):
@@ -190,14 +229,39 @@ def _matmul_logits(b, hidden, weight, bias):
 
 def fused_linear_cross_entropy_none(b, hidden, weight, bias, target, ignore_index, label_smoothing, z_loss,
                                     softcap, chunk_size):
-    """The per-token op with its logits materialized: ONNX has no chunked loop worth it here."""
+    """The per-token op with its logits materialized (no chunks: ONNX runtimes plan their own memory)."""
     return cross_entropy_fwd(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, label_smoothing,
                              z_loss, softcap)
 
 
+def fused_linear_cross_entropy_reduced(b, hidden, weight, bias, target, ignore_index, label_smoothing, z_loss,
+                                       softcap, mean, chunk_size):
+    """(loss, z, dhidden, dweight, dbias) of the mean (or sum) loss over hidden [N, H]. The op returns
+    its gradients with the loss, so they are written out too; a graph that uses only the loss loses
+    them to the exporter's dead-code removal."""
+    ce = _cross_entropy(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, label_smoothing, z_loss,
+                        softcap)
+    one = b.const(1.0, _FLOAT)
+    scale = one
+    if mean:
+        count = b.op("ReduceSum", b.op("Cast", ce["valid"], to=_FLOAT), keepdims=0)
+        scale = b.op("Div", one, b.op("Max", count, one))
+    loss, z = (b.op("Mul", b.op("ReduceSum", ce[k], keepdims=0), scale) for k in ("loss", "z"))
+    dlogits = _like(b, _dlogits(b, ce, label_smoothing, z_loss, softcap, scale), hidden)
+    dhidden = b.op("MatMul", dlogits, weight)
+    dweight = b.op("MatMul", b.op("Transpose", dlogits, perm=[1, 0]), hidden)
+    if bias is None:  # the op's empty stand-in
+        dbias = _like(b, b.op("ConstantOfShape", b.const([0], _INT64), value=b.tensor([0.0], _FLOAT)), hidden)
+    else:
+        dbias = b.op("ReduceSum", dlogits, _axes(b, 0), keepdims=0)
+    return loss, z, dhidden, dweight, dbias
+
+
 # The forward ops with a translation; their arguments come from the registered schemas.
 _OPS = {fn.__name__: fn for fn in (rms_norm_fwd, add_rms_norm_fwd, layer_norm_fwd, swiglu_fwd, geglu_fwd,
-                                   softmax_fwd, rope_fwd, cross_entropy_fwd, fused_linear_cross_entropy_none)}
+                                   softmax_fwd, rope_fwd, cross_entropy_fwd, cross_entropy_fwd_bwd,
+                                   fused_linear_cross_entropy_none,
+                                   fused_linear_cross_entropy_reduced)}
 
 
 # The other ops: exporting a model that calls one fails with the reason, not a lookup miss.
@@ -207,13 +271,8 @@ _UNSUPPORTED = {
                                              "softmax", "rope", "cross_entropy")},
     "cross_entropy_bwd_": _BACKWARD,
     "fused_linear_cross_entropy_none_bwd": _BACKWARD,
-    "cross_entropy_fwd_bwd": "it returns the gradient with the loss (cross_entropy.fwd_bwd, a training helper): "
-                             "call fuselet.torch.cross_entropy in the exported model",
     "cross_entropy_fwd_bwd_": "it writes the gradient into the logits (cross_entropy.fwd_bwd(inplace=True), a "
                               "training helper): call fuselet.torch.cross_entropy in the exported model",
-    "fused_linear_cross_entropy_reduced": "with reduction 'mean' or 'sum' it computes the gradients in the "
-                                          "forward; call fused_linear_cross_entropy(..., reduction='none') and "
-                                          "reduce the per-token loss in the exported model",
 }
 
 
