@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests import reference as ref
 from tests.conftest import import_layer
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
@@ -122,27 +123,31 @@ CASES = {
 TRACED, RUN = (2, 3), (3, 5)  # (batch, seq) exported with, and run with
 
 
-def _inputs(case, shape, seed):
+def _inputs(case, shape, seed, dtype=torch.float32):
     torch.manual_seed(seed)
-    return CASES[case][1](*shape, seed)
+    return tuple(a.to(dtype) if a.is_floating_point() else a for a in CASES[case][1](*shape, seed))
 
 
-def export_dynamo(case, opset):
-    module, _, dims = CASES[case]
+def _module(case, dtype=torch.float32):
+    return CASES[case][0]().eval().to(dtype)
+
+
+def export_dynamo(case, opset, dtype=torch.float32):
+    _, _, dims = CASES[case]
     names = {}
     dynamic = tuple({d: names.setdefault(n, torch.export.Dim(n, min=2) if n != "s3" else 3 + names["s"])
                      for d, n in spec.items()} for spec in dims)
-    program = torch.onnx.export(module().eval(), _inputs(case, TRACED, 0), dynamo=True, opset_version=opset,
+    program = torch.onnx.export(_module(case, dtype), _inputs(case, TRACED, 0, dtype), dynamo=True, opset_version=opset,
                                 dynamic_shapes=dynamic, custom_translation_table=fonnx.translations(opset))
     return program.model_proto
 
 
 def export_torchscript(case, opset):
-    module, _, dims = CASES[case]
+    _, _, dims = CASES[case]
     fonnx.register_torchscript()
     names = [f"in{i}" for i in range(len(dims))]
     f = io.BytesIO()
-    torch.onnx.export(module().eval(), _inputs(case, TRACED, 0), f, dynamo=False, opset_version=opset,
+    torch.onnx.export(_module(case), _inputs(case, TRACED, 0), f, dynamo=False, opset_version=opset,
                       input_names=names, dynamic_axes={n: {d: v for d, v in spec.items()} for n, spec in zip(names, dims)})
     return onnx.load_from_string(f.getvalue())
 
@@ -153,16 +158,21 @@ def run(model, args):
     return session.run(None, feeds)
 
 
-def check_against_eager(case, model):
+def check_against_eager(case, model, dtype=torch.float32):
+    """float32: within float32 rounding of eager; float16: one float16 ulp (tests/reference.py's
+    "out" tolerance; eager's float16 matmuls round where the graph's do, not always alike)."""
     onnx.checker.check_model(model, full_check=True)
-    args = _inputs(case, RUN, 1)
+    args = _inputs(case, RUN, 1, dtype)
     got = run(model, args)
     with torch.no_grad():
-        expected = CASES[case][0]().eval()(*args)
+        expected = _module(case, dtype)(*args)
     assert len(got) == len(expected)
+    rtol, atol = (1e-5, 2e-5) if dtype == torch.float32 else ref.tolerance("float16", "out")
     for i, (g, e) in enumerate(zip(got, expected)):
-        assert g.shape == tuple(e.shape) and g.dtype == e.numpy().dtype, (case, i)
-        np.testing.assert_allclose(g, e.numpy(), rtol=1e-5, atol=2e-5, err_msg=f"{case} output {i}")
+        e = e.numpy()
+        assert g.shape == e.shape and g.dtype == e.dtype, (case, i)
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol,
+                                   err_msg=f"{case} output {i}")
 
 
 def op_types(model) -> set:
@@ -180,6 +190,15 @@ def test_dynamo_export_matches_eager(case, opset):
         assert "LayerNormalization" in op_types(model)
     if case == "glu":
         assert ("Gelu" in op_types(model)) == (opset >= 20)
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning")
+@pytest.mark.parametrize("case", ["norms", "glu", "softmax", "rope", "cross_entropy"])
+def test_dynamo_export_float16(case):
+    """float16 in, float16 out (float32 inside, as the ops): the Casts are in the graph."""
+    model = export_dynamo(case, 23, torch.float16)
+    assert "Cast" in op_types(model)
+    check_against_eager(case, model, torch.float16)
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::torch.jit.TracerWarning")
