@@ -228,8 +228,9 @@ def test_op_without_translation_says_why():
 
 @pytest.mark.parametrize("opset", [17, "23", True])
 def test_bad_opset_version(opset):
-    with pytest.raises(ValueError, match=r"opset_version: expected an int >= 18"):
-        fonnx.translations(opset)
+    for register in (fonnx.translations, fonnx.register_torchscript):
+        with pytest.raises(ValueError, match=r"opset_version: expected an int >= 18"):
+            register(opset)
 
 
 def test_importing_fuselet_torch_needs_no_onnx():

@@ -137,7 +137,7 @@ def softmax_fwd(b, x, scale=1.0, causal=False):
         return _like(b, b.op("Softmax", z, axis=-1), x)
     q = b.op("Squeeze", b.op("Shape", z, start=-2, end=-1), _axes(b, 0))
     k = b.op("Squeeze", b.op("Shape", z, start=-1), _axes(b, 0))
-    zero, one = b.const(0, _INT64, scalar=True), b.const(1, _INT64, scalar=True)
+    zero, one = b.const(0, _INT64), b.const(1, _INT64)
     rows = b.op("Unsqueeze", b.op("Add", b.op("Range", zero, q, one), b.op("Sub", k, q)), _axes(b, -1))
     hidden = b.op("Greater", b.op("Range", zero, k, one), rows)  # [Q, K]
     z = b.op("Where", hidden, b.const(-math.inf, _FLOAT), z)
@@ -174,8 +174,8 @@ def _cross_entropy(b, logits, target, ignore_index, label_smoothing, z_loss, sof
     total = b.op("ReduceSum", b.op("Exp", b.op("Sub", s, m)), _axes(b, -1), keepdims=0)
     lse = b.op("Add", b.op("Log", total), b.op("Squeeze", m, _axes(b, -1)))
     t = b.op("Cast", target, to=_INT64)
-    valid = b.op("Not", b.op("Equal", t, b.const(int(ignore_index), _INT64, scalar=True)))
-    safe = b.op("Where", valid, t, b.const(0, _INT64, scalar=True))
+    valid = b.op("Not", b.op("Equal", t, b.const(int(ignore_index), _INT64)))
+    safe = b.op("Where", valid, t, b.const(0, _INT64))
     s_t = b.op("Squeeze", b.op("GatherElements", s, b.op("Unsqueeze", safe, _axes(b, -1)), axis=-1), _axes(b, -1))
     loss = b.op("Mul", b.op("Sub", lse, s_t), b.const(1.0 - float(label_smoothing), _FLOAT))
     if label_smoothing != 0.0:
@@ -194,7 +194,7 @@ def _dlogits(b, ce, label_smoothing, z_loss, softcap, scale):
     one = b.const(1.0, _FLOAT)
     s, lse = ce["s"], b.op("Unsqueeze", ce["lse_raw"], _axes(b, -1))
     vocab = b.op("Squeeze", b.op("Shape", s, start=-1), _axes(b, 0))
-    zero_i, one_i = b.const(0, _INT64, scalar=True), b.const(1, _INT64, scalar=True)
+    zero_i, one_i = b.const(0, _INT64), b.const(1, _INT64)
     onehot = b.op("Cast", b.op("Equal", b.op("Range", zero_i, vocab, one_i),
                                b.op("Unsqueeze", ce["target"], _axes(b, -1))), to=_FLOAT)
     p = b.op("Exp", b.op("Sub", s, lse))
@@ -322,7 +322,7 @@ class _Script:
     def tensor(self, values, elem_type):
         return self.ir.tensor(values, dtype=self.ir.DataType(elem_type))
 
-    def const(self, value, elem_type, scalar=False):
+    def const(self, value, elem_type):
         import numpy as np
         dtype = np.float32 if elem_type == _FLOAT else np.int64
         return self._ops.Constant(value=self.ir.tensor(np.array(value, dtype=dtype)))
@@ -348,6 +348,17 @@ def _script_function(name, math_fn, opset_version):
     return fn
 
 
+def _check_opset(opset_version) -> None:
+    if not isinstance(opset_version, int) or isinstance(opset_version, bool) or opset_version < 18:
+        raise ValueError(f"opset_version: expected an int >= 18 (the ONNX opset the translations need), "
+                         f"got {opset_version!r}")
+
+
+def _table() -> dict:
+    """{op name: math}, the ops without a translation included (they fail with their reason)."""
+    return {name: _unsupported(name) for name in _UNSUPPORTED} | _OPS
+
+
 def translations(opset_version: int | None = None) -> dict:
     """{torch op overload: onnxscript function} for torch.onnx.export(..., dynamo=True,
     custom_translation_table=...). opset_version: the one passed to export (None: torch's default)."""
@@ -355,11 +366,8 @@ def translations(opset_version: int | None = None) -> dict:
 
     if opset_version is None:
         from torch.onnx._constants import ONNX_DEFAULT_OPSET as opset_version
-    if not isinstance(opset_version, int) or isinstance(opset_version, bool) or opset_version < 18:
-        raise ValueError(f"opset_version: expected an int >= 18 (the ONNX opset the translations need), "
-                         f"got {opset_version!r}")
-    table = {name: _unsupported(name) for name in _UNSUPPORTED} | _OPS
-    return {_overload(name): _script_function(name, fn, opset_version) for name, fn in table.items()}
+    _check_opset(opset_version)
+    return {_overload(name): _script_function(name, fn, opset_version) for name, fn in _table().items()}
 
 
 # --- torch.onnx.export(dynamo=False): TorchScript symbolics -----------------------------
@@ -386,7 +394,7 @@ class _Graph:
     def tensor(self, values, elem_type):
         return torch.tensor(values, dtype=torch.float32 if elem_type == _FLOAT else torch.int64)
 
-    def const(self, value, elem_type, scalar=False):
+    def const(self, value, elem_type):
         return self.g.op("Constant", value_t=self.tensor(value, elem_type))
 
 
@@ -410,6 +418,6 @@ def _symbolic(name, math_fn):
 def register_torchscript(opset_version: int = 18) -> None:
     """Registers every forward op's symbolic for torch.onnx.export(..., dynamo=False) (the
     TorchScript exporter: deprecated in torch, opsets up to 20), from opset_version on."""
-    table = {name: _unsupported(name) for name in _UNSUPPORTED} | _OPS
-    for name, fn in table.items():
+    _check_opset(opset_version)
+    for name, fn in _table().items():
         torch.onnx.register_custom_op_symbolic(f"fuselet::{name}", _symbolic(name, fn), opset_version)
