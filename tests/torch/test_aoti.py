@@ -4,7 +4,9 @@ process (tests/torch/aoti_child.py) against eager, at a batch size other than th
 The package calls fuselet's ops through AOTInductor's proxy executor, which finds them by name
 in torch's operator registry: the loading process must have imported fuselet.torch (the C++ ops'
 schemas and kernels, csrc/torch/registration.cpp; the python op fused_linear_cross_entropy_*
-with its python kernel, so a python process). Needs a C++ compiler (the package is compiled)."""
+with its python kernel, so a python process). A C++ process without Python (tests/torch/
+aoti_loader.cpp) gets the C++ ops by loading libfuselet_torch.so, but not the python op.
+Needs a C++ compiler (the package is compiled)."""
 from __future__ import annotations
 
 import os
@@ -92,6 +94,36 @@ def test_package_runs_in_a_fresh_process(package, tmp_path):
     for name, g, e in zip(("h", "loss", "fused_linear_loss"), got, expected):
         assert g.shape == e.shape and g.dtype == e.dtype, name
         torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5, msg=name)
+
+
+@pytest.fixture(scope="module")
+def cpp_loader(tmp_path_factory) -> Path:
+    """tests/torch/aoti_loader.cpp built against this torch (a few seconds: one header)."""
+    from torch.utils import cpp_extension
+
+    exe = tmp_path_factory.mktemp("loader") / "aoti_loader"
+    cmd = [os.environ.get("CXX", "c++"), "-std=c++17", "-O0", "-w", str(ROOT / "tests/torch/aoti_loader.cpp"), "-o",
+           str(exe), *(f"-I{p}" for p in cpp_extension.include_paths()),
+           *(f"-L{p}" for p in cpp_extension.library_paths()), f"-Wl,-rpath,{cpp_extension.library_paths()[0]}",
+           "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return exe
+
+
+def test_cpp_loader_without_python(package, cpp_loader):
+    """A C++ process (no Python): the C++ ops resolve once libfuselet_torch.so is loaded; the
+    python op fused_linear_cross_entropy_* cannot, and torch says so."""
+    def load(*libraries):
+        return subprocess.run([str(cpp_loader), str(package), *map(str, libraries)], capture_output=True, text=True,
+                              timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    bare = load()
+    assert bare.returncode == 1 and "Could not find schema for fuselet::add_rms_norm_fwd" in bare.stderr, bare.stderr
+    with_ops = load(Path(ft.__file__).parent / "libfuselet_torch.so")
+    assert with_ops.returncode == 1, with_ops.stdout
+    first_line = with_ops.stderr.splitlines()[0]
+    assert "fuselet::fused_linear_cross_entropy_reduced" in first_line, with_ops.stderr
+    assert "cannot be run via AOTI without Python environment" in first_line, with_ops.stderr
 
 
 def test_loading_without_fuselet_names_the_missing_op(package, tmp_path):
