@@ -1,7 +1,8 @@
 """fuselet for PyTorch: fused kernels as torch.library custom ops (torch.ops.fuselet.*).
 
 Works with autograd, torch.compile(fullgraph=True) and fake tensors; CUDA tensors run on
-the current CUDA stream.
+the current CUDA stream. torch.export and AOTInductor packages keep the ops as calls by name:
+import fuselet.torch before torch._inductor.aoti_load_package. ONNX export: fuselet.torch.onnx.
 """
 from fuselet.torch._load import load as _load_library
 
