@@ -34,9 +34,10 @@ def sharding(*names: str, static_argnum: int | None = None):
     """Declares fn as the DTensor sharding rule of torch.ops.fuselet.<name> for each name.
 
     static_argnum: the first argument (by position) whose value the rule reads besides the
-    tensors' placements and shapes (softmax's causal, rope's bhsd); DTensor caches a rule's
-    result per input placements and shapes, and from this argument on per value too
-    (register_sharding's default: from the first int argument)."""
+    tensors' placements and shapes (softmax's causal, rope's bhsd). DTensor's sharding cache is
+    documented to key on the non-tensor arguments from RuntimeSchemaInfo.static_argnum on, and
+    register_sharding sets that to the first int argument; a bool flag is declared here so the
+    cache keys on it by contract (torch 2.13's cache key held it in the tests either way)."""
     def declare(fn):
         _RULES.append((names, fn, static_argnum))
         if _registered:
