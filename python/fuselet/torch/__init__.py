@@ -9,12 +9,15 @@ from fuselet.torch._load import load as _load_library
 BUILD_INFO = _load_library()
 
 from fuselet.torch import transformers  # noqa: E402  (imports transformers only when fuse() runs)
+from fuselet.torch._dtensor import install as _install_sharding  # noqa: E402
 from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.torch.glu import geglu, swiglu  # noqa: E402
 from fuselet.torch.norm import LayerNorm, RMSNorm, add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.torch.rope import rope  # noqa: E402
 from fuselet.torch.softmax import softmax  # noqa: E402
+
+_install_sharding()  # DTensor sharding rules of every op, once torch.distributed.tensor is imported
 
 __all__ = ["BUILD_INFO", "LayerNorm", "RMSNorm", "add_rms_norm", "cross_entropy", "fused_linear_cross_entropy",
            "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu", "transformers"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_cross_entropy_args, check_grad_scale
+from fuselet.torch._dtensor import is_dtensor, rowwise, sharding
 
 ops = torch.ops.fuselet
 
@@ -75,6 +76,11 @@ def fwd_bwd(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -
     logits' dtype. inplace=True writes dlogits into logits and returns logits as dlogits."""
     args = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap)
     check_grad_scale(grad_scale)
+    if inplace and (is_dtensor(logits) or is_dtensor(target)):
+        # DTensor runs an op whose name ends in "_" as an in-place op that returns its first
+        # argument; cross_entropy_fwd_bwd_ returns (loss, z) (torch 2.13).
+        raise ValueError("inplace: expected False for DTensor logits / target (DTensor cannot run the "
+                         "in-place fwd_bwd op); inplace=False returns the same (loss, z, dlogits)")
     if inplace:
         loss, z = ops.cross_entropy_fwd_bwd_(logits, target, *args, float(grad_scale))
         return loss, z, logits
@@ -112,6 +118,47 @@ def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale
     return _tokens(logits), _tokens(logits)
 
 
+# --- DTensor sharding (fuselet.torch._dtensor): tokens (logits' leading dims, target's dims)
+# keep their sharding, the vocabulary dim V is whole (a vocab-sharded logits is redistributed).
+# The per-token outputs are sharded like the tokens; a "sum" / "mean" over sharded tokens is
+# then Partial (sum) and reduced by DTensor when needed.
+
+
+
+@sharding("cross_entropy_fwd")
+def _(logits, target, ignore_index, label_smoothing, z_loss, softcap):
+    return rowwise([(logits, "rows"), (target, "rows")] + [(0, None)] * 4, ["rows"] * 3)
+
+
+@sharding("cross_entropy_bwd")
+def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
+    return rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows")] + [(0, None)] * 4, ["rows"])
+
+
+@sharding("cross_entropy_bwd_")
+def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
+    # logits is written in place, so it keeps its placement (DTensor's in-place check guards
+    # argument 0 only, here dloss: a redistributed logits would take the gradient in a copy).
+    strategies = rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows")] + [(0, None)] * 4, [])
+    kept = [s for s in strategies if s[1][1] in logits.placements]
+    if not kept:
+        raise ValueError(f"logits: the in-place backward needs logits sharded on token dims or replicated, "
+                         f"got placements {tuple(logits.placements)}")
+    return kept
+
+
+@sharding("cross_entropy_fwd_bwd")
+def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    return rowwise([(logits, "rows"), (target, "rows")] + [(0, None)] * 5, ["rows"] * 3)
+
+
+# Declared for completeness: DTensor's dispatch (torch 2.13) expects an op named "..._" to
+# return its first argument, so fwd_bwd(inplace=True) refuses DTensors before calling it.
+@sharding("cross_entropy_fwd_bwd_")
+def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    return rowwise([(logits, "rows"), (target, "rows")] + [(0, None)] * 5, ["rows"] * 2)
+
+
 # --- autograd: the gradient of logits only, through the per-token loss ------------------
 
 def _setup(ctx, inputs, output):
@@ -145,6 +192,8 @@ class _InplaceBackward(torch.autograd.Function):
         logits, target, lse = ctx.saved_tensors
         if dloss is None:
             return None, None, None, None, None, None
+        if is_dtensor(logits):  # DTensor and ops that write into their second argument: see _sharding
+            return ops.cross_entropy_bwd(dloss, logits, target, lse, *ctx.options), None, None, None, None, None
         ops.cross_entropy_bwd_(dloss, logits, target, lse, *ctx.options)
         return logits, None, None, None, None, None
 

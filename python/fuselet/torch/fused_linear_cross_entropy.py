@@ -23,6 +23,7 @@ import torch
 
 from fuselet._checks import check_linear_cross_entropy_args
 from fuselet._fused_linear_cross_entropy import chunk_size_for, options
+from fuselet.torch._dtensor import is_dtensor, rowwise, sharding
 
 ops = torch.ops.fuselet
 
@@ -209,6 +210,41 @@ def _per_token_backward(ctx, dloss, _dz, _dlse):
 _per_token.register_autograd(_per_token_backward, setup_context=_per_token_setup)
 
 
+# --- DTensor sharding (fuselet.torch._dtensor): tokens (hidden's and target's rows) keep their
+# sharding, weight and bias are replicated (a vocab-sharded lm_head weight is gathered); the
+# summed loss and dweight / dbias are Partial. The mean's scale (1 / the number of counted
+# tokens) needs every shard's count: on DTensor inputs the wrapper takes the sum and divides.
+
+def _scalars(n):
+    return [(0, None)] * n
+
+
+@sharding("fused_linear_cross_entropy_reduced")
+def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
+    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *_scalars(6)],
+                   [("sum", hidden), ("sum", hidden), "rows", ("sum", weight), ("sum", bias)], skip=(0,) if mean else ())
+
+
+@sharding("fused_linear_cross_entropy_none")
+def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *_scalars(5)],
+                   ["rows"] * 3)
+
+
+@sharding("fused_linear_cross_entropy_none_bwd")
+def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    return rowwise([(dloss, "rows"), (hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"),
+                    (lse, "rows"), *_scalars(5)], ["rows", ("sum", weight), ("sum", bias)])
+
+
+def _dtensor_mean(h2, weight, bias, t1, opts, chunk):
+    """reduction="mean" of DTensor inputs: the summed loss over the global count of counted tokens."""
+    loss, z, *_ = _reduced(h2, weight, bias, t1, *opts, False, chunk)
+    info, ignore_index = torch.iinfo(t1.dtype), opts[0]
+    count = (t1 != ignore_index).sum().clamp(min=1) if info.min <= ignore_index <= info.max else max(1, t1.shape[0])
+    return loss / count, z / count
+
+
 def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
                                bias: torch.Tensor | None = None, ignore_index: int = -100,
                                label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
@@ -242,6 +278,8 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     if reduction == "none":
         loss, z, _ = _per_token(h2, weight, bias, t1, *opts, chunk)
         loss, z = loss.reshape(shape), z.reshape(shape)
+    elif reduction == "mean" and is_dtensor(h2):
+        loss, z = _dtensor_mean(h2, weight, bias, t1, opts, chunk)
     else:
         loss, z, *_ = _reduced(h2, weight, bias, t1, *opts, reduction == "mean", chunk)
     return (loss, z.detach()) if return_z_loss else loss

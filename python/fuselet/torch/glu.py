@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_approximate, check_glu_args
+from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
@@ -55,6 +56,29 @@ def _(x, approximate="none"):
 @torch.library.register_fake("fuselet::geglu_bwd")
 def _(dy, x, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+# --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding; the [gate, up] dim
+# is whole (a Shard(-1) of it would pair gate and up columns of different ranks).
+
+@sharding("swiglu_fwd")
+def _(x):
+    return rowwise([(x, "rows")], ["rows"])
+
+
+@sharding("swiglu_bwd")
+def _(dy, x):
+    return rowwise([(dy, "rows"), (x, "rows")], ["rows"])
+
+
+@sharding("geglu_fwd")
+def _(x, approximate="none"):
+    return rowwise([(x, "rows"), (approximate, None)], ["rows"])
+
+
+@sharding("geglu_bwd")
+def _(dy, x, approximate="none"):
+    return rowwise([(dy, "rows"), (x, "rows"), (approximate, None)], ["rows"])
 
 
 # --- autograd: the backward of each forward op is itself a registered op ----------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_like_x, check_norm_args
+from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
@@ -157,6 +158,44 @@ def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x), _grad_of(bias, x)
 
 
+# --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding, H is whole --------
+# weight / bias replicated; dweight / dbias Partial (each rank sums its rows' share).
+
+@sharding("rms_norm_fwd")
+def _(x, weight, eps, zero_centered_gamma=False):
+    return rowwise([(x, "rows"), (weight, "param"), (eps, None), (zero_centered_gamma, None)], ["rows", "rows"])
+
+
+@sharding("rms_norm_bwd")
+def _(dy, x, weight, rstd, zero_centered_gamma=False):
+    return rowwise([(dy, "rows"), (x, "rows"), (weight, "param"), (rstd, "rows"), (zero_centered_gamma, None)],
+                   ["rows", ("sum", weight)])
+
+
+@sharding("add_rms_norm_fwd")
+def _(x, residual, weight, eps, zero_centered_gamma=False):
+    return rowwise([(x, "rows"), (residual, "rows"), (weight, "param"), (eps, None), (zero_centered_gamma, None)],
+                   ["rows", "rows", "rows"])
+
+
+@sharding("add_rms_norm_bwd")
+def _(dy, dresidual_out, residual_out, weight, rstd, zero_centered_gamma=False):
+    return rowwise([(dy, "rows"), (dresidual_out, "rows"), (residual_out, "rows"), (weight, "param"),
+                    (rstd, "rows"), (zero_centered_gamma, None)], ["rows", ("sum", weight)])
+
+
+@sharding("layer_norm_fwd")
+def _(x, weight, bias, eps, zero_centered_gamma=False):
+    return rowwise([(x, "rows"), (weight, "param"), (bias, "param"), (eps, None), (zero_centered_gamma, None)],
+                   ["rows", "rows", "rows"])
+
+
+@sharding("layer_norm_bwd")
+def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
+    return rowwise([(dy, "rows"), (x, "rows"), (weight, "param"), (bias, "param"), (mean, "rows"), (rstd, "rows"),
+                    (zero_centered_gamma, None)], ["rows", ("sum", weight), ("sum", bias)])
+
+
 # --- autograd: the backward of each forward op is itself a registered op ----------------
 
 def _rms_setup(ctx, inputs, output):
@@ -184,12 +223,15 @@ def _layer_backward(ctx, dy, _dmean, _drstd):
 
 
 def _add_rms_setup(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # an unused output's gradient stays None, not a plain-tensor 0
     _, _, weight, _, ctx.zero_centered_gamma = inputs
     ctx.save_for_backward(output[1], weight, output[2])
 
 
 def _add_rms_backward(ctx, dy, dresidual_out, _drstd):
     residual_out, weight, rstd = ctx.saved_tensors
+    if dy is None and dresidual_out is None:
+        return None, None, None, None, None
     dy = torch.zeros_like(residual_out) if dy is None else dy
     dresidual_out = torch.zeros_like(residual_out) if dresidual_out is None else dresidual_out
     dx, dweight = ops.add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, ctx.zero_centered_gamma)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_rope_args
+from fuselet.torch._dtensor import placements, sharding
 
 ops = torch.ops.fuselet
 
@@ -42,6 +43,37 @@ def _(x, cos, sin, bhsd=False, interleaved=False):
 @torch.library.register_fake("fuselet::rope_bwd")
 def _(dy, cos, sin, bhsd=False, interleaved=False):
     return torch.empty(dy.shape, dtype=dy.dtype, device=dy.device)
+
+
+# --- DTensor sharding (fuselet.torch._dtensor): x's batch, sequence and head dims keep their
+# sharding; cos / sin follow x's batch and sequence sharding and are replicated otherwise; the
+# head dim D (rotated pairs) is whole. Which dim of x is the sequence depends on bhsd.
+
+def _rope_sharding(x, cos, bhsd):
+    Replicate, Shard, _ = placements()
+    has_b = x.ndim == 4
+    s_dim = (1 if has_b else 0) + (1 if bhsd else 0)
+    table_s = cos.ndim - 2  # cos / sin: [S, R] or [B, S, R]
+    strategies = [([Replicate()], [Replicate()] * 3 + [None, None])]
+    for d in range(x.ndim - 1):
+        if d == s_dim:
+            table = Shard(table_s)
+        elif has_b and d == 0 and cos.ndim == 3:
+            table = Shard(0)
+        else:
+            table = Replicate()
+        strategies.append(([Shard(d)], [Shard(d), table, table, None, None]))
+    return strategies
+
+
+@sharding("rope_fwd", static_argnum=3)
+def _(x, cos, sin, bhsd=False, interleaved=False):
+    return _rope_sharding(x, cos, bhsd)
+
+
+@sharding("rope_bwd", static_argnum=3)
+def _(dy, cos, sin, bhsd=False, interleaved=False):
+    return _rope_sharding(dy, cos, bhsd)
 
 
 def _setup(ctx, inputs, output):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_softmax_args
+from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
@@ -29,6 +30,19 @@ def _(x, scale=1.0, causal=False):
 @torch.library.register_fake("fuselet::softmax_bwd")
 def _(dy, y, scale=1.0):
     return torch.empty_like(y, memory_format=torch.contiguous_format)
+
+
+# --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding, K is whole; with
+# causal=True the queries (dim -2) are whole too (the mask reads each query's position).
+
+@sharding("softmax_fwd", static_argnum=1)
+def _(x, scale=1.0, causal=False):
+    return rowwise([(x, "rows"), (scale, None), (causal, None)], ["rows"], skip=(-2,) if causal else ())
+
+
+@sharding("softmax_bwd")
+def _(dy, y, scale=1.0):
+    return rowwise([(dy, "rows"), (y, "rows"), (scale, None)], ["rows"])
 
 
 def _setup(ctx, inputs, output):

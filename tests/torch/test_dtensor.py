@@ -1,0 +1,172 @@
+"""fuselet ops on DTensors: tensor / sequence parallel over a 1-D mesh of 2 CPU processes (gloo,
+loopback). tests/torch/dtensor_child.py runs every check once in both processes; each compares
+with the same op on the unsharded tensors and counts the collectives (CommDebugMode).
+
+Rows (every dim but the kernel's last) keep their sharding with no collective, forward and
+backward; weight / bias gradients come out Partial and take one all-reduce each when reduced;
+a sharded last dim (hidden, [gate, up], keys, vocabulary) is gathered, and still matches."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TOL = 1e-5  # float32, the same kernels on the same rows: rounding of sums over shards at most
+
+pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is unavailable")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
+               OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.torch.dtensor_child"], cwd=ROOT,
+                              env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    try:
+        outs = [p.communicate(timeout=240) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    return json.loads(outs[0][0].strip().splitlines()[-1])
+
+
+def _get(results, name) -> dict:
+    r = results[name]
+    assert "error" not in r, r["error"]
+    assert r["max_diff"] < TOL, r
+    return r
+
+
+@pytest.mark.parametrize("norm", ["rms_norm", "layer_norm"])
+def test_norm_sequence_parallel(results, norm):
+    """SequenceParallel on ft.RMSNorm / ft.LayerNorm: no collective in forward or backward; the
+    weight (and bias) gradients are Partial and reduce with one all-reduce each."""
+    r = _get(results, f"{norm}_sequence_parallel")
+    assert r["fwd"] == {} and r["bwd"] == {}, r
+    assert r["out"] == ["S(1)"], r
+    params = ["weight"] if norm == "rms_norm" else ["weight", "bias"]
+    assert r["grads"] == {p: ["P(sum)"] for p in params}, r
+    assert r["reduce"] == {"all_reduce": len(params)}, r
+
+
+def test_add_rms_norm_sequence_sharded(results):
+    r = _get(results, "add_rms_norm_sequence_sharded")
+    assert r["fwd"] == {} and r["bwd"] == {}, r
+    assert r["out"] == ["S(1)"] and r["grads"] == [["S(1)"], ["S(1)"], ["P(sum)"]], r
+
+
+@pytest.mark.parametrize("name", ["rms_norm_hidden_sharded", "geglu_gated_dim_sharded"])
+def test_sharded_last_dim_is_gathered(results, name):
+    """x sharded on its last dim: gathered once in forward, dy once in backward; same values."""
+    r = _get(results, name)
+    assert r["fwd"] == {"all_gather_into_tensor": 1} and r["bwd"] == {"all_gather_into_tensor": 1}, r
+    assert r["out"] == ["R"], r
+
+
+def test_swiglu_mlp_tensor_parallel(results):
+    """gate and up Linears colwise, ft.swiglu on this rank's [gate_r, up_r], down rowwise: only
+    the rowwise all-reduce in forward; in backward the one of dx (input of both colwise
+    Linears, one all-reduce each)."""
+    r = _get(results, "swiglu_mlp_tensor_parallel")
+    assert r["fwd"] == {"all_reduce": 1}, r
+    assert r["bwd"] == {"all_reduce": 2}, r
+
+
+def test_swiglu_sequence_sharded(results):
+    r = _get(results, "swiglu_sequence_sharded")
+    assert r["fwd"] == {} and r["bwd"] == {} and r["out"] == ["S(1)"], r
+
+
+@pytest.mark.parametrize("name, dim", [("softmax_batch_sharded", 0), ("softmax_queries_sharded", 2)])
+def test_softmax_leading_dim_sharded(results, name, dim):
+    r = _get(results, name)
+    assert r["fwd"] == {} and r["bwd"] == {} and r["out"] == [f"S({dim})"], r
+
+
+@pytest.mark.parametrize("name", ["softmax_causal_queries_sharded", "softmax_keys_sharded"])
+def test_softmax_gathers_keys_and_causal_queries(results, name):
+    """Keys sharded, or queries with causal=True (the mask reads the query's position): gathered."""
+    r = _get(results, name)
+    assert r["fwd"] == {"all_gather_into_tensor": 1} and r["bwd"] == {} and r["out"] == ["R"], r
+
+
+@pytest.mark.parametrize("name, dim", [("rope_sequence_sharded", 1), ("rope_sequence_sharded_replicated_tables", 1),
+                                       ("rope_heads_sharded_bhsd", 1), ("rope_sequence_sharded_bhsd", 2)])
+def test_rope_sharded(results, name, dim):
+    """Sequence or heads sharded, cos / sin sharded with the sequence or replicated: no collective."""
+    r = _get(results, name)
+    assert r["fwd"] == {} and r["bwd"] == {} and r["out"] == [f"S({dim})"] and r["grads"] == [[f"S({dim})"]], r
+
+
+@pytest.mark.parametrize("reduction, out, fwd", [("none", "S(1)", {}), ("sum", "P(sum)", {}),
+                                                 ("mean", "P(sum)", {"all_reduce": 1})])
+def test_cross_entropy_sequence_sharded(results, reduction, out, fwd):
+    """Tokens sharded: per-token losses stay sharded, a sum is Partial; the mean's token count is
+    all-reduced once; dlogits keeps the sharding with no collective."""
+    r = _get(results, f"cross_entropy_sequence_sharded_{reduction}")
+    assert r["fwd"] == fwd and r["bwd"] == {} and r["out"] == [out] and r["grads"] == [["S(1)"]], r
+
+
+def test_cross_entropy_vocab_sharded(results):
+    r = _get(results, "cross_entropy_vocab_sharded")
+    assert r["fwd"] == {"all_gather_into_tensor": 1} and r["out"] == ["S(1)"], r
+
+
+def test_cross_entropy_inplace(results):
+    """inplace_backward=True on DTensors matches; the in-place op keeps logits' placement, and
+    refuses (clearly) when its dloss would need a redistribution."""
+    r = _get(results, "cross_entropy_inplace_backward")
+    assert r["fwd"] == {} and r["bwd"] == {} and r["op"] == {} and r["op_placements"] == ["S(1)"], r
+    assert "in-place operations that require placement changes are not supported" in r["op_replicated_dloss"], r
+
+
+def test_cross_entropy_fwd_bwd(results):
+    r = _get(results, "cross_entropy_fwd_bwd")
+    assert r["fwd"] == {} and r["out"] == ["S(1)"], r
+    assert r["inplace_error"].startswith("inplace: expected False for DTensor"), r
+
+
+@pytest.mark.parametrize("reduction, out, fwd", [("none", "S(0)", {}), ("sum", "P(sum)", {}),
+                                                 ("mean", "P(sum)", {"all_reduce": 1})])
+def test_fused_linear_cross_entropy_rows_sharded(results, reduction, out, fwd):
+    """hidden / target rows sharded, weight / bias replicated: dhidden sharded, dweight / dbias Partial."""
+    r = _get(results, f"fused_linear_cross_entropy_rows_sharded_{reduction}")
+    assert r["fwd"] == fwd and r["bwd"] == {} and r["out"] == [out], r
+    assert r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r
+
+
+@pytest.mark.parametrize("first", ["fuselet.torch", "torch.distributed.tensor"])
+def test_import_registers_every_op(first):
+    """Either import order registers a rule for every fuselet op; import fuselet.torch alone
+    leaves torch.distributed.tensor unimported."""
+    second = "torch.distributed.tensor" if first == "fuselet.torch" else "fuselet.torch"
+    code = (f"import sys, torch, {first}\n"
+            "print('torch.distributed.tensor' in sys.modules)\n"
+            f"import {second}\n"
+            "from torch.distributed.tensor import DTensor\n"
+            "funcs = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
+            "ops = [getattr(torch.ops.fuselet, n.split('::')[1]).default\n"
+            "       for n in torch._C._dispatch_get_all_op_names() if n.startswith('fuselet::')]\n"
+            "print(len(ops), sorted(str(o) for o in ops if o not in funcs))\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stderr[-3000:]
+    imported, missing = out.stdout.split("\n")[:2]
+    assert imported == str(first != "fuselet.torch") and missing == "22 []", out.stdout
