@@ -117,6 +117,11 @@ def placements():
     return Replicate, Shard, Partial
 
 
+def scalars(n: int) -> list:
+    """rowwise's (value, kind) entries of n non-tensor arguments (eps, flags, options)."""
+    return [(None, None)] * n
+
+
 def row_dims(t, core_dims: int = 1) -> range:
     """The dims of t that a row-wise kernel leaves independent: all but the last core_dims."""
     return range(t.ndim - core_dims)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_cross_entropy_args, check_grad_scale
-from fuselet.torch._dtensor import is_dtensor, rowwise, sharding
+from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
@@ -123,23 +123,21 @@ def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale
 # The per-token outputs are sharded like the tokens; a "sum" / "mean" over sharded tokens is
 # then Partial (sum) and reduced by DTensor when needed.
 
-
-
 @sharding("cross_entropy_fwd")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap):
-    return rowwise([(logits, "rows"), (target, "rows")] + [(0, None)] * 4, ["rows"] * 3)
+    return rowwise([(logits, "rows"), (target, "rows"), *scalars(4)], ["rows"] * 3)
 
 
 @sharding("cross_entropy_bwd")
 def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
-    return rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows")] + [(0, None)] * 4, ["rows"])
+    return rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows"), *scalars(4)], ["rows"])
 
 
 @sharding("cross_entropy_bwd_")
 def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
     # logits is written in place, so it keeps its placement (DTensor's in-place check guards
     # argument 0 only, here dloss: a redistributed logits would take the gradient in a copy).
-    strategies = rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows")] + [(0, None)] * 4, [])
+    strategies = rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows"), *scalars(4)], [])
     kept = [s for s in strategies if s[1][1] in logits.placements]
     if not kept:
         raise ValueError(f"logits: the in-place backward needs logits sharded on token dims or replicated, "
@@ -149,14 +147,14 @@ def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap
 
 @sharding("cross_entropy_fwd_bwd")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
-    return rowwise([(logits, "rows"), (target, "rows")] + [(0, None)] * 5, ["rows"] * 3)
+    return rowwise([(logits, "rows"), (target, "rows"), *scalars(5)], ["rows"] * 3)
 
 
 # Declared for completeness: DTensor's dispatch (torch 2.13) expects an op named "..._" to
 # return its first argument, so fwd_bwd(inplace=True) refuses DTensors before calling it.
 @sharding("cross_entropy_fwd_bwd_")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
-    return rowwise([(logits, "rows"), (target, "rows")] + [(0, None)] * 5, ["rows"] * 2)
+    return rowwise([(logits, "rows"), (target, "rows"), *scalars(5)], ["rows"] * 2)
 
 
 # --- autograd: the gradient of logits only, through the per-token loss ------------------

@@ -23,7 +23,7 @@ import torch
 
 from fuselet._checks import check_linear_cross_entropy_args
 from fuselet._fused_linear_cross_entropy import chunk_size_for, options
-from fuselet.torch._dtensor import is_dtensor, rowwise, sharding
+from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
@@ -37,6 +37,14 @@ def _resolve(chunk_size: int, hidden, weight) -> int:
     real sizes: under torch.compile a symbolic N stays symbolic (no guard on its value, so no
     recompilation for every new token count)."""
     return chunk_size or chunk_size_for(hidden.shape[0], hidden.shape[1], weight.shape[0])
+
+
+def _counted(target, ignore_index: int):
+    """What the mean divides by: the tokens whose target is not ignore_index, at least 1."""
+    info = torch.iinfo(target.dtype)
+    if not info.min <= ignore_index <= info.max:  # no target can equal it
+        return max(1, target.shape[0])
+    return (target != ignore_index).sum().clamp(min=1)
 
 
 def _chunks(n: int, chunk: int):
@@ -97,11 +105,7 @@ def _reduced(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
              chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
     n, chunk_size = hidden.shape[0], _resolve(chunk_size, hidden, weight)
-    scale = 1.0
-    if mean:
-        info = torch.iinfo(target.dtype)
-        valid = int((target != ignore_index).sum()) if info.min <= ignore_index <= info.max else n
-        scale = 1.0 / max(1, valid)
+    scale = 1.0 / int(_counted(target, ignore_index)) if mean else 1.0
     loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
     z = torch.zeros((), dtype=torch.float32, device=hidden.device)
     dhidden = torch.empty_like(hidden)
@@ -215,33 +219,28 @@ _per_token.register_autograd(_per_token_backward, setup_context=_per_token_setup
 # summed loss and dweight / dbias are Partial. The mean's scale (1 / the number of counted
 # tokens) needs every shard's count: on DTensor inputs the wrapper takes the sum and divides.
 
-def _scalars(n):
-    return [(0, None)] * n
-
-
 @sharding("fused_linear_cross_entropy_reduced")
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
-    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *_scalars(6)],
+    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *scalars(6)],
                    [("sum", hidden), ("sum", hidden), "rows", ("sum", weight), ("sum", bias)], skip=(0,) if mean else ())
 
 
 @sharding("fused_linear_cross_entropy_none")
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
-    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *_scalars(5)],
+    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *scalars(5)],
                    ["rows"] * 3)
 
 
 @sharding("fused_linear_cross_entropy_none_bwd")
 def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
     return rowwise([(dloss, "rows"), (hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"),
-                    (lse, "rows"), *_scalars(5)], ["rows", ("sum", weight), ("sum", bias)])
+                    (lse, "rows"), *scalars(5)], ["rows", ("sum", weight), ("sum", bias)])
 
 
 def _dtensor_mean(h2, weight, bias, t1, opts, chunk):
     """reduction="mean" of DTensor inputs: the summed loss over the global count of counted tokens."""
     loss, z, *_ = _reduced(h2, weight, bias, t1, *opts, False, chunk)
-    info, ignore_index = torch.iinfo(t1.dtype), opts[0]
-    count = (t1 != ignore_index).sum().clamp(min=1) if info.min <= ignore_index <= info.max else max(1, t1.shape[0])
+    count = _counted(t1, opts[0])
     return loss / count, z / count
 
 
