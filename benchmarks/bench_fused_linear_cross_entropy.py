@@ -27,23 +27,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
+
+import common
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile"), "fuselet.jax": ("jax.jit",)}
 SIZES = {"cpu": (4096, 1024, 32768), "cuda": (16384, 4096, 131072)}
-
-
-def _rss_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def _torch_step(method, device, dtype, n, h, v):
@@ -78,16 +70,8 @@ def _torch_step(method, device, dtype, n, h, v):
             before = torch.cuda.memory_allocated()
             fn()
             return torch.cuda.max_memory_allocated() - before
-        return _peak_rss(fn)
+        return common.peak_rss(fn)
     return step, peak
-
-
-def _peak_rss(fn) -> int:
-    before = _rss_kib("VmRSS")
-    with open("/proc/self/clear_refs", "w") as f:
-        f.write("5")  # resets VmHWM to the current resident set
-    fn()
-    return (_rss_kib("VmHWM") - before) * 1024
 
 
 def _jax_step(method, device, dtype, n, h, v):
@@ -135,27 +119,16 @@ def child(args) -> None:
 
 def run_child(args, method: str, what: str) -> dict:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072") if what == "memory" else None
-    cmd = [sys.executable, __file__, "--child", what, "--method", method, "--device", args.device, "--dtype", args.dtype,
-           "--tokens", str(args.tokens), "--hidden", str(args.hidden), "--vocab", str(args.vocab),
-           "--steps", str(args.steps)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"{method}: the child failed (rc {out.returncode}):\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def spread(values, scale) -> str:
-    return f"{statistics.median(values) * scale:9.1f} ({min(values) * scale:.1f}-{max(values) * scale:.1f})"
+    return common.run_child(__file__, ["--child", what, "--method", method, "--device", args.device, "--dtype",
+                                       args.dtype, "--tokens", str(args.tokens), "--hidden", str(args.hidden),
+                                       "--vocab", str(args.vocab), "--steps", str(args.steps)], env=env)
 
 
 def plot(results: dict, title: str, path: Path) -> None:
-    try:
-        import matplotlib
-    except ImportError:
+    plt = common.pyplot()
+    if plt is None:
         print(f"matplotlib is not installed: no plot ({path} not written)")
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     names = list(results)
     peaks = [statistics.median(r["peak_bytes"]) / 2 ** 20 for r in results.values()]
@@ -204,7 +177,7 @@ def main() -> None:
     print(head)
     print("-" * len(head))
     for m, r in results.items():
-        print(f"{m:<15}{spread(r['peak_bytes'], 2 ** -20):>24}{spread(r['seconds'], 1e3):>26}"
+        print(f"{m:<15}{common.spread(r['peak_bytes'], 2 ** -20):>24}{common.spread(r['seconds'], 1e3):>26}"
               f"{statistics.median(r['loss']):>10.4f}")
     for ours, peers in UNFUSED.items():
         for peer in peers:
