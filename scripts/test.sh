@@ -27,7 +27,7 @@ fi
 trap - EXIT
 grep -E '^seeded |==> seeded' "$seed_log" || true
 # What .venv must import (requirements/dev.txt): a broken one fails the run, never skips it.
-export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime}"
+export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime flax optax}"
 pytest=("$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider)
 cd "$ROOT"
 if [[ $# -gt 0 ]]; then
