@@ -12,7 +12,9 @@ peak memory of the CUDA allocator on GPUs. Every 8th token is ignored (ignore_in
 from __future__ import annotations
 
 import argparse
+import sys
 
+import common
 from bench_norm import median_seconds
 from bench_ops import table
 
@@ -93,10 +95,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=8192)
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--repeats", type=int, default=3, help="timed batches per case (median is reported)")
+    common.add_process_args(parser)
     args = parser.parse_args()
     for name in ("tokens", "vocab", "repeats"):
         if getattr(args, name) < 1:
             parser.error(f"--{name}: expected an integer >= 1, got {getattr(args, name)}")
+    tables = common.in_processes(args, __file__, sys.argv[1:])
+    if tables is not None:
+        for title, rows, extra, runs in tables:
+            table(title, rows, *extra, runs=runs)
+        return
     dtypes = ["float32", "bfloat16"]
     if args.framework in ("torch", "all"):
         bench_torch(args.device, args.tokens, args.vocab, dtypes, args.repeats)

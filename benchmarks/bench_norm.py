@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from pathlib import Path
+
+import common
 
 SHAPES_CPU = [(4096, 512), (4096, 1024), (4096, 2048), (4096, 4096), (2048, 8192)]
 SHAPES_GPU = [(8192, 1024), (16384, 4096), (4096, 8192), (65536, 2048)]
@@ -158,7 +161,8 @@ def bandwidth_fraction(row: dict, name: str) -> float:
     return TRAFFIC[row["pass"]] / 2 * row["clone"] / row["times"][name]
 
 
-def table(title: str, rows: list[dict]) -> None:
+@common.recorded
+def table(title: str, rows: list[dict], runs=None) -> None:
     ours = [n for n in OURS if n in rows[0]["times"]]
     peers = [n for n in PEERS if n in rows[0]["times"]]
     print(f"\n{title}")
@@ -169,14 +173,15 @@ def table(title: str, rows: list[dict]) -> None:
     print(head)
     print("-" * len(head))
     ratios = {n: [] for n in ours}
-    for r in rows:
+    for i, r in enumerate(rows):
         t = r["times"]
         best = min(t[n] for n in peers)
         line = f"{r['op']:<11}{str(r['shape']):>14}{r['dtype']:>10}{r['pass']:>9}"
         line += "".join(f"{t[n] * 1e6:>13.1f}us" for n in ours + peers)
         for n in ours:
             ratios[n].append(best / t[n])
-        line += "".join(f"{best / t[n]:>12.2f}x" for n in ours)
+        line += "".join(f"{best / t[n]:>12.2f}x" + common.ratio_spread(
+            runs, i, lambda row, n=n: min(row['times'][p] for p in peers) / row['times'][n]) for n in ours)
         line += "".join(f"{bandwidth_fraction(r, n):>10.2f}" for n in ours)
         print(line)
     for n in ours:
@@ -189,13 +194,10 @@ def table(title: str, rows: list[dict]) -> None:
 
 def plot(rows: list[dict], title: str, path: Path) -> None:
     """Bandwidth fraction against the hidden size: one panel per op, pass and dtype."""
-    try:
-        import matplotlib
-    except ImportError:
+    plt = common.pyplot()
+    if plt is None:
         print(f"matplotlib is not installed: no plot ({path} not written)")
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     panels = [(op, kind) for op in OPS for kind in PASSES]
@@ -259,9 +261,19 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="two shapes, float32 only")
     parser.add_argument("--plot", default=None,
                         help="PNG to draw (default benchmarks/results/bench_norm-DEVICE.png; 'none': no plot)")
+    common.add_process_args(parser)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    plot_path = None if args.plot == "none" or args.record else Path(args.plot) if args.plot else \
+        RESULTS / f"bench_norm-{args.device}.png"
+    tables = common.in_processes(args, __file__, sys.argv[1:])
+    if tables is not None:
+        for title, rows, _, runs in tables:
+            table(title, rows, runs=runs)
+            if plot_path:
+                plot(rows, title, plot_path)
+        return
     shapes = SHAPES_GPU if args.device == "cuda" else SHAPES_CPU
     dtypes = ["float32", "bfloat16"]
     if args.quick:
@@ -282,8 +294,8 @@ def main() -> None:
     title = f"{', '.join(versions)} on {args.device}: fuselet vs " + ", ".join(
         n for n in PEERS if n in rows[0]["times"])
     table(title, rows)
-    if args.plot != "none":
-        plot(rows, title, Path(args.plot) if args.plot else RESULTS / f"bench_norm-{args.device}.png")
+    if plot_path:
+        plot(rows, title, plot_path)
 
 
 if __name__ == "__main__":

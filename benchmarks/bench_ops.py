@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import sys
 
+import common
 from bench_norm import median_seconds
 
 SHAPES_CPU = [(1024, 1024), (4096, 4096)]
@@ -23,18 +25,25 @@ SHAPES_GPU = [(8192, 4096), (16384, 8192)]
 FAMILIES = {"add_norm": ("add_rms_norm",), "glu": ("swiglu", "geglu"), "softmax": ("softmax", "softmax_causal")}
 
 
-def table(title: str, rows: list[tuple], peers: tuple[str, ...]) -> list[float]:
+def _ratio(row) -> float:
+    """best peer / fuselet of one row (op, shape, dtype, pass, fuselet, *peers)."""
+    return min(row[5:]) / row[4]
+
+
+@common.recorded
+def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> list[float]:
     print(f"\n{title}")
     head = (f"{'op':<15}{'shape':>14}{'dtype':>10}{'pass':>9}{'fuselet':>12}"
             + "".join(f"{p:>12}" for p in peers) + f"{'peer/fuselet':>14}")
     print(head)
     print("-" * len(head))
     ratios = []
-    for op, shape, dtype, kind, ours, *theirs in rows:
-        ratio = min(theirs) / ours
+    for i, (op, shape, dtype, kind, ours, *theirs) in enumerate(rows):
+        ratio = _ratio(rows[i])
         ratios.append(ratio)
         print(f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us"
-              + "".join(f"{t * 1e6:>10.1f}us" for t in theirs) + f"{ratio:>13.2f}x")
+              + "".join(f"{t * 1e6:>10.1f}us" for t in theirs) + f"{ratio:>13.2f}x"
+              + common.ratio_spread(runs, i, _ratio))
     met = sum(r >= 1.0 for r in ratios)
     print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases; "
           f"ratio >= 1.0 in {met} of {len(rows)}")
@@ -178,9 +187,15 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--repeats", type=int, default=7, help="timed batches per case (median is reported)")
     parser.add_argument("--quick", action="store_true", help="the smaller shape, float32 only")
+    common.add_process_args(parser)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    tables = common.in_processes(args, __file__, sys.argv[1:])
+    if tables is not None:
+        for title, rows, extra, runs in tables:
+            table(title, rows, *extra, runs=runs)
+        return
     ops = [op for fam, names in FAMILIES.items() if args.family in (fam, "all") for op in names]
     shapes = SHAPES_GPU if args.device == "cuda" else SHAPES_CPU
     dtypes = ["float32", "bfloat16"]

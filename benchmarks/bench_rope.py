@@ -13,25 +13,34 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 
+import common
 from bench_norm import median_seconds
 
 SHAPE = (4, 2048, 32, 128)
 QUICK_SHAPE = (4, 256, 32, 128)
 
 
-def table(title: str, rows: list[tuple], peers: tuple[str, ...]) -> None:
+def _ratio(row) -> float:
+    """best peer / fuselet of one row (shape, dtype, pass, bytes, fuselet, *peers)."""
+    return min(row[5:]) / row[4]
+
+
+@common.recorded
+def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> None:
     print(f"\n{title}")
     head = (f"{'shape':>20}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'GB/s':>8}"
             + "".join(f"{p:>12}" for p in peers) + f"{'peer/fuselet':>14}")
     print(head)
     print("-" * len(head))
     ratios = []
-    for shape, dtype, kind, nbytes, ours, *theirs in rows:
-        ratio = min(theirs) / ours
+    for i, (shape, dtype, kind, nbytes, ours, *theirs) in enumerate(rows):
+        ratio = _ratio(rows[i])
         ratios.append(ratio)
         print(f"{str(shape):>20}{dtype:>10}{kind:>9}{ours * 1e3:>10.2f}ms{nbytes / ours / 1e9:>8.1f}"
-              + "".join(f"{t * 1e3:>10.2f}ms" for t in theirs) + f"{ratio:>13.2f}x")
+              + "".join(f"{t * 1e3:>10.2f}ms" for t in theirs) + f"{ratio:>13.2f}x"
+              + common.ratio_spread(runs, i, _ratio))
     print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases")
 
 
@@ -111,9 +120,15 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--repeats", type=int, default=7, help="timed batches per case (median is reported)")
     parser.add_argument("--quick", action="store_true", help=f"x {list(QUICK_SHAPE)} instead of {list(SHAPE)}")
+    common.add_process_args(parser)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
+    tables = common.in_processes(args, __file__, sys.argv[1:])
+    if tables is not None:
+        for title, rows, extra, runs in tables:
+            table(title, rows, *extra, runs=runs)
+        return
     shape = QUICK_SHAPE if args.quick else SHAPE
     dtypes = ["float32", "bfloat16"]
     if args.framework in ("torch", "all"):

@@ -7,11 +7,16 @@ median over them with the spread.
 """
 from __future__ import annotations
 
+import argparse
+import atexit
 import ctypes
+import functools
 import json
 import statistics
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
 
@@ -67,3 +72,91 @@ def pyplot():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+# --- tables measured in several processes ---------------------------------------------------
+# A micro-benchmark's table function, decorated with @recorded, prints as before; run with
+# --processes N (> 1), the benchmark runs itself N times, each child once with --record FILE,
+# and prints every table once more from the children's rows: each time the median over the
+# processes, each ratio with its spread (min-max over the processes).
+
+_record: list | None = None
+
+
+def add_process_args(parser, default: int = 3) -> None:
+    parser.add_argument("--processes", type=int, default=default,
+                        help=f"child processes, each timing every case (default {default}): the tables give "
+                             "medians over them and the spread of each ratio; 1: this process alone")
+    parser.add_argument("--record", help=argparse.SUPPRESS)
+
+
+def recorded(table):
+    """table(title, rows, *extra, runs=None): in a --record child, also keep its arguments."""
+    @functools.wraps(table)
+    def wrapper(title, rows, *extra, runs=None):
+        if _record is not None:
+            _record.append([title, rows, list(extra)])
+        return table(title, rows, *extra, runs=runs)
+    return wrapper
+
+
+def in_processes(args, script: str, argv: list[str]) -> list[tuple] | None:
+    """In a --record child: arrange for its tables to be saved at exit, and return None (run).
+    With --processes 1: None (run here). Otherwise run `script argv` in --processes children and
+    return their tables, [(title, median rows, extra, runs)], runs holding each child's rows."""
+    global _record
+    if args.processes < 1:
+        raise SystemExit(f"--processes: expected an integer >= 1, got {args.processes}")
+    if args.record:
+        _record = []
+        atexit.register(lambda: Path(args.record).write_text(json.dumps(_record)))
+        return None
+    if args.processes == 1:
+        return None
+    children = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(args.processes):
+            path = Path(tmp) / f"{i}.json"
+            out = subprocess.run([sys.executable, script, *argv, "--processes", "1", "--record", str(path)],
+                                 capture_output=True, text=True)
+            if out.returncode != 0 or not path.exists():
+                raise RuntimeError(f"{script}: child {i} failed (rc {out.returncode}):\n{out.stdout[-2000:]}"
+                                   f"{out.stderr[-3000:]}")
+            children.append(json.loads(path.read_text()))
+            print(f"process {i + 1} of {args.processes} done", flush=True)
+    tables = []
+    for t, first in enumerate(children[0]):
+        runs = [_untuple(child[t][1]) for child in children]
+        rows = [_median(list(group)) for group in zip(*runs)]
+        title = first[0] + f"; medians over {args.processes} processes, ratios with their spread (min-max)"
+        tables.append((title, rows, _untuple(first[2]), runs))
+    return tables
+
+
+def ratio_spread(runs, i: int, ratio) -> str:
+    """' (lo-hi)' of ratio(row i) over the processes' runs, or '' where there is one run or none."""
+    if not runs or len(runs) < 2:
+        return ""
+    values = [ratio(run[i]) for run in runs]
+    return f" ({min(values):.2f}-{max(values):.2f})"
+
+
+def _untuple(value):
+    """JSON's lists back to the tuples the tables were given."""
+    if isinstance(value, list):
+        return tuple(_untuple(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _untuple(v) for k, v in value.items()}
+    return value
+
+
+def _median(values: list):
+    """The median of each float of equally shaped rows (tuples, dicts); other fields from the first."""
+    first = values[0]
+    if isinstance(first, float):
+        return statistics.median(values)
+    if isinstance(first, tuple):
+        return tuple(_median([v[i] for v in values]) for i in range(len(first)))
+    if isinstance(first, dict):
+        return {k: _median([v[k] for v in values]) for k in first}
+    return first
