@@ -32,7 +32,7 @@ PASSES = ("fwd", "fwd+bwd")
 # Tensors of the shape of x each pass reads or writes (clone: 2).
 TRAFFIC = {"fwd": 2, "fwd+bwd": 5}
 OURS = ("fuselet.torch", "fuselet.jax")
-PEERS = ("torch eager", "torch.compile", "jax.jit")
+PEERS = ("torch eager", "torch.compile", "liger", "jax.jit")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -61,7 +61,8 @@ def median_seconds(fn, sync, repeats: int, min_time: float = 0.02) -> float:
 
 
 def bench_torch(device: str, op: str, shape, dtype_name: str, repeats: int) -> dict:
-    """{name: {pass: seconds}} for fuselet.torch, torch eager and torch.compile, and the clone."""
+    """{name: {pass: seconds}} for fuselet.torch, torch eager, torch.compile and (on GPUs where it is
+    installed) Liger-Kernel, and the clone."""
     import fuselet.torch as ft
     import torch
     import torch.nn.functional as F
@@ -85,7 +86,12 @@ def bench_torch(device: str, op: str, shape, dtype_name: str, repeats: int) -> d
         with torch.no_grad():
             return median_seconds(lambda: x.clone(), sync, repeats)
     before = clone()
-    for name, f in (("fuselet.torch", ours), ("torch eager", eager), ("torch.compile", compiled)):
+    fns = [("fuselet.torch", ours), ("torch eager", eager), ("torch.compile", compiled)]
+    lg = common.liger(device)
+    if lg is not None:  # in_place=False: its backward would overwrite dy, which every call reuses
+        fns.append(("liger", (lambda: lg.liger_rms_norm(x, w, 1e-6, in_place=False)) if op == "rms_norm"
+                    else (lambda: lg.liger_layer_norm(x, w, b, 1e-5))))
+    for name, f in fns:
         with torch.no_grad():
             fwd = median_seconds(f, sync, repeats)
         fwd_bwd = median_seconds(lambda f=f: torch.autograd.grad(f(), (x, w), dy), sync, repeats)

@@ -26,8 +26,8 @@ FAMILIES = {"add_norm": ("add_rms_norm",), "glu": ("swiglu", "geglu"), "softmax"
 
 
 def _ratio(row) -> float:
-    """best peer / fuselet of one row (op, shape, dtype, pass, fuselet, *peers)."""
-    return min(row[5:]) / row[4]
+    """best peer / fuselet of one row (op, shape, dtype, pass, fuselet, *peers; None: not run)."""
+    return min(t for t in row[5:] if t is not None) / row[4]
 
 
 @common.recorded
@@ -42,7 +42,8 @@ def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> l
         ratio = _ratio(rows[i])
         ratios.append(ratio)
         print(f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us"
-              + "".join(f"{t * 1e6:>10.1f}us" for t in theirs) + f"{ratio:>13.2f}x"
+              + "".join(f"{t * 1e6:>10.1f}us" if t is not None else f"{'-':>12}" for t in theirs)
+              + f"{ratio:>13.2f}x"
               + common.ratio_spread(runs, i, _ratio))
     met = sum(r >= 1.0 for r in ratios)
     print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases; "
@@ -94,6 +95,7 @@ def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
     torch._dynamo.config.cache_size_limit = 256
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rows = []
+    lg = common.liger(device)
     for dtype_name in dtypes:
         for shape in shapes:
             for op, (inputs, ours, unfused) in torch_cases(ops, shape, getattr(torch, dtype_name), device).items():
@@ -104,7 +106,7 @@ def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                     t = [median_seconds(f, sync, repeats) for f in fns]
                 rows.append((op, shape, dtype_name, "fwd", *t))
 
-                def fwd_bwd(f):
+                def fwd_bwd(f, inputs=inputs):
                     def run():
                         out = f()
                         outs = out if isinstance(out, tuple) else (out,)
@@ -112,8 +114,17 @@ def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                     return run
                 t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
                 rows.append((op, shape, dtype_name, "fwd+bwd", *t))
+                if lg is not None and op == "swiglu":  # Liger's takes gate and up as two contiguous tensors
+                    gate, up = (p.detach().contiguous().requires_grad_(True) for p in inputs[0].chunk(2, -1))
+                    liger_fn = (lambda g=gate, u=up: lg.liger_swiglu(g, u))
+                    with torch.no_grad():
+                        rows[-2] += (median_seconds(liger_fn, sync, repeats),)
+                    rows[-1] += (median_seconds(fwd_bwd(liger_fn, (gate, up)), sync, repeats),)
+                elif lg is not None:  # no Liger op (its GeGLU is the tanh approximation: another function)
+                    rows[-2], rows[-1] = rows[-2] + (None,), rows[-1] + (None,)
+    peers = ("eager", "compile") + (("liger",) if lg is not None else ())
     return table(f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
-                 f"expression, eager and torch.compile", rows, ("eager", "compile"))
+                 f"expression, eager and torch.compile" + (", and Liger-Kernel" if lg is not None else ""), rows, peers)
 
 
 def jax_cases(ops, shape, dtype, dev):

@@ -160,3 +160,18 @@ def _median(values: list):
     if isinstance(first, dict):
         return {k: _median([v[k] for v in values]) for k in first}
     return first
+
+
+@functools.cache
+def liger(device: str):
+    """Liger-Kernel's functional ops (liger_kernel.transformers.functional: Triton kernels, the
+    GPU peer users compare with) where they can run: on a CUDA device with liger_kernel
+    installed. Else None."""
+    if device != "cuda":
+        return None
+    try:
+        from liger_kernel.transformers import functional
+    except ImportError as e:
+        print(f"Liger-Kernel is not importable here ({e}): its column is left out")
+        return None
+    return functional

@@ -5,7 +5,7 @@
 #      initcheck and synccheck: any report fails the run;
 #   2. fuselet built with its CUDA kernels into that python, and the whole test suite (the
 #      CUDA variants included);
-#   3. the GPU benchmarks.
+#   3. the GPU benchmarks (Liger-Kernel beside fuselet where it installs), the training step last.
 # PYTHON selects the interpreter (default python3); every step runs, the exit code is the
 # first failure's. FUSELET_SANITIZER_TIMEOUT bounds each sanitizer run (default 300 s).
 set -euo pipefail
@@ -58,11 +58,21 @@ echo "==> built with CUDA kernels (${FUSELET_CUDA_ARCHS}) in $(( $(date +%s) - s
 cd "$ROOT"
 "$PY" -m pytest tests -p no:cacheprovider -q -rs "$@" || fail "pytest"
 
-# 3. The benchmarks.
-"$PY" benchmarks/bench_norm.py --device cuda --repeats 5 || fail "bench_norm"
-"$PY" benchmarks/bench_ops.py --device cuda --repeats 5 || fail "bench_ops"
-"$PY" benchmarks/bench_rope.py --device cuda --repeats 5 || fail "bench_rope"
-"$PY" benchmarks/bench_cross_entropy.py --device cuda --repeats 5 || fail "bench_cross_entropy"
+# 3. The benchmarks, with Liger-Kernel beside fuselet where it installs (pure Python over the
+# Triton of torch's CUDA wheels: --no-deps; from PyPI, or from the wheels in build/wheels on a
+# machine without an index: `pip download --no-deps liger-kernel -d build/wheels` beforehand).
+# One process per table: a GPU's timings do not carry the CPU VMs' per-process mapping costs.
+if ! "$PY" -c "import liger_kernel" 2>/dev/null; then
+  "$PY" -m pip install --quiet --no-deps ${FUSELET_WHEELS:+--find-links "$FUSELET_WHEELS"} \
+    --find-links "$ROOT/build/wheels" liger-kernel 2>&1 | tail -n 2 \
+    || echo "==> Liger-Kernel could not be installed: the benchmarks run without its column"
+fi
+"$PY" benchmarks/bench_norm.py --device cuda --repeats 5 --processes 1 || fail "bench_norm"
+"$PY" benchmarks/bench_ops.py --device cuda --repeats 5 --processes 1 || fail "bench_ops"
+"$PY" benchmarks/bench_rope.py --device cuda --repeats 5 --processes 1 || fail "bench_rope"
+"$PY" benchmarks/bench_cross_entropy.py --device cuda --repeats 5 --processes 1 || fail "bench_cross_entropy"
 "$PY" benchmarks/bench_fused_linear_cross_entropy.py --device cuda --processes 1 --methods fuselet.torch,"torch eager","torch.compile" \
   || fail "bench_fused_linear_cross_entropy"
+# The training step: what a GPU user runs (bfloat16 weights), both layers, eager and compile.
+"$PY" benchmarks/bench_step.py --device cuda --processes 1 --models llama --precisions bfloat16 || fail "bench_step"
 exit "$status"
