@@ -14,7 +14,8 @@ fuselet keeps less. Weights require grad. Sizes are counted, not timed: every ru
 same table, on any machine with these framework versions (the unfused peers' saves are
 torch's and XLA's, CPU here; torch on CUDA may dispatch some peers to other kernels).
 
-    python benchmarks/bench_memory.py [--framework torch|jax|all] [--markdown] [--output PATH|none]
+    python benchmarks/bench_memory.py [--framework torch|jax|all] [--device cpu|cuda] [--markdown]
+                                      [--output PATH|none]
 """
 from __future__ import annotations
 
@@ -119,7 +120,7 @@ def _shape(*dims) -> str:
     return "x".join(map(str, dims))
 
 
-def torch_cases(dtype_name: str) -> list:
+def torch_cases(dtype_name: str, device: str = "cpu") -> list:
     import fuselet.torch as ft
     import torch
     import torch.nn.functional as F
@@ -128,7 +129,10 @@ def torch_cases(dtype_name: str) -> list:
     gen = torch.Generator().manual_seed(0)
 
     def t(*s, grad=True):
-        return torch.randn(*s, generator=gen, dtype=dtype).requires_grad_(grad)
+        return torch.randn(*s, generator=gen, dtype=dtype).to(device).requires_grad_(grad)
+
+    def ids(n, v):
+        return torch.randint(0, v, (n,), generator=gen).to(device)
 
     def rotate_half(q):  # transformers' apply_rotary_pos_emb, tables unsqueezed over the heads
         q1, q2 = q.chunk(2, -1)
@@ -146,7 +150,7 @@ def torch_cases(dtype_name: str) -> list:
 
     def causal_unfused(x):
         q, k = x.shape[-2:]
-        mask = torch.ones(q, k, dtype=torch.bool).tril(k - q)
+        mask = torch.ones(q, k, dtype=torch.bool, device=x.device).tril(k - q)
         return torch.softmax((x * SCALE).masked_fill(~mask, -math.inf), -1)
 
     n, h, v = FLCE
@@ -170,12 +174,12 @@ def torch_cases(dtype_name: str) -> list:
         ("rope", _shape(*ROPE), "elem", lambda: dict(x=t(*ROPE), cos=t(s, d, grad=False), sin=t(s, d, grad=False)),
          ft.rope, lambda x, cos, sin: x * cos[:, None] + rotate_half(x) * sin[:, None]),
         ("cross_entropy", _shape(TOKENS, VOCAB), "token",
-         lambda: dict(logits=t(TOKENS, VOCAB), target=torch.randint(0, VOCAB, (TOKENS,), generator=gen)),
+         lambda: dict(logits=t(TOKENS, VOCAB), target=ids(TOKENS, VOCAB)),
          ft.cross_entropy, lambda logits, target: F.cross_entropy(logits, target)),
     ]
     for reduction in ("mean", "none"):
         specs.append((f"fused_linear_cross_entropy {reduction}", FLCE_SHAPE, "token",
-                      lambda: dict(hidden=t(n, h), weight=t(v, h), target=torch.randint(0, v, (n,), generator=gen)),
+                      lambda: dict(hidden=t(n, h), weight=t(v, h), target=ids(n, v)),
                       lambda hidden, weight, target, r=reduction: ft.fused_linear_cross_entropy(hidden, weight, target,
                                                                                                 reduction=r),
                       lambda hidden, weight, target, r=reduction: F.cross_entropy(hidden @ weight.T, target,
@@ -189,7 +193,7 @@ def torch_cases(dtype_name: str) -> list:
     return cases
 
 
-def jax_cases(dtype_name: str) -> list:
+def jax_cases(dtype_name: str, device: str = "cpu") -> list:
     import fuselet.jax as fj
     import jax
     import jax.numpy as jnp
@@ -264,9 +268,10 @@ def jax_cases(dtype_name: str) -> list:
                       lambda hidden, weight, target, r=reduction: fj.fused_linear_cross_entropy(hidden, weight, target,
                                                                                                 reduction=r),
                       lambda hidden, weight, target, r=reduction: ce(hidden @ weight.T, target, r)))
+    dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     cases = []
     for op, shape, per, make, diff, fused, unfused in specs:
-        inputs = make()
+        inputs = {name: jax.device_put(a, dev) for name, a in make().items()}
         first = next(iter(inputs.values()))
         count = first.shape[0] if per == "token" else first.size
         cases.append(Case("jax", op, dtype_name, shape, per, count, jax_saved(fused, inputs, diff),
@@ -274,10 +279,10 @@ def jax_cases(dtype_name: str) -> list:
     return cases
 
 
-def measure(layer: str, dtypes=DTYPES) -> list:
-    """Every case of one layer ("torch" or "jax"), dtype by dtype."""
+def measure(layer: str, dtypes=DTYPES, device: str = "cpu") -> list:
+    """Every case of one layer ("torch" or "jax"), dtype by dtype, the inputs on `device` (cpu, cuda)."""
     make = torch_cases if layer == "torch" else jax_cases
-    return [case for dtype in dtypes for case in make(dtype)]
+    return [case for dtype in dtypes for case in make(dtype, device)]
 
 
 # --- the table ---------------------------------------------------------------------------
@@ -318,17 +323,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--framework", choices=["torch", "jax", "all"], default="all")
     parser.add_argument("--markdown", action="store_true", help="print the README's table instead of the text tables")
-    parser.add_argument("--output", default=str(RESULTS / "bench_memory-cpu.txt"),
-                        help="where the text tables are written too ('none': nowhere)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--output", help="where the text tables are written too (default: "
+                        "results/bench_memory-DEVICE.txt; 'none': nowhere)")
     args = parser.parse_args()
     layers = ["torch", "jax"] if args.framework == "all" else [args.framework]
-    results = {layer: measure(layer) for layer in layers}
+    results = {layer: measure(layer, device=args.device) for layer in layers}
     if args.markdown:
         print(markdown_table([c for cs in results.values() for c in cs]))
         return
     import importlib
 
-    parts = ["# python benchmarks/bench_memory.py" + ("" if args.framework == "all" else f" --framework {args.framework}")
+    command = ("python benchmarks/bench_memory.py" + ("" if args.framework == "all" else f" --framework {args.framework}")
+               + ("" if args.device == "cpu" else f" --device {args.device}"))
+    parts = [f"# {command}"
              + "   (sizes counted, not timed: the same on every run with these framework versions)",
              "# bytes kept for the backward per element of x (per token for the losses); inputs: the storages of the "
              "op's inputs; new: the others; ratios fuselet / unfused"]
@@ -339,7 +347,7 @@ def main() -> None:
     text = "\n".join(parts) + "\n"
     print(text, end="")
     if args.output != "none":
-        Path(args.output).write_text(text)
+        Path(args.output or RESULTS / f"bench_memory-{args.device}.txt").write_text(text)
 
 
 if __name__ == "__main__":
