@@ -16,7 +16,7 @@ import sys
 
 import common
 from bench_norm import median_seconds
-from bench_ops import table
+from bench_ops import bandwidth, table
 
 
 def bench_torch(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> None:
@@ -36,7 +36,9 @@ def bench_torch(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> N
         t[::8] = -100
         fns = {"fuselet": ft.cross_entropy, "eager": eager, "compile": compiled}
         fwd = [median_seconds(lambda f=f: f(x, t), sync, repeats) for f in fns.values()]
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", *fwd))
+        clone = median_seconds(lambda: x.clone(), sync, repeats)
+        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", bandwidth("cross_entropy", "fwd", fwd[0], clone),
+                     *fwd))
         xg = x.clone().requires_grad_(True)
 
         def step(f):
@@ -50,7 +52,8 @@ def bench_torch(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> N
             both.append(median_seconds(lambda f=f: step(f), sync, repeats))
             if device == "cuda":
                 peaks.append((name, dtype_name, torch.cuda.max_memory_allocated() / 2 ** 20))
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd+bwd", *both))
+        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd+bwd",
+                     bandwidth("cross_entropy", "fwd+bwd", both[0], clone), *both))
     table(f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs "
           f"F.cross_entropy(logits.float(), target), eager and torch.compile", rows, ("eager", "compile"))
     for name, dtype_name, mib in peaks:
@@ -80,10 +83,14 @@ def bench_jax(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> Non
         t = jax.device_put(jnp.asarray(t), dev)
         fns = [jax.jit(fj.cross_entropy), jax.jit(unfused)]
         fwd = [median_seconds(lambda f=f: jax.block_until_ready(f(x, t)), lambda: None, repeats) for f in fns]
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", *fwd))
+        copy = jax.jit(jnp.copy)
+        clone = median_seconds(lambda: jax.block_until_ready(copy(x)), lambda: None, repeats)
+        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", bandwidth("cross_entropy", "fwd", fwd[0], clone),
+                     *fwd))
         grads = [jax.jit(jax.grad(f)) for f in (fj.cross_entropy, unfused)]
         both = [median_seconds(lambda g=g: jax.block_until_ready(g(x, t)), lambda: None, repeats) for g in grads]
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd+bwd", *both))
+        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd+bwd",
+                     bandwidth("cross_entropy", "fwd+bwd", both[0], clone), *both))
     table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the jax.numpy expression", rows,
           ("jax.jit",))
 

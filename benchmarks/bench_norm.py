@@ -181,13 +181,13 @@ def table(title: str, rows: list[dict], runs=None) -> None:
     ratios = {n: [] for n in ours}
     for i, r in enumerate(rows):
         t = r["times"]
-        best = min(t[n] for n in peers)
         line = f"{r['op']:<11}{str(r['shape']):>14}{r['dtype']:>10}{r['pass']:>9}"
         line += "".join(f"{t[n] * 1e6:>13.1f}us" for n in ours + peers)
         for n in ours:
-            ratios[n].append(best / t[n])
-        line += "".join(f"{best / t[n]:>12.2f}x" + common.ratio_spread(
-            runs, i, lambda row, n=n: min(row['times'][p] for p in peers) / row['times'][n]) for n in ours)
+            value, spread = common.ratio(rows, runs, i, lambda row, n=n: min(row["times"][p] for p in peers)
+                                         / row["times"][n])
+            ratios[n].append(value)
+            line += f"{value:>12.2f}x{spread}"
         line += "".join(f"{bandwidth_fraction(r, n):>10.2f}" for n in ours)
         print(line)
     for n in ours:

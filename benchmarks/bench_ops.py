@@ -2,7 +2,9 @@
 expressions they replace, in the same run: torch eager, torch.compile and jax.jit.
 
 Prints one table per framework and device: median time per call (forward, and forward +
-backward) and the ratio best peer / fuselet (> 1: fuselet is faster). In the torch table the
+backward), fuselet's bandwidth as a fraction of x.clone()'s (bw: bytes read and written per
+second, TRAFFIC below; the clone timed in the same run on the same x) and the ratio best peer /
+fuselet (> 1: fuselet is faster). In the torch table the
 peer is the faster of eager and torch.compile (both times are shown); in the JAX table it is
 jax.jit of the jax.numpy expression. Medians of --repeats timed batches; the machines this
 runs on are noisy, so read the ratios, not the times.
@@ -23,28 +25,39 @@ from bench_norm import median_seconds
 SHAPES_CPU = [(1024, 1024), (4096, 4096)]
 SHAPES_GPU = [(8192, 4096), (16384, 8192)]
 FAMILIES = {"add_norm": ("add_rms_norm",), "glu": ("swiglu", "geglu"), "softmax": ("softmax", "softmax_causal")}
+# Bytes each pass reads and writes, in tensors of the size of x (fwd, fwd+bwd); x.clone() moves 2.
+# add_rms_norm: x, residual -> y, residual_out; then dy, d(residual_out), residual_out -> dx (= dresidual).
+# GLUs: x -> y (half of x); then x, dy -> dx. softmax: x -> y; then y, dy -> dx. cross_entropy: the logits
+# -> a loss per row; then the logits -> dlogits.
+TRAFFIC = {"add_rms_norm": (4, 8), "swiglu": (1.5, 4), "geglu": (1.5, 4), "softmax": (2, 5), "softmax_causal": (2, 5),
+           "cross_entropy": (1, 3)}
 
 
 def _ratio(row) -> float:
-    """best peer / fuselet of one row (op, shape, dtype, pass, fuselet, *peers; None: not run)."""
-    return min(t for t in row[5:] if t is not None) / row[4]
+    """best peer / fuselet of one row (op, shape, dtype, pass, bw, fuselet, *peers; None: not run)."""
+    return min(t for t in row[6:] if t is not None) / row[5]
+
+
+def bandwidth(op: str, kind: str, seconds: float, clone: float) -> float:
+    """fuselet's bytes per second over x.clone()'s (timed in the same run on the same x)."""
+    return TRAFFIC[op][kind != "fwd"] / 2 * clone / seconds
 
 
 @common.recorded
 def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> list[float]:
     print(f"\n{title}")
-    head = (f"{'op':<15}{'shape':>14}{'dtype':>10}{'pass':>9}{'fuselet':>12}"
+    head = (f"{'op':<15}{'shape':>14}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'bw':>6}"
             + "".join(f"{p:>12}" for p in peers) + f"{'peer/fuselet':>14}")
     print(head)
     print("-" * len(head))
     ratios = []
-    for i, (op, shape, dtype, kind, ours, *theirs) in enumerate(rows):
-        ratio = _ratio(rows[i])
+    for i, (op, shape, dtype, kind, bw, ours, *theirs) in enumerate(rows):
+        ratio, spread = common.ratio(rows, runs, i, _ratio)
         ratios.append(ratio)
-        print(f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us"
+        print(f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us{bw:>6.2f}"
               + "".join(f"{t * 1e6:>10.1f}us" if t is not None else f"{'-':>12}" for t in theirs)
               + f"{ratio:>13.2f}x"
-              + common.ratio_spread(runs, i, _ratio))
+              + spread)
     met = sum(r >= 1.0 for r in ratios)
     print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases; "
           f"ratio >= 1.0 in {met} of {len(rows)}")
@@ -104,7 +117,8 @@ def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                 fns = (ours, unfused, compiled)
                 with torch.no_grad():
                     t = [median_seconds(f, sync, repeats) for f in fns]
-                rows.append((op, shape, dtype_name, "fwd", *t))
+                    clone = median_seconds(lambda x=inputs[0]: x.clone(), sync, repeats)
+                rows.append((op, shape, dtype_name, "fwd", bandwidth(op, "fwd", t[0], clone), *t))
 
                 def fwd_bwd(f, inputs=inputs):
                     def run():
@@ -113,7 +127,7 @@ def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                         torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs])
                     return run
                 t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
-                rows.append((op, shape, dtype_name, "fwd+bwd", *t))
+                rows.append((op, shape, dtype_name, "fwd+bwd", bandwidth(op, "fwd+bwd", t[0], clone), *t))
                 if lg is not None and op == "swiglu":  # Liger's takes gate and up as two contiguous tensors
                     gate, up = (p.detach().contiguous().requires_grad_(True) for p in inputs[0].chunk(2, -1))
                     liger_fn = (lambda g=gate, u=up: lg.liger_swiglu(g, u))
@@ -177,7 +191,9 @@ def bench_jax(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
             for op, (args, ours, unfused) in jax_cases(ops, shape, dtype_name, dev).items():
                 fwd = [jax.jit(f) for f in (ours, unfused)]
                 t = [median_seconds(lambda f=f: jax.block_until_ready(f(*args)), lambda: None, repeats) for f in fwd]
-                rows.append((op, shape, dtype_name, "fwd", *t))
+                copy = jax.jit(jnp.copy)
+                clone = median_seconds(lambda: jax.block_until_ready(copy(args[0])), lambda: None, repeats)
+                rows.append((op, shape, dtype_name, "fwd", bandwidth(op, "fwd", t[0], clone), *t))
 
                 def loss(f):
                     def g(*a):
@@ -186,7 +202,7 @@ def bench_jax(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                     return g
                 grads = [jax.jit(jax.grad(loss(f), tuple(range(len(args))))) for f in (ours, unfused)]
                 t = [median_seconds(lambda g=g: jax.block_until_ready(g(*args)), lambda: None, repeats) for g in grads]
-                rows.append((op, shape, dtype_name, "fwd+bwd", *t))
+                rows.append((op, shape, dtype_name, "fwd+bwd", bandwidth(op, "fwd+bwd", t[0], clone), *t))
     return table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the unfused jax.numpy expression",
                  rows, ("jax.jit",))
 

@@ -36,11 +36,11 @@ def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> N
     print("-" * len(head))
     ratios = []
     for i, (shape, dtype, kind, nbytes, ours, *theirs) in enumerate(rows):
-        ratio = _ratio(rows[i])
+        ratio, spread = common.ratio(rows, runs, i, _ratio)
         ratios.append(ratio)
         print(f"{str(shape):>20}{dtype:>10}{kind:>9}{ours * 1e3:>10.2f}ms{nbytes / ours / 1e9:>8.1f}"
               + "".join(f"{t * 1e3:>10.2f}ms" for t in theirs) + f"{ratio:>13.2f}x"
-              + common.ratio_spread(runs, i, _ratio))
+              + spread)
     print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases")
 
 

@@ -133,12 +133,13 @@ def in_processes(args, script: str, argv: list[str]) -> list[tuple] | None:
     return tables
 
 
-def ratio_spread(runs, i: int, ratio) -> str:
-    """' (lo-hi)' of ratio(row i) over the processes' runs, or '' where there is one run or none."""
+def ratio(rows, runs, i: int, of) -> tuple[float, str]:
+    """(value, spread) of the ratio of(row) of row i: over several processes' runs, the median of
+    each process's ratio and ' (lo-hi)'; else of(rows[i]) and ''."""
     if not runs or len(runs) < 2:
-        return ""
-    values = [ratio(run[i]) for run in runs]
-    return f" ({min(values):.2f}-{max(values):.2f})"
+        return of(rows[i]), ""
+    values = [of(run[i]) for run in runs]
+    return statistics.median(values), f" ({min(values):.2f}-{max(values):.2f})"
 
 
 def _untuple(value):
