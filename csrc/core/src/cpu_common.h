@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <new>
 #include <type_traits>
@@ -106,14 +107,30 @@ inline void store_param(const float* src, fuselet_dtype dtype, int64_t i0, int64
 // in its 4 KiB pages one by one on first touch, not the arithmetic, is most of the time of a
 // memory-bound row kernel there (measured on 64 MiB: writing fresh memory 34 ms, memory
 // advised MADV_HUGEPAGE 8.9 ms and also populated with MADV_POPULATE_WRITE 6.3 ms, mapped
-// memory 3.6 ms). For an output of kLargeOutput bytes or more, parallel_rows asks Linux for
-// transparent huge pages over its 2 MiB-aligned interior before the tasks start (the kernels
-// write every row in full, so no memory is wasted), then each task populates its own rows
-// with one call. Both are hints: where the system declines, nothing changes. Smaller outputs
-// are left alone: glibc serves those from memory it has mapped already (its mmap threshold
-// grows up to 32 MiB), where the two system calls per call only cost time (measured:
-// 4096x512 float32 RMSNorm 1.0 ms with them, 0.7 ms without).
+// memory 3.6 ms). With FUSELET_CPU_HUGE_PAGES=1, for an output of kLargeOutput bytes or
+// more, parallel_rows asks Linux for transparent huge pages over its 2 MiB-aligned interior
+// before the tasks start (the kernels write every row in full, so no memory is wasted), then
+// each task populates its own rows with one call. Off by default: where the kernel reports
+// free memory to a hypervisor (virtio-balloon free page reporting, which reports free blocks
+// of order >= 9, exactly what a huge page takes), a huge page is often one the host has
+// discarded, and its first touch costs host faults: measured on such a VM, first-touching
+// 64 MiB advised MADV_HUGEPAGE took 3.3 ms when it reused recently freed blocks but 184-208 ms
+// after memory had been freed and reported, against 25-34 ms in 4 KiB pages either way; the
+// 4096x4096 float32 RMSNorm forward took 90-120 ms instead of 7 ms in its first calls. The
+// 4 KiB path has no such mode. Smaller outputs are left alone in any case: glibc serves those
+// from memory it has mapped already (its mmap threshold grows up to 32 MiB), where the two
+// system calls per call only cost time (measured: 4096x512 float32 RMSNorm 1.0 ms with them,
+// 0.7 ms without).
 constexpr int64_t kLargeOutput = int64_t{32} << 20;
+
+// FUSELET_CPU_HUGE_PAGES set and not "0": the huge-page path above (read once per process).
+inline bool huge_page_outputs() {
+  static const bool on = [] {
+    const char* e = std::getenv("FUSELET_CPU_HUGE_PAGES");
+    return e != nullptr && *e != '\0' && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
 
 struct OutRows {
   void* data;      // NULL: no such output
@@ -146,7 +163,7 @@ void parallel_rows(int64_t rows, int64_t grain, int64_t max_chunks, std::initial
   bool large = false;
   for (const OutRows& out : outs) large = large || rows_bytes(out, elem, 0, rows) >= kLargeOutput;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (large) {
+  if (large && huge_page_outputs()) {
     constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, Linux 5.14 (older ones: EINVAL)
     for (const OutRows& out : outs)
       if (out.data) advise_rows(out, elem, 0, rows, uintptr_t{2} << 20, MADV_HUGEPAGE);
