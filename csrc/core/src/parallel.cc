@@ -28,11 +28,13 @@ int default_threads() {
 
 std::atomic<int> g_num_threads{0};
 
-// How long an idle worker spins for the next job (FUSELET_POOL_SPIN_US, microseconds).
+// How long an idle worker spins for the next job (FUSELET_POOL_SPIN_US, microseconds: 20 by
+// default, clamped to [0, 1000000]; 0 or a negative value: block at once).
 int64_t spin_ns() {
   static const int64_t ns = [] {
     const char* env = std::getenv("FUSELET_POOL_SPIN_US");
-    return (env && *env ? std::atoll(env) : 20) * 1000;
+    const long long us = env && *env ? std::atoll(env) : 20;
+    return std::clamp<int64_t>(us, 0, 1000000) * 1000;
   }();
   return ns;
 }
