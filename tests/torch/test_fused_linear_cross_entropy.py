@@ -128,6 +128,46 @@ def test_low_precision_matches_unfused(dtype, reduction, torch_device):
         torch.testing.assert_close(ours.grad.float(), theirs.grad.float(), rtol=2e-2, atol=2e-2)
 
 
+class _InputDtypes(torch.utils._python_dispatch.TorchDispatchMode):
+    """The dtypes of the floating tensors each fuselet op is called with."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.namespace == "fuselet":
+            self.seen.append({t.dtype for t in args if isinstance(t, torch.Tensor) and t.is_floating_point()})
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_autocast_casts_like_linear(compiled):
+    """Under torch.autocast the logits' matmul runs in autocast's dtype, as torch.nn.Linear's would:
+    the op sees bfloat16 inputs, the loss matches the unfused loss under the same autocast, and
+    the float32 parameters get float32 gradients."""
+    a = inputs(n=64, h=32, v=96)
+    b = [t.detach().clone().requires_grad_(True) for t in a[:3]]
+
+    def fused(h, w, bias, t):
+        return ft.fused_linear_cross_entropy(h, w, t, bias=bias, chunk_size=16)
+    torch._dynamo.reset()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        if compiled:  # the autocast state is traced: no graph break
+            loss = torch.compile(fused, fullgraph=True)(*a[:3], a[3])
+        else:
+            with _InputDtypes() as mode:
+                loss = fused(*a[:3], a[3])
+            assert mode.seen and all(s == {torch.bfloat16} for s in mode.seen), mode.seen
+        unfused = torch.nn.functional.cross_entropy(torch.nn.functional.linear(b[0], b[1], b[2]).float(), a[3])
+    torch.testing.assert_close(loss, unfused, rtol=2e-3, atol=2e-3)
+    loss.backward()
+    unfused.backward()
+    for ours, theirs in zip(a[:3], b):
+        assert ours.grad.dtype == torch.float32
+        torch.testing.assert_close(ours.grad, theirs.grad, rtol=2e-2, atol=2e-2)
+
+
 def test_leading_dims_and_no_bias():
     hidden, weight, _, target = inputs(n=9, lead=(2, 3), bias=False)
     loss = ft.fused_linear_cross_entropy(hidden, weight, target, reduction="none")

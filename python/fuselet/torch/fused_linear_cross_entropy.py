@@ -255,11 +255,19 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     (float32, float16 or bfloat16); target hidden.shape[:-1] of int64 / int32 class ids. The
     options are cross_entropy's. chunk_size: tokens per chunk (None: chunk_size_for(N, H, V)).
     Returns the float32 loss (target's shape for reduction="none"), and with return_z_loss=True
-    (loss, z), z the z-loss part alone for logging (no gradient flows through z)."""
+    (loss, z), z the z-loss part alone for logging (no gradient flows through z).
+
+    Under torch.autocast, hidden, weight and bias are cast to autocast's dtype first, as the
+    torch.nn.Linear this replaces would cast them (its logits are a matmul's; the loss is float32
+    math either way), and their gradients flow back in their own dtypes."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
         if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
             raise TypeError(f"{name}: expected a torch.Tensor{' or None' if name == 'bias' else ''}, "
                             f"got {type(t).__name__}")
+    if hidden.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(hidden.device.type):
+        low = torch.get_autocast_dtype(hidden.device.type)
+        hidden, weight, bias = (t.to(low) if t is not None and t.is_floating_point() else t
+                                for t in (hidden, weight, bias))
     facts = {n: None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
              for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))}
     check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
