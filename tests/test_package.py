@@ -16,6 +16,7 @@ import pytest
 from fuselet import _guard
 
 from tests.conftest import import_layer
+from tests.version import source_version
 
 PACKAGE = Path(fuselet.__file__).resolve().parent
 LAYERS = ("torch", "jax")
@@ -45,9 +46,9 @@ def test_import_needs_no_framework():
     assert out.stdout.split() == [fuselet.__version__, "[]"]
 
 
-def test_version_is_the_version_file():
-    """fuselet.__version__, the wheel's metadata and libfuselet all come from VERSION."""
-    version = (Path(__file__).resolve().parents[1] / "VERSION").read_text().strip()
+def test_version_is_the_recipes():
+    """fuselet.__version__, the wheel's metadata and libfuselet all come from the recipe's version."""
+    version = source_version()
     assert fuselet.__version__ == version == importlib.metadata.version("fuselet")
     assert fuselet.report()["core"]["version"] == version
 

@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-VERSION = (ROOT / "VERSION").read_text().strip()
 sys.path.insert(0, str(ROOT / "backend"))
 import fuselet_backend  # noqa: E402
+
+from tests.version import source_version  # noqa: E402
+
+VERSION = source_version()
 
 
 def pip(*args, env=None, cwd=None, timeout=900):
@@ -144,11 +147,14 @@ def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sdist,) = tmp_path.glob("fuselet-*.tar.gz")
     with tarfile.open(sdist) as tar:
-        top = {Path(n).parts[1] for n in tar.getnames() if len(Path(n).parts) > 1}
-        tests = {Path(n).parts[2] for n in tar.getnames() if len(Path(n).parts) > 2 and Path(n).parts[1] == "tests"}
+        names = tar.getnames()
+    top = {Path(n).parts[1] for n in names if len(Path(n).parts) > 1}
+    tests = {Path(n).parts[2] for n in names if len(Path(n).parts) > 2 and Path(n).parts[1] == "tests"}
     # the library's sources and tests, no packaging tool nor its configuration
-    assert not top & {"tools", "recipe", "variants", ".github", "pixi.toml"}, sorted(top)
-    assert {"csrc", "python", "backend", "CMakeLists.txt", "VERSION", "pyproject.toml"} <= top, sorted(top)
+    assert not top & {"tools", "variants", ".github", "pixi.toml"}, sorted(top)
+    assert {"csrc", "python", "backend", "CMakeLists.txt", "pyproject.toml"} <= top, sorted(top)
+    recipe = {Path(*Path(n).parts[1:]).as_posix() for n in names if len(Path(n).parts) > 2 and Path(n).parts[1] == "recipe"}
+    assert recipe == {"recipe/recipe.yaml"}, recipe  # only for the version CMake reads
     assert "config" not in tests and {"torch", "jax", "core"} <= tests, sorted(tests)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)

@@ -11,8 +11,9 @@ import pytest
 import yaml
 
 from tests.config.conftest import ROOT, shared_file
+from tests.version import source_version
 
-VERSION = (ROOT / "VERSION").read_text().strip()
+VERSION = source_version()
 
 
 def test_recipe_validates_against_the_schema():
@@ -100,12 +101,25 @@ def test_framework_packages_pin_the_core_of_their_own_flavor(offline_jobs):
             assert j.variant["libfuselet"] == f"{VERSION} {cores[j.variant['cuda_compiler_version']]}"
 
 
-def test_every_package_has_the_version_of_the_version_file(offline_jobs, conda_forge_jobs):
-    """VERSION is the one version: the recipe reads it (and CMake, pyproject.toml, fuselet.__version__)."""
-    assert re.fullmatch(r"\d+\.\d+\.\d+", VERSION)
+@pytest.mark.parametrize("variants", ["offline.yaml", "conda-forge.yaml"])
+def test_plain_rattler_build_renders_the_recipe(variants):
+    """No experimental feature: with rattler-build's defaults (as its CLI and conda-forge's CI run
+    it), the recipe renders every variant, with the one version."""
+    from rattler_build import RenderConfig, Stage0Recipe, VariantConfig
+
+    stage0 = Stage0Recipe.from_file(str(ROOT / "recipe/recipe.yaml"))
+    rendered = stage0.render(VariantConfig.from_files([str(ROOT / "variants" / variants)]), RenderConfig())
+    assert rendered and {str(r.recipe.package.version) for r in rendered} == {VERSION}
+
+
+def test_every_package_has_the_version_of_the_recipe(offline_jobs, conda_forge_jobs):
+    """The recipe's context.version is the one version (CMake, pyproject.toml and fuselet.__version__
+    read that line): no build file repeats it."""
     assert {j.version for j in offline_jobs + conda_forge_jobs} == {VERSION}
-    for path in ("recipe/recipe.yaml", "CMakeLists.txt", "pyproject.toml", "python/fuselet/__init__.py"):
-        assert VERSION not in (ROOT / path).read_text(), f"{path} repeats the version instead of reading VERSION"
+    for path in ("CMakeLists.txt", "pyproject.toml", "python/fuselet/__init__.py", "backend/fuselet_backend.py",
+                 "cmake/FuseletPython.cmake", "csrc/core/CMakeLists.txt", "pixi.toml"):
+        assert VERSION not in (ROOT / path).read_text(), f"{path} repeats the version instead of reading the recipe's"
+    assert not (ROOT / "VERSION").exists(), "a second version file"
 
 
 def test_rendered_run_requirements_pin_abi(matrix_mod):
@@ -327,3 +341,4 @@ def test_build_tools_come_from_the_build_environment():
     for out in recipe["outputs"]:
         host = names(out.get("requirements", {}).get("host"))
         assert not {"cmake", "ninja"} & set(host), (out.get("package", out.get("staging")), host)
+

@@ -243,8 +243,7 @@ def test_a_failed_variant_does_not_skip_the_later_waves_or_the_channel(packages)
 
 @pytest.mark.parametrize("path", ["csrc/core/src/norm.cc", "python/fuselet/torch/norm.py", "CMakeLists.txt",
                                   "cmake/FuseletPython.cmake", "pyproject.toml", "recipe/recipe.yaml",
-                                  "variants/conda-forge.yaml", "tools/fuselet-build/src/fuselet_build/build.py",
-                                  "VERSION"])
+                                  "variants/conda-forge.yaml", "tools/fuselet-build/src/fuselet_build/build.py"])
 def test_pull_requests_that_change_a_package_build_the_packages(packages, path):
     import fnmatch
 

@@ -146,7 +146,7 @@ def test_the_cuda_core_depends_on_the_package_with_libcudart(built):
     """libfuselet links libcudart.so.13: cuda-cudart-dev's run_export makes it depend on cuda-cudart."""
     from rattler_build import Package
 
-    version = (ROOT / "VERSION").read_text().strip()
+    version = paths.version()
     pkg = next(p for p in built if p.startswith(f"libfuselet-{version}-cuda130_"))
     depends = Package.from_file(str(OUTPUT / "linux-64" / pkg)).depends
     assert any(d.startswith("cuda-cudart >=13.0") for d in depends), depends
@@ -168,7 +168,7 @@ def test_the_python_package_is_seen_by_pip_and_importlib_metadata(torch213_env):
     proc = run(torch213_env, "import importlib.metadata as m; print(m.version('fuselet'), "
                              "[d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('fuselet')])")
     assert proc.returncode == 0, proc.stderr
-    version = (ROOT / "VERSION").read_text().strip()
+    version = paths.version()
     assert proc.stdout.strip() == f"{version} ['fuselet']", proc.stdout
 
 

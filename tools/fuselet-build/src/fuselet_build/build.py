@@ -60,7 +60,7 @@ def existing_package(output: Path, job: matrix.Job) -> Path | None:
 # or that was built from other sources is not "built": build makes it again and verify fails it.
 MANIFEST = ".fuselet-build-manifest.json"
 # What the recipe compiles and packages (its tests are inline): a change here changes the packages.
-SOURCE_PARTS = ("CMakeLists.txt", "VERSION", "cmake", "csrc", "python", "recipe")
+SOURCE_PARTS = ("CMakeLists.txt", "cmake", "csrc", "python", "recipe")
 
 
 def source_hash(root: Path) -> str:

@@ -62,9 +62,8 @@ def render(recipe: Path, variant_files: list[Path], target_platform: str = "linu
     variants = load_variants(variant_files)
     try:
         stage0 = Stage0Recipe.from_file(str(recipe))
-        # experimental: the recipe reads fuselet's version from VERSION with load_from_file.
-        rendered = stage0.render(variants, RenderConfig(platform=PlatformConfig(target_platform=target_platform,
-                                                                                experimental=True)))
+        # rattler-build's defaults (experimental features off), as its CLI and conda-forge render it
+        rendered = stage0.render(variants, RenderConfig(platform=PlatformConfig(target_platform=target_platform)))
     except Exception as exc:
         typos = misspelled_keys(recipe.read_text(errors="replace"), list(variants.keys()))
         raise UserError(f"cannot render {recipe} with {', '.join(map(str, variant_files))}: {exc}"

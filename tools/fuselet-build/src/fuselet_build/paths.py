@@ -25,6 +25,16 @@ SEED_CACHE = "build/seed-cache"
 OUTPUT = "output"                           # built packages: itself a conda channel
 
 
+def version() -> str:
+    """fuselet's one version: the recipe's `context.version` line (CMake and pip read it too)."""
+    import re
+
+    match = re.search(r'^  version: "(\d+\.\d+\.\d+)"$', (root() / RECIPE).read_text(), re.MULTILINE)
+    if not match:
+        raise ValueError(f'{root() / RECIPE}: no line `  version: "X.Y.Z"` (context.version)')
+    return match.group(1)
+
+
 def given(value: str | os.PathLike | None, default: str) -> Path:
     """A path of the command line (relative to the working directory), or else `default` in the
     source tree."""
