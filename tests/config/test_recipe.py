@@ -89,7 +89,7 @@ def test_build_strings_say_what_is_inside(offline_jobs):
     # no python part: one framework package serves every python
     assert any(re.fullmatch(r"cpu_torch213_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
     assert any(re.fullmatch(r"cuda130_torch214_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
-    assert all(re.fullmatch(r"(cpu|cuda130)_ffi0[23]_h[0-9a-f]{7}_0", s) for s in strings["fuselet-jax"])
+    assert all(re.fullmatch(r"(cpu|cuda130)_ffi0(2_h[0-9a-f]{7}_200|3_h[0-9a-f]{7}_300)", s) for s in strings["fuselet-jax"])
     assert {s.split("_h")[0] for s in strings["fuselet-jax"]} == {"cpu_ffi02", "cpu_ffi03", "cuda130_ffi02", "cuda130_ffi03"}
     assert {s.split("_h")[0] for s in strings["libfuselet"]} == {"cpu", "cuda130"}
 
@@ -342,3 +342,26 @@ def test_build_tools_come_from_the_build_environment():
         host = names(out.get("requirements", {}).get("host"))
         assert not {"cmake", "ninja"} & set(host), (out.get("package", out.get("staging")), host)
 
+
+def _build_number(job) -> int:
+    return int(job.build_string.rsplit("_", 1)[1])
+
+
+def test_the_build_made_for_a_newer_jaxlib_has_the_higher_build_number(offline_jobs, conda_forge_jobs):
+    """Every fuselet-jax of a flavor also accepts the jaxlibs of the newer FFI levels; the solver
+    breaks the tie by build number, so it must grow with the jaxlib compiled against (by 100 per
+    FFI level), while the outputs that never tie keep the recipe's own number."""
+    for jobs in (offline_jobs, conda_forge_jobs):
+        flavors = collections.defaultdict(list)
+        for j in jobs:
+            if j.name == "fuselet-jax":
+                flavors[j.variant["cuda_compiler_version"]].append(j)
+            else:
+                assert _build_number(j) == 0, j.key
+        for flavor, builds in flavors.items():
+            builds.sort(key=lambda j: tuple(int(p) for p in str(j.variant["jaxlib"]).split(".")))
+            numbers = [_build_number(j) for j in builds]
+            assert len(builds) > 1 and numbers == sorted(set(numbers)), (flavor, [j.key for j in builds])
+            for j in builds:
+                major, minor = map(int, str(j.variant["jaxlib_ffi"]).split("."))
+                assert _build_number(j) == 1000 * major + 100 * minor, j.key

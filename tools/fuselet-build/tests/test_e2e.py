@@ -313,6 +313,44 @@ print(jaxlib.__version__)
     assert proc.stdout.strip() == jaxlib
 
 
+def _version(v: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in v.split("."))
+
+
+@pytest.mark.parametrize("flavor", ["cpu", "cuda130"] if HAS_NVCC else ["cpu"])
+@pytest.mark.parametrize("jaxlib", _channel_jaxlibs() if (OFFLINE / "linux-64" / "repodata.json").exists() else [])
+def test_the_solver_installs_the_build_made_for_the_users_jaxlib(built, jaxlib, flavor):
+    """Where two fuselet-jax builds accept the user's jaxlib, the one compiled against the newest
+    jaxlib not newer than it is installed (the recipe's build numbers), never the build order's."""
+    import yaml
+
+    below = str(yaml.safe_load((ROOT / "variants/offline.yaml").read_text())["jaxlib_below"][0])
+    cuda = "None" if flavor == "cpu" else "13.0"
+    builds = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+              if j.name == "fuselet-jax" and j.variant["cuda_compiler_version"] == cuda]
+    fits = [j for j in builds if _version(str(j.variant["jaxlib"])) <= _version(jaxlib) < _version(below)]
+    specs = ["fuselet-jax", f"jaxlib =={jaxlib} {'cpu' if flavor == 'cpu' else 'cuda'}*", "python 3.11.*"]
+    if not fits:
+        with pytest.raises(Exception, match="fuselet-jax"):
+            channel.solve(specs, CHANNELS, virtual_packages=channel.virtual_packages("13.0"))
+        return
+    expected = max(fits, key=lambda j: _version(str(j.variant["jaxlib"])))
+    solved = {r.name.normalized: r for r in channel.solve(specs, CHANNELS,
+                                                           virtual_packages=channel.virtual_packages("13.0"))}
+    assert str(solved["fuselet-jax"].build) == expected.build_string, (jaxlib, [j.build_string for j in fits])
+
+
+def test_an_unpinned_install_takes_the_newest_ffi_level_and_its_jaxlib(built):
+    """No jaxlib asked for: the newest jaxlib of the channel, with the build compiled against it."""
+    solved = {r.name.normalized: r for r in channel.solve(["fuselet-jax", "python 3.11.*"], CHANNELS)}
+    newest = max(_channel_jaxlibs(), key=_version)
+    (made_for_it,) = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+                      if j.name == "fuselet-jax" and j.variant["cuda_compiler_version"] == "None"
+                      and str(j.variant["jaxlib"]) == newest]
+    assert str(solved["jaxlib"].version) == newest
+    assert str(solved["fuselet-jax"].build) == made_for_it.build_string
+
+
 def test_torch_comes_as_libtorch_and_pytorch_as_on_conda_forge(torch213_env):
     """fuselet-torch configures against the split layout: TorchConfig.cmake, the headers and the
     libraries in the prefix (libtorch), site-packages/torch pointing there (pytorch)."""
