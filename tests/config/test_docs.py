@@ -43,17 +43,22 @@ def test_the_site_builds_strictly(tmp_path):
         assert (site / "results" / picture.name).is_file(), picture.name
 
 
-def _copy_config(tmp_path):
-    """mkdocs.yml and docs/ in tmp_path, every path of the config pointing back at the tree."""
-    shutil.copytree(ROOT / "docs", tmp_path / "docs")
+@pytest.fixture(scope="module")
+def copied_site(tmp_path_factory):
+    """mkdocs.yml and docs/ in a tmp folder, every path of the config pointing back at the tree;
+    it builds as it is (so what breaks it below is the one line added)."""
+    tmp = tmp_path_factory.mktemp("docs")
+    shutil.copytree(ROOT / "docs", tmp / "docs")
     config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
-    config["docs_dir"] = str(tmp_path / "docs")
+    config["docs_dir"] = str(tmp / "docs")
     config["hooks"] = [str(ROOT / h) for h in config["hooks"]]
     for plugin in config["plugins"]:
         if isinstance(plugin, dict) and "mkdocstrings" in plugin:
             plugin["mkdocstrings"]["handlers"]["python"]["paths"] = [str(ROOT / "python")]
-    path = tmp_path / "mkdocs.yml"
+    path = tmp / "mkdocs.yml"
     path.write_text(yaml.safe_dump(config))
+    rc, out = _build(path, tmp / "site")
+    assert rc == 0, f"the copied site does not build as it is:\n{out}"
     return path
 
 
@@ -62,14 +67,15 @@ def _copy_config(tmp_path):
     "[an anchor that is not there](install.md#no-such-section)",
     "::: fuselet.torch.no_such_module",
 ])
-def test_the_strict_build_has_teeth(tmp_path, broken):
+def test_the_strict_build_has_teeth(copied_site, broken):
     """A broken link, anchor or API reference fails the build: the check above is not vacuous."""
-    config = _copy_config(tmp_path)
-    rc, out = _build(config, tmp_path / "site")
-    assert rc == 0, f"the copied site does not build as it is:\n{out}"
-    page = tmp_path / "docs" / "index.md"
-    page.write_text(page.read_text() + f"\n\n{broken}\n")
-    rc, out = _build(config, tmp_path / "site")
+    page = copied_site.parent / "docs" / "index.md"
+    text = page.read_text()
+    page.write_text(f"{text}\n\n{broken}\n")
+    try:
+        rc, out = _build(copied_site, copied_site.parent / "site")
+    finally:
+        page.write_text(text)
     assert rc != 0, f"mkdocs build --strict passed with {broken!r} in index.md"
 
 
