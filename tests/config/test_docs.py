@@ -110,6 +110,13 @@ def test_the_commands_quoted_exist(page):
         assert (ROOT / rel).is_file(), f"{page.name} quotes {rel}: no such file"
 
 
+@pytest.mark.parametrize("page", [ROOT / "README.md", *PAGES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_code_block_is_closed(page):
+    """An unclosed fence swallows the rest of the page into a code block, which --strict does not see."""
+    fences = [n for n, line in enumerate(page.read_text().splitlines(), 1) if line.startswith("```")]
+    assert len(fences) % 2 == 0, f"{page.name}: the code block opened at line {fences[-1]} is never closed"
+
+
 def test_the_readme_links_into_the_docs():
     """The README is the landing page: its links into docs/ are relative and point at pages."""
     links = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", (ROOT / "README.md").read_text())
