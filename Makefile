@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test core-test sanitize cuda-build gpu-test bench lint matrix seed packages clean
+.PHONY: help venv build demo test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -34,6 +34,9 @@ bench:           ## benchmarks: tables + ratios against the frameworks' own ops
 
 lint:            ## ruff + bash -n
 	scripts/lint.sh
+
+docs:            ## the documentation site (mkdocs.yml, docs/) built with --strict into build/site
+	scripts/docs.sh
 
 matrix:          ## the conda packages of variants/offline.yaml (pass ARGS="--variants variants/conda-forge.yaml")
 	scripts/matrix.sh $(ARGS)

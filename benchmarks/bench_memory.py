@@ -313,7 +313,7 @@ def text_table(cases: list) -> str:
 
 
 def markdown_table(cases: list) -> str:
-    """The README's table: one row per case, both layers."""
+    """The table of docs/ops.md: one row per case, both layers."""
     head = "| " + " | ".join(COLUMNS) + " |"
     rule = "|" + "|".join("---" if i < 5 else "---:" for i in range(len(COLUMNS))) + "|"
     return "\n".join([head, rule, *("| " + " | ".join(cells(c)) + " |" for c in cases)])
@@ -322,7 +322,7 @@ def markdown_table(cases: list) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--framework", choices=["torch", "jax", "all"], default="all")
-    parser.add_argument("--markdown", action="store_true", help="print the README's table instead of the text tables")
+    parser.add_argument("--markdown", action="store_true", help="print the table of docs/ops.md instead of the text tables")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--output", help="where the text tables are written too (default: "
                         "results/bench_memory-DEVICE.txt; 'none': nowhere)")

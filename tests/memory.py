@@ -1,6 +1,6 @@
 """Shared by tests/torch/test_memory.py and tests/jax/test_memory.py: the measurement of
 benchmarks/bench_memory.py (the one place that counts what each op saves for the backward)
-and the README table it produced."""
+and the table of docs/ops.md it produced."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,7 +8,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-README_HEADING = "## Activation memory: what each op keeps for the backward"
+# The page of the site that holds the table, and its section.
+DOCS_PAGE = ROOT / "docs" / "ops.md"
+DOCS_HEADING = "## Activation memory: what each op keeps for the backward"
 
 
 def bench_memory():
@@ -32,11 +34,11 @@ def described(saved) -> list:
     return [("output" if s.output else s.owner, s.shape, s.dtype) for s in saved]
 
 
-def readme_rows(layer: str) -> list:
-    """The cells of the README table's rows for `layer`, as written."""
-    text = (ROOT / "README.md").read_text()
-    assert README_HEADING in text, f"README.md has no section {README_HEADING!r}"
-    section = text.split(README_HEADING, 1)[1].split("\n## ", 1)[0]
+def docs_rows(layer: str) -> list:
+    """The cells of the docs table's rows for `layer`, as written."""
+    text = DOCS_PAGE.read_text()
+    assert DOCS_HEADING in text, f"{DOCS_PAGE.relative_to(ROOT)} has no section {DOCS_HEADING!r}"
+    section = text.split(DOCS_HEADING, 1)[1].split("\n## ", 1)[0]
     rows = [[c.strip() for c in line.strip().strip("|").split("|")]
             for line in section.splitlines() if line.startswith("| ") and not line.startswith("| layer ")]
     return [r for r in rows if r[0] == layer]

@@ -20,8 +20,8 @@ from tests.config.conftest import ROOT, shared_file
 
 # Commands a task may start with besides a script of the tree.
 KNOWN_TOOLS = {"python", "pytest", "bash", "cmake", "ctest", "ruff", "rattler-build", "fuselet-build"}
-# The tasks the front doors promise (README: `pixi run test` / `make test`, ...).
-REQUIRED_TASKS = {"build", "test", "bench", "lint", "packages", "matrix"}
+# The tasks the front doors promise (README, docs/development.md: `pixi run test` / `make test`, ...).
+REQUIRED_TASKS = {"build", "test", "bench", "lint", "docs", "packages", "matrix"}
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ def test_conda_forge_matrix_counts(conda_forge_jobs):
     got_jax = [(j.variant["cuda_compiler_version"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]]
     assert sorted(got_jax) == sorted(expected_jax)
     assert len(jobs["libfuselet"]) == len(cudas)
-    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (6, 4)   # the README's matrix table
+    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (6, 4)   # the matrix table of docs/install.md
     for name, other in (("fuselet-torch", "jaxlib"), ("fuselet-jax", "pytorch")):
         for j in jobs[name]:
             assert other not in j.variant and "python" not in j.variant, (j.key, j.variant)
@@ -162,7 +162,8 @@ def test_the_prerelease_story_names_the_channels_that_carry_prereleases():
     assert "conda-forge/label/pytorch_rc" in text and "FUSELET_TORCH_VERSION=" in text
     assert "download.pytorch.org/whl/nightly" in text
     assert not (ROOT / "variants/nightly.yaml").exists()
-    assert "nightly.yaml" not in (ROOT / "README.md").read_text()
+    for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+        assert "nightly.yaml" not in page.read_text(), page
 
 # --- what conda-forge needs of the recipe ---------------------------------------------------------
 

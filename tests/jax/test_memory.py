@@ -1,12 +1,12 @@
 """What each fuselet.jax op keeps for the backward (the residuals of jax.vjp, counted by
 benchmarks/bench_memory.py): the exact residuals per op, no more new bytes than the jitted
-jax.numpy expression it replaces, and the README's table equal to what the measurement gives."""
+jax.numpy expression it replaces, and the table of docs/ops.md equal to what the measurement gives."""
 from __future__ import annotations
 
 import pytest
 
 from tests.conftest import import_layer
-from tests.memory import bench_memory, by_op, described, readme_rows
+from tests.memory import bench_memory, by_op, described, docs_rows
 
 jax = pytest.importorskip("jax", reason="jax is not installed in this environment")
 fj = import_layer("jax")
@@ -70,7 +70,7 @@ def test_new_bytes_at_most_the_unfused(cases, dtype):
 
 
 def test_unfused_figures(cases):
-    """The peers' residuals the README explains: XLA keeps copies of the GLU halves and the gate's
+    """The peers' residuals docs/ops.md explains: XLA keeps copies of the GLU halves and the gate's
     activation, and a transposed copy of the lm_head weight next to the [tokens, V] log-probs."""
     got = by_op(cases)
     assert described(got[("swiglu", F32)].unfused) == [("new", (ROWS, H), F32)] * 5
@@ -78,5 +78,5 @@ def test_unfused_figures(cases):
     assert ("hidden", (N, HID), F32) in flce and ("new", (HID, V), F32) in flce and ("new", (N, V), F32) in flce
 
 
-def test_readme_table_matches(cases):
-    assert readme_rows("jax") == [bm.cells(c) for c in cases]
+def test_docs_table_matches(cases):
+    assert docs_rows("jax") == [bm.cells(c) for c in cases]

@@ -1,12 +1,12 @@
 """What each fuselet.torch op saves for the backward (saved_tensors_hooks, counted by
 benchmarks/bench_memory.py): the exact saved set per op, no more new bytes than the unfused
-expression it replaces, and the README's table equal to what the measurement gives."""
+expression it replaces, and the table of docs/ops.md equal to what the measurement gives."""
 from __future__ import annotations
 
 import pytest
 
 from tests.conftest import import_layer
-from tests.memory import bench_memory, by_op, described, readme_rows
+from tests.memory import bench_memory, by_op, described, docs_rows
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
 ft = import_layer("torch")
@@ -75,7 +75,7 @@ def test_new_bytes_at_most_the_unfused(cases, dtype):
 
 
 def test_unfused_figures(cases):
-    """The peers' saves the README explains: torch's CPU rms_norm keeps a normalized copy of x (and, in
+    """The peers' saves docs/ops.md explains: torch's CPU rms_norm keeps a normalized copy of x (and, in
     bfloat16, a float32 copy of x instead of x), the GLUs the activation of the gate, F.cross_entropy its
     [tokens, V] log-probs (not the logits)."""
     got = by_op(cases)
@@ -88,5 +88,5 @@ def test_unfused_figures(cases):
                                                               ("target", (bm.TOKENS,), "int64"), ("new", (), F32)]
 
 
-def test_readme_table_matches(cases):
-    assert readme_rows("torch") == [bm.cells(c) for c in cases]
+def test_docs_table_matches(cases):
+    assert docs_rows("torch") == [bm.cells(c) for c in cases]

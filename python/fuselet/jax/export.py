@@ -1,6 +1,6 @@
 """jax.export of functions that call fuselet.jax ops.
 
-fuselet's FFI targets (fuselet_<op>) are custom calls with no JAX compatibility guarantee, so
+fuselet's FFI targets (`fuselet_<op>`) are custom calls with no JAX compatibility guarantee, so
 jax.export refuses to serialize them unless told to; `disabled_checks()` is that permission:
 
     exported = jax.export.export(jax.jit(f), disabled_checks=fuselet.jax.export.disabled_checks())(*args)

@@ -4,8 +4,8 @@
     torch.onnx.export(model, args, dynamo=True, opset_version=23,
                       custom_translation_table=fuselet.torch.onnx.translations(opset_version=23))
 
-translations() maps each forward op (torch.ops.fuselet.<op>_fwd.default, and the python ops
-fused_linear_cross_entropy_{none,reduced}.default) to a python function of onnxscript ops: the op's math
+`translations()` maps each forward op (`torch.ops.fuselet.<op>_fwd.default`, and the python ops
+`fused_linear_cross_entropy_{none,reduced}.default`) to a python function of onnxscript ops: the op's math
 (csrc/core/include/fuselet/*.h), in float32, cast back to x's dtype where the op does. Pass it
 the opset_version given to torch.onnx.export (18 or more): from 23 the RMS norms use
 RMSNormalization, from 20 GeGLU uses Gelu, below that decompositions; LayerNorm is
