@@ -64,7 +64,13 @@ for check in "$@"; do
   fi
 done
 "$ROOT/scripts/bootstrap.sh"
+# Every check runs, so one failure hides no other; the exit status says whether any failed.
+failed=()
 for check in "$@"; do
   log "$check"
-  "check_$check"
+  "check_$check" || failed+=("$check")
 done
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "lint.sh: failed: ${failed[*]}" >&2
+  exit 1
+fi
