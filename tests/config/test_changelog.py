@@ -1,5 +1,6 @@
 """CHANGELOG.md (Keep a Changelog): the version the tree builds has a dated entry, and the
 entries run from the newest version down, under an optional [Unreleased] on top."""
+
 from __future__ import annotations
 
 import datetime
@@ -75,12 +76,15 @@ def test_entries_in_descending_version_order():
     assert _order_problems(_entries()) == []
 
 
-@pytest.mark.parametrize("text, ok", [
-    ("## [Unreleased]\n## [0.2.0] - 2026-11-30\n## [0.1.0] - 2026-11-30\n", True),
-    ("## [0.1.0] - 2026-11-30\n## [0.2.0] - 2026-11-30\n", False),
-    ("## [0.10.0] - 2026-12-01\n## [0.9.0] - 2026-11-30\n", True),  # numeric, not text, order
-    ("## [0.2.0] - 2026-11-29\n## [0.1.0] - 2026-11-30\n", False),
-    ("## [0.2.0] - 2026-11-30\n## [0.2.0] - 2026-11-30\n", False),
-])
+@pytest.mark.parametrize(
+    "text, ok",
+    [
+        ("## [Unreleased]\n## [0.2.0] - 2026-11-30\n## [0.1.0] - 2026-11-30\n", True),
+        ("## [0.1.0] - 2026-11-30\n## [0.2.0] - 2026-11-30\n", False),
+        ("## [0.10.0] - 2026-12-01\n## [0.9.0] - 2026-11-30\n", True),  # numeric, not text, order
+        ("## [0.2.0] - 2026-11-29\n## [0.1.0] - 2026-11-30\n", False),
+        ("## [0.2.0] - 2026-11-30\n## [0.2.0] - 2026-11-30\n", False),
+    ],
+)
 def test_the_order_check_has_teeth(text, ok):
     assert (_order_problems(_entries(text)) == []) is ok

@@ -1,6 +1,7 @@
 """The static checks have one definition, scripts/lint.sh: .pre-commit-config.yaml's hooks call
 exactly its checks, clang-format reads the tree's .clang-format, and its pinned version is the
 same for .venv (requirements/dev.txt) and pixi (pixi.toml)."""
+
 from __future__ import annotations
 
 import re
@@ -62,8 +63,12 @@ def test_the_hooks_run_the_checks_of_make_lint(hooks):
 
 
 def test_lint_sh_refuses_an_unknown_check():
-    out = subprocess.run(["bash", str(LINT), "no-such-check"], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin", "FUSELET_NO_BOOTSTRAP": "1"})
+    out = subprocess.run(
+        ["bash", str(LINT), "no-such-check"],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "FUSELET_NO_BOOTSTRAP": "1"},
+    )
     assert out.returncode == 2
     assert "unknown check" in out.stderr
 
