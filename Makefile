@@ -32,7 +32,7 @@ gpu-test:        ## on a GPU machine: core CUDA tests + compute-sanitizer, all t
 bench:           ## benchmarks: tables + ratios against the frameworks' own ops
 	scripts/bench.sh
 
-lint:            ## ruff + bash -n
+lint:            ## ruff, ruff format, clang-format, bash -n, whitespace (scripts/lint.sh; also as pre-commit hooks)
 	scripts/lint.sh
 
 docs:            ## the documentation site (mkdocs.yml, docs/) built with --strict into build/site

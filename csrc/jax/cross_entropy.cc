@@ -60,21 +60,31 @@ Error CrossEntropyFwdBwd(Where at, AnyBuffer logits, AnyBuffer target, int64_t i
 }
 
 template <typename B> auto options_attrs(B b) {
-  return std::move(b).template Attr<int64_t>("ignore_index").template Attr<float>("label_smoothing")
-      .template Attr<float>("z_loss").template Attr<float>("softcap");
+  return std::move(b)
+      .template Attr<int64_t>("ignore_index")
+      .template Attr<float>("label_smoothing")
+      .template Attr<float>("z_loss")
+      .template Attr<float>("softcap");
 }
 template <typename B> auto fwd_args(B b) {
   return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>())
-      .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
 }
 template <typename B> auto bwd_args(B b) {
-  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
+  return options_attrs(std::move(b)
+                           .template Arg<AnyBuffer>()
+                           .template Arg<AnyBuffer>()
+                           .template Arg<AnyBuffer>()
                            .template Arg<AnyBuffer>())
       .template Ret<AnyBuffer>();
 }
 template <typename B> auto fwd_bwd_args(B b) {
   return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>())
-      .template Attr<float>("grad_scale").template Ret<AnyBuffer>().template Ret<AnyBuffer>()
+      .template Attr<float>("grad_scale")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
       .template Ret<AnyBuffer>();
 }
 

@@ -33,7 +33,10 @@ template <typename B> auto fwd_args(B b) {
   return std::move(b).template Arg<AnyBuffer>().template Attr<int32_t>("activation").template Ret<AnyBuffer>();
 }
 template <typename B> auto bwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<int32_t>("activation")
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<int32_t>("activation")
       .template Ret<AnyBuffer>();
 }
 

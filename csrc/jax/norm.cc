@@ -117,30 +117,71 @@ Error AddRmsNormBwd(Where at, AnyBuffer dy, AnyBuffer dresidual_out, AnyBuffer r
 // Argument lists shared by the CPU and CUDA bindings (flags: fuselet_norm_flags; the backward's
 // last result is its workspace).
 template <typename B> auto rms_fwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
-      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<float>("eps")
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
 }
 template <typename B> auto rms_bwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
 }
 template <typename B> auto layer_fwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("eps")
-      .template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<float>("eps")
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
 }
 template <typename B> auto layer_bwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<int32_t>("flags").template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>().template Ret<AnyBuffer>().template Ret<AnyBuffer>();
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>();
 }
 template <typename B> auto add_rms_fwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Attr<float>("eps").template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>()
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<float>("eps")
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
       .template Ret<AnyBuffer>();
 }
 template <typename B> auto add_rms_bwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>().template Attr<int32_t>("flags").template Ret<AnyBuffer>().template Ret<AnyBuffer>()
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>()
+      .template Ret<AnyBuffer>()
       .template Ret<AnyBuffer>();
 }
 

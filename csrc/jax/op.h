@@ -34,19 +34,18 @@ inline fuselet_tensor* param(fuselet_tensor* v) { return v->ndim == 1 && v->shap
 // both calling impl(Where, args...) with the arguments bind(binding) declares. The CUDA
 // handlers allocate nothing, never synchronize with the host and keep no host-side state:
 // they are declared compatible with XLA command buffers (CUDA graphs).
-#define FUSELET_JAX_HANDLERS(op, impl, bind)                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_##op##_cpu,                                              \
-                                ([](auto... a) { return impl(::fuselet_jax::Where{}, a...); }),      \
-                                bind(::xla::ffi::Ffi::Bind()));                                      \
+#define FUSELET_JAX_HANDLERS(op, impl, bind)                                                    \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_##op##_cpu,                                         \
+                                ([](auto... a) { return impl(::fuselet_jax::Where{}, a...); }), \
+                                bind(::xla::ffi::Ffi::Bind()));                                 \
   FUSELET_JAX_CUDA_HANDLER(op, impl, bind)
 
 #ifdef FUSELET_JAX_CUDA
-#define FUSELET_JAX_CUDA_HANDLER(op, impl, bind)                                                          \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(                                                                          \
-      fuselet_jax_##op##_cuda,                                                                            \
-      ([](cudaStream_t s, auto... a) { return impl(::fuselet_jax::Where{s}, a...); }),                    \
-      bind(::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()),                     \
-      {::xla::ffi::Traits::kCmdBufferCompatible});
+#define FUSELET_JAX_CUDA_HANDLER(op, impl, bind)                                                                 \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(fuselet_jax_##op##_cuda,                                                         \
+                                ([](cudaStream_t s, auto... a) { return impl(::fuselet_jax::Where{s}, a...); }), \
+                                bind(::xla::ffi::Ffi::Bind().Ctx<::xla::ffi::PlatformStream<cudaStream_t>>()),   \
+                                {::xla::ffi::Traits::kCmdBufferCompatible});
 #else
 #define FUSELET_JAX_CUDA_HANDLER(op, impl, bind)
 #endif

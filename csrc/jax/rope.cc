@@ -36,8 +36,12 @@ Error RopeBwd(Where at, AnyBuffer dy, AnyBuffer cos, AnyBuffer sin, int32_t flag
 
 // Both directions: (x or dy, cos, sin; flags) -> y or dx.
 template <typename B> auto args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags").template Ret<AnyBuffer>();
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<int32_t>("flags")
+      .template Ret<AnyBuffer>();
 }
 
 }  // namespace

@@ -31,11 +31,17 @@ Error SoftmaxBwd(Where at, AnyBuffer dy, AnyBuffer y, float scale, Result<AnyBuf
 }
 
 template <typename B> auto fwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Attr<float>("scale").template Attr<int32_t>("flags")
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Attr<float>("scale")
+      .template Attr<int32_t>("flags")
       .template Ret<AnyBuffer>();
 }
 template <typename B> auto bwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Attr<float>("scale")
+  return std::move(b)
+      .template Arg<AnyBuffer>()
+      .template Arg<AnyBuffer>()
+      .template Attr<float>("scale")
       .template Ret<AnyBuffer>();
 }
 

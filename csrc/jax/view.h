@@ -69,17 +69,17 @@ inline ffi::Error to_error(fuselet_status status) {
 }  // namespace fuselet_jax
 
 // Declares core views v<name> of the listed buffers, returning the view error if any.
-#define FUSELET_JAX_VIEW(var, buf, name)                          \
-  fuselet_tensor var;                                             \
-  {                                                               \
-    ::xla::ffi::Error _err = ::xla::ffi::Error::Success();        \
+#define FUSELET_JAX_VIEW(var, buf, name)                           \
+  fuselet_tensor var;                                              \
+  {                                                                \
+    ::xla::ffi::Error _err = ::xla::ffi::Error::Success();         \
     if (!::fuselet_jax::view(buf, name, &var, &_err)) return _err; \
   }
 
 // Declares a core view var of a class-id buffer, returning the view error if any.
-#define FUSELET_JAX_INDEX_VIEW(var, buf, name)                          \
-  fuselet_tensor var;                                                   \
-  {                                                                     \
-    ::xla::ffi::Error _err = ::xla::ffi::Error::Success();              \
+#define FUSELET_JAX_INDEX_VIEW(var, buf, name)                           \
+  fuselet_tensor var;                                                    \
+  {                                                                      \
+    ::xla::ffi::Error _err = ::xla::ffi::Error::Success();               \
     if (!::fuselet_jax::index_view(buf, name, &var, &_err)) return _err; \
   }

@@ -91,8 +91,8 @@ std::tuple<Tensor, Tensor, Tensor> cross_entropy_fwd_bwd(const Tensor& logits_in
   check_args(logits_in, {});
   const Tensor logits = logits_in.contiguous();
   Tensor dlogits = at::empty_like(logits);
-  auto [loss, z] = fwd_bwd_into(logits, target, options(ignore_index, label_smoothing, z_loss, softcap), grad_scale,
-                                dlogits);
+  auto [loss, z] =
+      fwd_bwd_into(logits, target, options(ignore_index, label_smoothing, z_loss, softcap), grad_scale, dlogits);
   return {loss, z, dlogits};
 }
 

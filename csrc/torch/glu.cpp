@@ -9,8 +9,8 @@ namespace fuselet_torch {
 namespace {
 
 int32_t gelu_activation(const std::string& approximate) {
-  TORCH_CHECK_VALUE(approximate == "none" || approximate == "tanh",
-                    "approximate: expected 'none' or 'tanh', got '", approximate, "'");
+  TORCH_CHECK_VALUE(approximate == "none" || approximate == "tanh", "approximate: expected 'none' or 'tanh', got '",
+                    approximate, "'");
   return approximate == "tanh" ? FUSELET_GLU_GELU_TANH : FUSELET_GLU_GELU;
 }
 

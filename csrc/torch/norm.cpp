@@ -92,8 +92,8 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Ten
       x, [&] { return fuselet_layer_norm_bwd(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr); },
       [&](void* stream) {
         Tensor ws = workspace(x);
-        return fuselet_layer_norm_bwd_cuda(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr,
-                                           ws.data_ptr(), ws.numel(), stream);
+        return fuselet_layer_norm_bwd_cuda(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr, ws.data_ptr(),
+                                           ws.numel(), stream);
       });
   return {dx, dweight, dbias};
 }
@@ -111,7 +111,9 @@ std::tuple<Tensor, Tensor, Tensor> add_rms_norm_fwd(const Tensor& x_in, const Te
   const float e = static_cast<float>(eps);
   run_on(
       x, [&] { return fuselet_add_rms_norm_fwd(&vx, &vres, w.ptr(), e, flags, &vy, &vh, &vr); },
-      [&](void* stream) { return fuselet_add_rms_norm_fwd_cuda(&vx, &vres, w.ptr(), e, flags, &vy, &vh, &vr, stream); });
+      [&](void* stream) {
+        return fuselet_add_rms_norm_fwd_cuda(&vx, &vres, w.ptr(), e, flags, &vy, &vh, &vr, stream);
+      });
   return {y, h, rstd};
 }
 

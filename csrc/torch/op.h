@@ -77,7 +77,7 @@ struct GradView {
 // Registers a family's implementations, fn(torch::Library&), for CPU tensors and (in builds
 // with CUDA kernels) CUDA tensors: the same functions serve both.
 #ifdef FUSELET_TORCH_CUDA
-#define FUSELET_TORCH_IMPLS(fn)             \
+#define FUSELET_TORCH_IMPLS(fn)                  \
   TORCH_LIBRARY_IMPL(fuselet, CPU, m) { fn(m); } \
   TORCH_LIBRARY_IMPL(fuselet, CUDA, m) { fn(m); }
 #else

@@ -15,11 +15,10 @@ inline fuselet_tensor view(const at::Tensor& t, const char* name) {
     case at::kFloat: v.dtype = FUSELET_FLOAT32; break;
     case at::kHalf: v.dtype = FUSELET_FLOAT16; break;
     case at::kBFloat16: v.dtype = FUSELET_BFLOAT16; break;
-    default:
-      TORCH_CHECK_TYPE(false, name, ": expected dtype float32, float16 or bfloat16, got ", t.scalar_type());
+    default: TORCH_CHECK_TYPE(false, name, ": expected dtype float32, float16 or bfloat16, got ", t.scalar_type());
   }
-  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS,
-                    " dimensions, got ", t.dim());
+  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
+                    t.dim());
   v.data = t.data_ptr();
   v.ndim = static_cast<int32_t>(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -35,11 +34,10 @@ inline fuselet_tensor index_view(const at::Tensor& t, const char* name) {
   switch (t.scalar_type()) {
     case at::kInt: v.dtype = FUSELET_INT32; break;
     case at::kLong: v.dtype = FUSELET_INT64; break;
-    default:
-      TORCH_CHECK_TYPE(false, name, ": expected dtype int32 or int64 (class ids), got ", t.scalar_type());
+    default: TORCH_CHECK_TYPE(false, name, ": expected dtype int32 or int64 (class ids), got ", t.scalar_type());
   }
-  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS,
-                    " dimensions, got ", t.dim());
+  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
+                    t.dim());
   v.data = t.data_ptr();
   v.ndim = static_cast<int32_t>(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -60,8 +58,8 @@ inline void check(fuselet_status status) {
 
 // x (rows of the last dim) must have at least one dimension; every tensor on x's device.
 inline void check_same_device(const at::Tensor& x, const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.device() == x.device(), name, ": expected a tensor on ", x.device(),
-                    " (the device of x), got ", t.device());
+  TORCH_CHECK_VALUE(t.device() == x.device(), name, ": expected a tensor on ", x.device(), " (the device of x), got ",
+                    t.device());
 }
 
 }  // namespace fuselet_torch

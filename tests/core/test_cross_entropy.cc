@@ -50,7 +50,8 @@ Ref reference(const std::vector<float>& x, const std::vector<int64_t>& t, int64_
 
 double max_err(const std::vector<float>& got, const std::vector<double>& want) {
   double err = 0;
-  for (size_t i = 0; i < want.size(); ++i) err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
+  for (size_t i = 0; i < want.size(); ++i)
+    err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
   return std::isnan(err) ? INFINITY : err;
 }
 
@@ -67,7 +68,8 @@ void check(int64_t N, int64_t V, fuselet_cross_entropy_options o, bool target64,
     t32[r] = static_cast<int32_t>(t[r]);
     g[r] = dist(rng);
   }
-  const std::string name = what + " N=" + std::to_string(N) + " V=" + std::to_string(V) + (target64 ? " int64" : " int32");
+  const std::string name =
+      what + " N=" + std::to_string(N) + " V=" + std::to_string(V) + (target64 ? " int64" : " int32");
   fuselet_tensor tx = view(x.data(), {N, V}, {}, FUSELET_FLOAT32), tdx = view(dx.data(), {N, V}, {}, FUSELET_FLOAT32);
   fuselet_tensor tt = target64 ? view(t.data(), {N}, {}, FUSELET_INT64) : view(t32.data(), {N}, {}, FUSELET_INT32);
   fuselet_tensor tg = view(g.data(), {N}, {}, FUSELET_FLOAT32), tl = view(loss.data(), {N}, {}, FUSELET_FLOAT32),
@@ -81,11 +83,13 @@ void check(int64_t N, int64_t V, fuselet_cross_entropy_options o, bool target64,
   for (int64_t r = 1; r < N; r += 3) expect(lse[r] == 0.f && loss[r] == 0.f, name + " ignored row zeros");
   // fwd_bwd with grad_scale 0.5, in place (dlogits = the logits), z not asked for.
   std::vector<float> xi = x;
-  fuselet_tensor txi = view(xi.data(), {N, V}, {}, FUSELET_FLOAT32), tl2 = view(loss2.data(), {N}, {}, FUSELET_FLOAT32);
+  fuselet_tensor txi = view(xi.data(), {N, V}, {}, FUSELET_FLOAT32),
+                 tl2 = view(loss2.data(), {N}, {}, FUSELET_FLOAT32);
   expect(fuselet_cross_entropy_fwd_bwd(&txi, &tt, &o, 0.5f, &tl2, nullptr, &txi) == FUSELET_OK, name + " fwd_bwd");
   const Ref half = reference(x, t, V, o, std::vector<float>(N, 0.5f));
   expect(max_err(loss2, want.loss) < 2e-5, name + " fwd_bwd loss");
-  expect(max_err(xi, half.dx) < 2e-6, name + " fwd_bwd in-place dlogits, max error " + std::to_string(max_err(xi, half.dx)));
+  expect(max_err(xi, half.dx) < 2e-6,
+         name + " fwd_bwd in-place dlogits, max error " + std::to_string(max_err(xi, half.dx)));
   // bwd in place.
   xi = x;
   expect(fuselet_cross_entropy_bwd(&tg, &txi, &tt, &tlse, &o, &txi) == FUSELET_OK, name + " bwd in place");
@@ -109,9 +113,10 @@ void check_bf16(int64_t N, int64_t V) {
   }
   for (int64_t r = 0; r < N; ++r) t[r] = (r * 7919) % V;
   fuselet_cross_entropy_options o{-100, 0.1f, 1e-4f, 30.f};
-  fuselet_tensor tx = view(xb.data(), {N, V}, {}, FUSELET_BFLOAT16), tdx = view(dxb.data(), {N, V}, {}, FUSELET_BFLOAT16),
-                 tt = view(t.data(), {N}, {}, FUSELET_INT64), tl = view(loss.data(), {N}, {}, FUSELET_FLOAT32),
-                 tlse = view(lse.data(), {N}, {}, FUSELET_FLOAT32), tg = view(g.data(), {N}, {}, FUSELET_FLOAT32);
+  fuselet_tensor tx = view(xb.data(), {N, V}, {}, FUSELET_BFLOAT16),
+                 tdx = view(dxb.data(), {N, V}, {}, FUSELET_BFLOAT16), tt = view(t.data(), {N}, {}, FUSELET_INT64),
+                 tl = view(loss.data(), {N}, {}, FUSELET_FLOAT32), tlse = view(lse.data(), {N}, {}, FUSELET_FLOAT32),
+                 tg = view(g.data(), {N}, {}, FUSELET_FLOAT32);
   expect(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, &tlse) == FUSELET_OK &&
              fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &tdx) == FUSELET_OK,
          "bf16 fwd + bwd");
@@ -137,7 +142,8 @@ void errors() {
   fuselet_tensor tb = view(bad, {2}, {}, FUSELET_INT64);
   expect_error(fuselet_cross_entropy_fwd(&tx, &tb, &o, &tl, nullptr, &tlse), "target: element 1 is 3, outside [0, 3)",
                "target out of range");
-  expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tb, &tlse, &o, &tdx), "target: element 1 is 3", "bwd target range");
+  expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tb, &tlse, &o, &tdx), "target: element 1 is 3",
+               "bwd target range");
   fuselet_tensor t32v = view(t32, {2}, {}, FUSELET_INT32);
   expect(fuselet_cross_entropy_fwd(&tx, &t32v, &o, &tl, nullptr, &tlse) == FUSELET_OK && loss[1] == 0.f,
          "int32 target with an ignored row");
@@ -158,8 +164,8 @@ void errors() {
                "element count overflow");
   fuselet_cross_entropy_options b = o;
   b.label_smoothing = 1.5f;
-  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "label_smoothing: expected a number in [0, 1]",
-               "label_smoothing");
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse),
+               "label_smoothing: expected a number in [0, 1]", "label_smoothing");
   b = o;
   b.z_loss = NAN;
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "z_loss: expected a finite number >= 0",
@@ -168,15 +174,17 @@ void errors() {
   b.softcap = -1.f;
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &b, &tl, nullptr, &tlse), "softcap: expected a finite number > 0",
                "softcap");
-  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, nullptr, &tl, nullptr, &tlse), "opts: expected the options", "NULL opts");
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, nullptr, &tl, nullptr, &tlse), "opts: expected the options",
+               "NULL opts");
   fuselet_tensor tl3 = view(loss, {3}, {}, FUSELET_FLOAT32);
-  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl3, nullptr, &tlse), "loss: expected 2 elements", "loss size");
+  expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl3, nullptr, &tlse), "loss: expected 2 elements",
+               "loss size");
   expect_error(fuselet_cross_entropy_fwd(&tx, &tt, &o, &tl, nullptr, nullptr), "lse: expected a tensor", "NULL lse");
   fuselet_tensor th = view(dx, {2, 3}, {}, FUSELET_FLOAT16);
-  expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &th), "dlogits: expected dtype float32 (the dtype of logits)",
-               "dlogits dtype");
-  expect_error(fuselet_cross_entropy_fwd_bwd(&tx, &tt, &o, INFINITY, &tl, nullptr, &tdx), "grad_scale: expected a finite",
-               "grad_scale");
+  expect_error(fuselet_cross_entropy_bwd(&tg, &tx, &tt, &tlse, &o, &th),
+               "dlogits: expected dtype float32 (the dtype of logits)", "dlogits dtype");
+  expect_error(fuselet_cross_entropy_fwd_bwd(&tx, &tt, &o, INFINITY, &tl, nullptr, &tdx),
+               "grad_scale: expected a finite", "grad_scale");
   if (!fuselet_has_cuda())
     expect(fuselet_cross_entropy_fwd_cuda(&tx, &tt, &o, &tl, nullptr, &tlse, nullptr) == FUSELET_ERR_UNSUPPORTED,
            "CPU-only build");

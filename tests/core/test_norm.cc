@@ -174,9 +174,12 @@ void check_stats(fuselet_dtype dtype, float center, float spread, float eps) {
   std::vector<float> xf(R * H), yf(R * H);
   for (int64_t i = 0; i < R * H; ++i) {
     const float v = dist(rng);
-    if (dtype == FUSELET_BFLOAT16) xh[i] = to_bf16(v), xs[i] = from_bf16(xh[i]);
-    else if (dtype == FUSELET_FLOAT16) xh[i] = to_f16(v), xs[i] = from_f16(xh[i]);
-    else xf[i] = xs[i] = v;
+    if (dtype == FUSELET_BFLOAT16)
+      xh[i] = to_bf16(v), xs[i] = from_bf16(xh[i]);
+    else if (dtype == FUSELET_FLOAT16)
+      xh[i] = to_f16(v), xs[i] = from_f16(xh[i]);
+    else
+      xf[i] = xs[i] = v;
   }
   void* xd = half ? static_cast<void*>(xh.data()) : static_cast<void*>(xf.data());
   void* yd = half ? static_cast<void*>(yh.data()) : static_cast<void*>(yf.data());
@@ -188,7 +191,9 @@ void check_stats(fuselet_dtype dtype, float center, float spread, float eps) {
                                     : fuselet_rms_norm_fwd(&tx, nullptr, eps, 0, &ty, &tr);
     char name[160];
     std::snprintf(name, sizeof(name), "%s %s x = %g + N(0, %g) eps=%g", layer ? "layer_norm" : "rms_norm",
-                  dtype == FUSELET_BFLOAT16 ? "bfloat16" : dtype == FUSELET_FLOAT16 ? "float16" : "float32",
+                  dtype == FUSELET_BFLOAT16  ? "bfloat16"
+                  : dtype == FUSELET_FLOAT16 ? "float16"
+                                             : "float32",
                   double(center), double(spread), double(eps));
     expect(st == FUSELET_OK, std::string(name) + " status: " + fuselet_last_error());
     double worst_y = 0, worst_m = 0, worst_r = 0;
@@ -201,21 +206,25 @@ void check_stats(fuselet_dtype dtype, float center, float spread, float eps) {
       for (int64_t i = 0; i < H; ++i) var += (xs[r * H + i] - m) * (xs[r * H + i] - m);
       const double rs = 1.0 / std::sqrt(var / H + eps);
       // the mean's float32 error scales with the values summed: |mean| or their spread
-      if (layer) worst_m = std::fmax(worst_m, std::fabs(mean[r] - m) / std::fmax(std::fmax(std::fabs(m), 1.0),
-                                                                                std::sqrt(var / H)));
+      if (layer)
+        worst_m =
+            std::fmax(worst_m, std::fabs(mean[r] - m) / std::fmax(std::fmax(std::fabs(m), 1.0), std::sqrt(var / H)));
       worst_r = std::fmax(worst_r, std::fabs(rstd[r] - rs) / rs);
       for (int64_t i = 0; i < H; ++i) {
         const double want = (xs[r * H + i] - m) * rs;
-        const double got = dtype == FUSELET_BFLOAT16 ? from_bf16(yh[r * H + i])
-                           : dtype == FUSELET_FLOAT16 ? from_f16(yh[r * H + i]) : yf[r * H + i];
+        const double got = dtype == FUSELET_BFLOAT16  ? from_bf16(yh[r * H + i])
+                           : dtype == FUSELET_FLOAT16 ? from_f16(yh[r * H + i])
+                                                      : yf[r * H + i];
         // the output's rounding (ulps of its dtype) + the float32 math: x - mean loses |mean|
         // float32 ulps whatever the algorithm, and a sum of H terms a few more
         const double f32 = 1.0 / (1 << 23), allowed = std::fabs(want) * ulp + 16 * f32 * (1 + std::fabs(m) * rs);
         worst_y = std::fmax(worst_y, std::fabs(got - want) / allowed);
       }
     }
-    expect(worst_y <= 1.0, std::string(name) + " y within 1 ulp of its dtype + 16 float32 ulps of the math; "
-                               "worst " + std::to_string(worst_y) + " of that");
+    expect(worst_y <= 1.0, std::string(name) +
+                               " y within 1 ulp of its dtype + 16 float32 ulps of the math; "
+                               "worst " +
+                               std::to_string(worst_y) + " of that");
     std::printf("%s: worst y error %.3f of the tolerance\n", name, worst_y);
     expect(worst_r < 1e-5, std::string(name) + " rstd; worst relative error " + std::to_string(worst_r));
     if (layer) expect(worst_m < 1e-6, std::string(name) + " mean; worst relative error " + std::to_string(worst_m));
@@ -230,8 +239,8 @@ void check_errors() {
   fuselet_tensor tw2 = view(w, {2});
   expect_error(fuselet_rms_norm_fwd(&tx, &tw2, 1e-5f, 0, &ty, &tr), "weight", "weight of 2 for H = 3");
   fuselet_tensor th = view(w, {3}, {}, FUSELET_FLOAT16);
-  expect_error(fuselet_rms_norm_fwd(&tx, &th, 1e-5f, 0, &ty, &tr), "weight: expected dtype float32 (the dtype of x), got float16",
-               "weight dtype");
+  expect_error(fuselet_rms_norm_fwd(&tx, &th, 1e-5f, 0, &ty, &tr),
+               "weight: expected dtype float32 (the dtype of x), got float16", "weight dtype");
   {  // float32 parameters go with any x; other dtypes must be x's, and bias must match weight
     uint16_t xb[6] = {}, yb[6];
     fuselet_tensor txb = view(xb, {2, 3}, {}, FUSELET_BFLOAT16), tyb = view(yb, {2, 3}, {}, FUSELET_BFLOAT16);
@@ -272,8 +281,8 @@ void check_errors() {
   {  // the strided-view checks of the C API itself (the framework layers copy before calling)
     float big[64] = {};
     fuselet_tensor over = view(big, {4, 3}, {2, 1});     // row stride 2 < H = 3
-    expect_error(fuselet_rms_norm_fwd(&over, &tw, 1e-5f, 0, &ty, &tr), "x: rows overlap (row stride 2 < hidden size 3)",
-                 "overlapping rows");
+    expect_error(fuselet_rms_norm_fwd(&over, &tw, 1e-5f, 0, &ty, &tr),
+                 "x: rows overlap (row stride 2 < hidden size 3)", "overlapping rows");
     fuselet_tensor y4 = view(big, {4, 3}), r4 = view(big + 32, {4});
     fuselet_tensor gap = view(big, {2, 2, 3}, {16, 3, 1});  // dims 0 and 1 do not collapse into one stride
     expect_error(fuselet_rms_norm_fwd(&gap, &tw, 1e-5f, 0, &y4, &r4), "x: the leading dimensions must collapse",
@@ -283,7 +292,8 @@ void check_errors() {
     expect_error(fuselet_rms_norm_fwd(&null_x, &tw, 1e-5f, 0, &ty, &tr), "x: data pointer is NULL", "NULL data");
     fuselet_tensor deep = tx;
     deep.ndim = FUSELET_MAX_DIMS + 1;
-    expect_error(fuselet_rms_norm_fwd(&deep, &tw, 1e-5f, 0, &ty, &tr), "x: expected 0..8 dimensions, got 9", "ndim > 8");
+    expect_error(fuselet_rms_norm_fwd(&deep, &tw, 1e-5f, 0, &ty, &tr), "x: expected 0..8 dimensions, got 9",
+                 "ndim > 8");
     fuselet_tensor r3 = view(big + 32, {3});
     expect_error(fuselet_rms_norm_fwd(&tx, &tw, 1e-5f, 0, &ty, &r3), "rstd", "rstd of 3 for 2 rows");
     float m3[3];
@@ -353,8 +363,8 @@ int main() {
                    th = view(h, {2, 3}), tr = view(r, {2});
     expect_error(fuselet_add_rms_norm_fwd(&ta, &tb, &tw, 1e-5f, 0, &to, &th, &tr), "residual: expected 2 rows of 3",
                  "add_rms_norm residual shape");
-    expect_error(fuselet_add_rms_norm_fwd(&ta, &ta, &tw, 1e-5f, 0, &to, nullptr, &tr), "residual_out: expected a tensor",
-                 "add_rms_norm NULL residual_out");
+    expect_error(fuselet_add_rms_norm_fwd(&ta, &ta, &tw, 1e-5f, 0, &to, nullptr, &tr),
+                 "residual_out: expected a tensor", "add_rms_norm NULL residual_out");
   }
   check_errors();
   check_empty_batch();

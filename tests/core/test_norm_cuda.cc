@@ -29,13 +29,13 @@ void check(bool ok, const std::string& what) {
   }
 }
 
-#define CUDA_OK(expr)                                                                              \
-  do {                                                                                             \
-    const cudaError_t err_ = (expr);                                                               \
-    if (err_ != cudaSuccess) {                                                                     \
+#define CUDA_OK(expr)                                                                             \
+  do {                                                                                            \
+    const cudaError_t err_ = (expr);                                                              \
+    if (err_ != cudaSuccess) {                                                                    \
       std::printf("FAIL: %s: %s (%s:%d)\n", #expr, cudaGetErrorString(err_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 // ---- host float16 / bfloat16 conversions (round to nearest even) ----
@@ -196,8 +196,9 @@ void compare(const std::string& what, const HostBuf& got, const HostBuf& ref, in
                                                dtype_size(got.dt)) == 0;
       if (!ok && bad++ == 0) {
         char buf[200];
-        std::snprintf(buf, sizeof(buf), " (first at row %" PRId64 " col %" PRId64 ": got %.7g, expected %.7g +- %.3g%s)",
-                      r, c, g, e, tol.allowed(got.dt, e), c < hidden ? "" : ", padding overwritten");
+        std::snprintf(buf, sizeof(buf),
+                      " (first at row %" PRId64 " col %" PRId64 ": got %.7g, expected %.7g +- %.3g%s)", r, c, g, e,
+                      tol.allowed(got.dt, e), c < hidden ? "" : ", padding overwritten");
         first = buf;
       }
     }
@@ -264,7 +265,8 @@ void run_case(const Case& k, cudaStream_t stream) {
   fuselet_tensor tx = rows_view(x.data(), dt, R, H, S), tdy = rows_view(dy.data(), dt, R, H, S);
   fuselet_tensor tw = vec_view(w.data(), pd, H), tb = vec_view(b.data(), pd, H);
   fuselet_tensor ty = rows_view(y_ref.data(), dt, R, H, S), tdx = rows_view(dx_ref.data(), dt, R, H, S);
-  fuselet_tensor tm = vec_view(mean_ref.data(), FUSELET_FLOAT32, R), tr = vec_view(rstd_ref.data(), FUSELET_FLOAT32, R);
+  fuselet_tensor tm = vec_view(mean_ref.data(), FUSELET_FLOAT32, R),
+                 tr = vec_view(rstd_ref.data(), FUSELET_FLOAT32, R);
   fuselet_tensor tdw = vec_view(dw_ref.data(), pd, H), tdb = vec_view(db_ref.data(), pd, H);
   const std::string name = k.name();
   const uint32_t f = k.flags;
@@ -353,8 +355,8 @@ void run_error_checks(cudaStream_t stream) {
   auto expect_invalid = [](fuselet_status s, const char* needle, const std::string& what) {
     const std::string msg = fuselet_last_error();
     check(s == FUSELET_ERR_INVALID_ARGUMENT && msg.find(needle) != std::string::npos,
-          what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming \"" + needle + "\", got " +
-              fuselet_status_string(s) + ": \"" + msg + "\"");
+          what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming \"" + needle + "\", got " + fuselet_status_string(s) +
+              ": \"" + msg + "\"");
   };
   expect_invalid(fuselet_rms_norm_fwd_cuda(&tx, &tw, 0.f, 0, &ty, &tr, st), "eps", "rms_norm_fwd_cuda eps=0");
   expect_invalid(fuselet_layer_norm_fwd_cuda(&tx, &tw, &tb, 0.f, 0, &ty, &tm, &tr, st), "eps",

@@ -29,13 +29,13 @@ void check(bool ok, const std::string& what) {
   if (!ok) std::printf("FAIL: %s (%s)\n", what.c_str(), fuselet_last_error());
 }
 
-#define CUDA_OK(expr)                                                                              \
-  do {                                                                                             \
-    const cudaError_t err_ = (expr);                                                               \
-    if (err_ != cudaSuccess) {                                                                     \
+#define CUDA_OK(expr)                                                                             \
+  do {                                                                                            \
+    const cudaError_t err_ = (expr);                                                              \
+    if (err_ != cudaSuccess) {                                                                    \
       std::printf("FAIL: %s: %s (%s:%d)\n", #expr, cudaGetErrorString(err_), __FILE__, __LINE__); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
+      std::exit(1);                                                                               \
+    }                                                                                             \
   } while (0)
 
 // A float32 buffer on the host and its device twin.
@@ -61,7 +61,8 @@ struct Buf {
 
 void compare(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
   double err = 0;
-  for (size_t i = 0; i < want.size(); ++i) err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
+  for (size_t i = 0; i < want.size(); ++i)
+    err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
   check(err < 1e-4, what + ": max error " + std::to_string(err));
 }
 
@@ -74,7 +75,8 @@ void glu_case(int act, int64_t rows, int64_t f, cudaStream_t s) {
                  vdx = view(dx.d, {rows, 2 * f});
   check(fuselet_glu_fwd(&hx, act, &hy) == FUSELET_OK && fuselet_glu_bwd(&hdy, &hx, act, &hdx) == FUSELET_OK,
         name + " cpu");
-  check(fuselet_glu_fwd_cuda(&vx, act, &vy, s) == FUSELET_OK && fuselet_glu_bwd_cuda(&vdy, &vx, act, &vdx, s) == FUSELET_OK,
+  check(fuselet_glu_fwd_cuda(&vx, act, &vy, s) == FUSELET_OK &&
+            fuselet_glu_bwd_cuda(&vdy, &vx, act, &vdx, s) == FUSELET_OK,
         name + " cuda");
   CUDA_OK(cudaStreamSynchronize(s));
   compare(name + " y", y.download(), y.h);
@@ -82,17 +84,18 @@ void glu_case(int act, int64_t rows, int64_t f, cudaStream_t s) {
 }
 
 void softmax_case(int64_t b, int64_t q, int64_t k, bool causal, cudaStream_t s) {
-  const std::string name = "softmax " + std::to_string(b) + "x" + std::to_string(q) + "x" + std::to_string(k) +
-                           (causal ? " causal" : "");
+  const std::string name =
+      "softmax " + std::to_string(b) + "x" + std::to_string(q) + "x" + std::to_string(k) + (causal ? " causal" : "");
   const int64_t n = b * q * k;
   Buf x(n, 3), dy(n, 4), y(n), dx(n);
   const uint32_t flags = causal ? FUSELET_SOFTMAX_CAUSAL : 0;
-  fuselet_tensor hx = view(x.h.data(), {b, q, k}), hdy = view(dy.h.data(), {b, q, k}), hy = view(y.h.data(), {b, q, k}),
-                 hdx = view(dx.h.data(), {b, q, k});
+  fuselet_tensor hx = view(x.h.data(), {b, q, k}), hdy = view(dy.h.data(), {b, q, k}),
+                 hy = view(y.h.data(), {b, q, k}), hdx = view(dx.h.data(), {b, q, k});
   fuselet_tensor vx = view(x.d, {b, q, k}), vdy = view(dy.d, {b, q, k}), vy = view(y.d, {b, q, k}),
                  vdx = view(dx.d, {b, q, k});
   check(fuselet_softmax_fwd(&hx, 0.7f, flags, &hy) == FUSELET_OK &&
-            fuselet_softmax_bwd(&hdy, &hy, 0.7f, &hdx) == FUSELET_OK, name + " cpu");
+            fuselet_softmax_bwd(&hdy, &hy, 0.7f, &hdx) == FUSELET_OK,
+        name + " cpu");
   // The CUDA backward takes the CPU forward's y, so that both backwards see the same input.
   CUDA_OK(cudaMemcpy(y.d, y.h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   check(fuselet_softmax_bwd_cuda(&vdy, &vy, 0.7f, &vdx, s) == FUSELET_OK, name + " cuda bwd");
@@ -192,8 +195,8 @@ struct Targets {
 
 // Forward, backward (from the CPU's lse) and in-place fwd_bwd on the GPU against the CPU.
 void cross_entropy_case(int64_t rows, int64_t vocab, fuselet_cross_entropy_options o, cudaStream_t s) {
-  const std::string name = "cross_entropy " + std::to_string(rows) + "x" + std::to_string(vocab) + " ls=" +
-                           std::to_string(o.label_smoothing) + " z=" + std::to_string(o.z_loss) +
+  const std::string name = "cross_entropy " + std::to_string(rows) + "x" + std::to_string(vocab) +
+                           " ls=" + std::to_string(o.label_smoothing) + " z=" + std::to_string(o.z_loss) +
                            " cap=" + std::to_string(o.softcap) + " ignore=" + std::to_string(o.ignore_index);
   Buf x(rows * vocab, 11), g(rows, 12), loss(rows), z(rows), lse(rows), dx(rows * vocab), fused(rows * vocab, 11),
       floss(rows);
@@ -204,9 +207,9 @@ void cross_entropy_case(int64_t rows, int64_t vocab, fuselet_cross_entropy_optio
                  hz = view(z.h.data(), {rows}), hlse = view(lse.h.data(), {rows}),
                  hdx = view(dx.h.data(), {rows, vocab}), hf = view(fused.h.data(), {rows, vocab}),
                  hfl = view(floss.h.data(), {rows});
-  fuselet_tensor vx = view(x.d, {rows, vocab}), vg = view(g.d, {rows}), vl = view(loss.d, {rows}), vz = view(z.d, {rows}),
-                 vlse = view(lse.d, {rows}), vdx = view(dx.d, {rows, vocab}), vf = view(fused.d, {rows, vocab}),
-                 vfl = view(floss.d, {rows});
+  fuselet_tensor vx = view(x.d, {rows, vocab}), vg = view(g.d, {rows}), vl = view(loss.d, {rows}),
+                 vz = view(z.d, {rows}), vlse = view(lse.d, {rows}), vdx = view(dx.d, {rows, vocab}),
+                 vf = view(fused.d, {rows, vocab}), vfl = view(floss.d, {rows});
   check(fuselet_cross_entropy_fwd(&hx, &ht, &o, &hl, &hz, &hlse) == FUSELET_OK &&
             fuselet_cross_entropy_bwd(&hg, &hx, &ht, &hlse, &o, &hdx) == FUSELET_OK &&
             fuselet_cross_entropy_fwd_bwd(&hf, &ht, &o, 0.5f, &hfl, nullptr, &hf) == FUSELET_OK,

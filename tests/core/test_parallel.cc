@@ -108,8 +108,8 @@ int main() {
   pid_t pid = fork();
   if (pid == 0) {
     Case d = make_case(1234u);
-    bool ok = rms_norm(d.x, d.w, d.y, d.rstd) &&
-              std::memcmp(d.y.data(), want[0].y.data(), d.y.size() * sizeof(float)) == 0;
+    bool ok =
+        rms_norm(d.x, d.w, d.y, d.rstd) && std::memcmp(d.y.data(), want[0].y.data(), d.y.size() * sizeof(float)) == 0;
     _exit(ok ? 0 : 1);
   }
   int status = 0;

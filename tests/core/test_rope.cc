@@ -18,7 +18,8 @@ using fuselet_test::view;
 
 // The rotation of rope.h in float64: out_i = a_i c_i + e_i s_i a_p(i) (forward) or
 // a_i c_i - e_i s_p(i) a_p(i) (backward).
-void reference(const float* a, const float* c, const float* s, int64_t D, int64_t R, bool inter, bool bwd, double* out) {
+void reference(const float* a, const float* c, const float* s, int64_t D, int64_t R, bool inter, bool bwd,
+               double* out) {
   const int64_t h = R / 2;
   for (int64_t i = 0; i < D; ++i) {
     if (i >= R) {
@@ -38,7 +39,8 @@ void check(int64_t B, int64_t S, int64_t N, int64_t D, int64_t R, bool bhsd, boo
   std::mt19937 rng(static_cast<unsigned>(B * 131 + S * 17 + N * 5 + D + R));
   std::normal_distribution<float> dist(0.2f, 1.5f);
   const int64_t pad = strided ? D + 3 : D, rows = B * S * N;
-  std::vector<float> x(rows * pad), dy(rows * D), y(rows * D), dx(rows * D), cs((per_seq ? B : 1) * S * R), sn((per_seq ? B : 1) * S * R);
+  std::vector<float> x(rows * pad), dy(rows * D), y(rows * D), dx(rows * D), cs((per_seq ? B : 1) * S * R),
+      sn((per_seq ? B : 1) * S * R);
   for (auto* v : {&x, &dy, &cs, &sn})
     for (auto& e : *v) e = dist(rng);
   const int64_t d1 = bhsd ? N : S, d2 = bhsd ? S : N;
@@ -107,27 +109,40 @@ int main() {
   fuselet_tensor x0 = view(x, {2, 3, 2, 0});
   expect_error(fuselet_rope_fwd(&x0, &tc, &ts, 0, &ty), "x: the head dim D (last dimension) must be > 0", "D = 0");
   bad = view(c, {3, 7});
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: the rotary dim R (last dimension) must be even and in "
-               "[2, D = 8], got shape [3, 7]", "odd R");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
+               "cos: the rotary dim R (last dimension) must be even and in "
+               "[2, D = 8], got shape [3, 7]",
+               "odd R");
   bad = view(c, {3, 10});
   expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "must be even and in [2, D = 8]", "R > D");
   bad = view(c, {4, 8});
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected 3 positions (S, dimension 1 of x), got shape "
-               "[4, 8]", "cos S");
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, FUSELET_ROPE_BHSD, &ty), "cos: expected 2 positions (S, dimension 2 "
-               "of x)", "cos S bhsd");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
+               "cos: expected 3 positions (S, dimension 1 of x), got shape "
+               "[4, 8]",
+               "cos S");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, FUSELET_ROPE_BHSD, &ty),
+               "cos: expected 2 positions (S, dimension 2 "
+               "of x)",
+               "cos S bhsd");
   bad = view(c, {1, 3, 8});
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected a batch of 2 (B, dimension 0 of x), got shape "
-               "[1, 3, 8]", "cos B");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
+               "cos: expected a batch of 2 (B, dimension 0 of x), got shape "
+               "[1, 3, 8]",
+               "cos B");
   fuselet_tensor x3 = view(x, {3, 2, 8});
-  expect_error(fuselet_rope_fwd(&x3, &bad, &bad, 0, &ty), "cos: expected shape [S, R] (x has no batch dim), got [1, 3, "
-               "8]", "3-D cos with B-less x");
+  expect_error(fuselet_rope_fwd(&x3, &bad, &bad, 0, &ty),
+               "cos: expected shape [S, R] (x has no batch dim), got [1, 3, "
+               "8]",
+               "3-D cos with B-less x");
   bad = view(c, {24});
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected shape [S, R] or [B, S, R], got [24]", "1-D cos");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected shape [S, R] or [B, S, R], got [24]",
+               "1-D cos");
   bad = tc;
   bad.dtype = FUSELET_FLOAT16;
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected dtype float32 or float32 (the dtype of x), got "
-               "float16", "cos dtype");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
+               "cos: expected dtype float32 or float32 (the dtype of x), got "
+               "float16",
+               "cos dtype");
   expect_error(fuselet_rope_fwd(&tx, &tc, &bad, 0, &ty), "sin: expected dtype float32 (the dtype of cos), got float16",
                "sin dtype");
   bad = view(s, {3, 4});
@@ -138,8 +153,10 @@ int main() {
   expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 0, &bad), "y: expected dtype float32 (the dtype of x), got bfloat16",
                "y dtype");
   bad = view(y, {2, 3, 2, 4});
-  expect_error(fuselet_rope_bwd(&tx, &tc, &ts, 0, &bad), "dx: expected shape [2, 3, 2, 8] (the shape of dy), got "
-               "[2, 3, 2, 4]", "dx shape");
+  expect_error(fuselet_rope_bwd(&tx, &tc, &ts, 0, &bad),
+               "dx: expected shape [2, 3, 2, 8] (the shape of dy), got "
+               "[2, 3, 2, 4]",
+               "dx shape");
   bad = tx;
   bad.strides[3] = 2;
   expect_error(fuselet_rope_fwd(&bad, &tc, &ts, 0, &ty), "x: the last dimension must have stride 1", "x last stride");

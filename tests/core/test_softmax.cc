@@ -71,7 +71,8 @@ int main() {
   t1.strides[0] = 1;
   expect_error(fuselet_softmax_fwd(&tx, NAN, 0, &ty), "scale: expected a finite number", "NaN scale");
   expect_error(fuselet_softmax_fwd(&tx, 1.f, 2, &ty), "flags: unknown bits", "unknown flag");
-  expect_error(fuselet_softmax_fwd(&t1, 1.f, FUSELET_SOFTMAX_CAUSAL, &t1), "needs x of shape [..., Q, K]", "1-D causal");
+  expect_error(fuselet_softmax_fwd(&t1, 1.f, FUSELET_SOFTMAX_CAUSAL, &t1), "needs x of shape [..., Q, K]",
+               "1-D causal");
   expect_error(fuselet_softmax_fwd(&tx, 1.f, 0, &ty2), "y: expected 2 rows of 4 elements", "y shape");
   expect_error(fuselet_softmax_bwd(&tx, &tx, 1.f, nullptr), "dx: expected a tensor", "NULL dx");
   if (!fuselet_has_cuda())

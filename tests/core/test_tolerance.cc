@@ -25,9 +25,12 @@ int main() {
   // dweight in bfloat16, summed over 1000 rows of terms of size ~1: a sum of size ~sqrt(1000).
   const Tolerance rows1000{1000, 40.0};
   const double dw = 31.5;
-  expect(rows1000.accepts(FUSELET_BFLOAT16, ulps_above(FUSELET_BFLOAT16, dw, 1), dw), "bf16 dweight 1 ulp off accepted");
-  expect(rows1000.accepts(FUSELET_BFLOAT16, ulps_above(FUSELET_BFLOAT16, dw, 2), dw), "bf16 dweight 2 ulps off accepted");
-  expect(!rows1000.accepts(FUSELET_BFLOAT16, ulps_above(FUSELET_BFLOAT16, dw, 3), dw), "bf16 dweight 3 ulps off rejected");
+  expect(rows1000.accepts(FUSELET_BFLOAT16, ulps_above(FUSELET_BFLOAT16, dw, 1), dw),
+         "bf16 dweight 1 ulp off accepted");
+  expect(rows1000.accepts(FUSELET_BFLOAT16, ulps_above(FUSELET_BFLOAT16, dw, 2), dw),
+         "bf16 dweight 2 ulps off accepted");
+  expect(!rows1000.accepts(FUSELET_BFLOAT16, ulps_above(FUSELET_BFLOAT16, dw, 3), dw),
+         "bf16 dweight 3 ulps off rejected");
   expect(!rows1000.accepts(FUSELET_BFLOAT16, 1.95 * dw, dw), "bf16 dweight 95% off rejected");
   expect(!rows1000.accepts(FUSELET_BFLOAT16, -dw, dw), "bf16 dweight of the wrong sign rejected");
   // y in float16 of a row of 4096: the reduction's part is far below one float16 ulp.

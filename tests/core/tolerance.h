@@ -26,9 +26,7 @@ struct Tolerance {
     const double ulp = ref == 0 ? 0.0 : std::ldexp(dtype_eps(dt), std::ilogb(ref));  // at |ref|
     return 2.0 * ulp + 4.0 * 0x1p-23 * std::sqrt(n) * scale;
   }
-  bool accepts(fuselet_dtype dt, double got, double ref) const {
-    return std::fabs(got - ref) <= allowed(dt, ref);
-  }
+  bool accepts(fuselet_dtype dt, double got, double ref) const { return std::fabs(got - ref) <= allowed(dt, ref); }
 };
 
 }  // namespace fuselet_test

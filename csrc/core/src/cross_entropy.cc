@@ -67,15 +67,16 @@ fuselet_status check_target(const fuselet_tensor* t, int64_t n, CrossEntropyProb
   int64_t numel = 1;
   for (int32_t d = 0; d < t->ndim; ++d) {
     if (t->shape[d] < 0)
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: dimension %d has negative size %" PRId64,
-                  static_cast<int>(d), t->shape[d]);
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: dimension %d has negative size %" PRId64, static_cast<int>(d),
+                  t->shape[d]);
     if (__builtin_mul_overflow(numel, t->shape[d], &numel))
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: the element count overflows int64");
   }
   char buf[160];
   if (numel != n)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected %" PRId64 " elements (the rows of logits), got shape %s",
-                n, shape_string(t, buf, sizeof(buf)));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "target: expected %" PRId64 " elements (the rows of logits), got shape %s", n,
+                shape_string(t, buf, sizeof(buf)));
   int64_t expect = 1;
   for (int32_t d = t->ndim - 1; d >= 0 && n > 0; --d) {
     if (t->shape[d] != 1 && t->strides[d] != expect)

@@ -13,6 +13,7 @@ struct CrossEntropyProblem {
   int64_t ignore_index = -100;
   float label_smoothing = 0.f, z_loss = 0.f, softcap = 0.f;  // softcap 0: none
   float grad_scale = 1.f;                                     // fwd_bwd: g of every row
+  // clang-format off: each data pointer beside its strides
   const void* logits = nullptr;  int64_t logits_stride = 0;
   const void* target = nullptr;  bool target64 = false;
   float* loss = nullptr;  // fwd, fwd_bwd
@@ -20,6 +21,7 @@ struct CrossEntropyProblem {
   float* lse = nullptr;   // fwd: written; bwd: read
   const float* dloss = nullptr;  // bwd (NULL in fwd_bwd: grad_scale instead)
   void* dlogits = nullptr;  int64_t dlogits_stride = 0;  // bwd, fwd_bwd
+  // clang-format on
 
   FUSELET_HOST_DEVICE int64_t target_at(int64_t r) const {
     return target64 ? static_cast<const int64_t*>(target)[r] : static_cast<const int32_t*>(target)[r];

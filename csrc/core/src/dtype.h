@@ -7,11 +7,23 @@
 
 namespace fuselet {
 
-struct half_t { uint16_t bits; };
-struct bfloat16_t { uint16_t bits; };
+struct half_t {
+  uint16_t bits;
+};
+struct bfloat16_t {
+  uint16_t bits;
+};
 
-inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 inline float to_float(float v) { return v; }
 inline float to_float(bfloat16_t v) { return bits_to_float(static_cast<uint32_t>(v.bits) << 16); }

@@ -41,8 +41,8 @@ fuselet_status check_glu_fwd(const fuselet_tensor* x, int32_t activation, fusele
   return ok();
 }
 
-fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation,
-                             fuselet_tensor* dx, GluProblem* p) {
+fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation, fuselet_tensor* dx,
+                             GluProblem* p) {
   Rows rx, rdy, rdx;
   if (fuselet_status s = check_x(x, activation, &rx, p)) return s;
   if (fuselet_status s = rows_like_x(dy, "dy", x->dtype, rx.rows, p->half, &rdy)) return s;
@@ -122,17 +122,14 @@ struct BwdRows {
 
 template <typename T, typename Act>
 void glu_fwd(const GluProblem& p, Scratch& s) {
-  parallel_rows<T>(p.rows, row_grain(2 * p.half), s.tasks, {{p.y, p.y_stride, p.half}}, [&](int64_t c, int64_t r0, int64_t r1) {
-    run_best<FwdRows<T, Act>>(&p, s.task(c), r0, r1);
-  });
+  parallel_rows<T>(p.rows, row_grain(2 * p.half), s.tasks, {{p.y, p.y_stride, p.half}},
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<FwdRows<T, Act>>(&p, s.task(c), r0, r1); });
 }
 
 template <typename T, typename Act>
 void glu_bwd(const GluProblem& p, Scratch& s) {
   parallel_rows<T>(p.rows, row_grain(3 * p.half), s.tasks, {{p.dx, p.dx_stride, 2 * p.half}},
-                   [&](int64_t c, int64_t r0, int64_t r1) {
-    run_best<BwdRows<T, Act>>(&p, s.task(c), r0, r1);
-  });
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<BwdRows<T, Act>>(&p, s.task(c), r0, r1); });
 }
 
 template <typename Act>

@@ -58,8 +58,7 @@ fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dt
                            Rows* out);
 
 // Checks that `t` holds exactly `numel` contiguous elements of `dtype`.
-fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel,
-                         void** data);
+fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel, void** data);
 
 // Shape of `t` as "[2, 3, 4]" for messages.
 const char* shape_string(const fuselet_tensor* t, char* buf, size_t len);

@@ -45,10 +45,12 @@ __attribute__((noinline)) float rescaled_rstd(const float* x, int64_t n, float c
   const float m = lane_max(n, [=](int64_t i) { return std::fabs(x[i] - c); });
   if (!std::isfinite(m) || m == 0.f) return -1.f;
   const float inv_m = 1.f / m;
-  const float ms = lane_reduce(n, [=](int64_t i) {
-                     const float t = (x[i] - c) * inv_m;
-                     return t * t;
-                   }) / static_cast<float>(n);
+  const float ms = lane_reduce(n,
+                               [=](int64_t i) {
+                                 const float t = (x[i] - c) * inv_m;
+                                 return t * t;
+                               }) /
+                   static_cast<float>(n);
   return inv_m / std::sqrt(ms + eps * inv_m * inv_m);
 }
 
@@ -97,8 +99,8 @@ struct FwdRows {
     load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
     if (layer) load_param(p.bias, p.param_dtype, H, 0.f, 0.f, b);
     for (int64_t r = r0; r < r1; ++r) {
-      const float* x = p.res ? add_residual<T>(p, r, xbuf)
-                             : row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
+      const float* x =
+          p.res ? add_residual<T>(p, r, xbuf) : row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
       T* y = static_cast<T*>(p.y) + r * p.y_stride;
       if (layer) {
         float mean, rstd;
@@ -163,18 +165,16 @@ struct BwdRows {
 template <typename T>
 void norm_fwd(const NormProblem& p, Scratch& s) {
   const OutRows y{p.y, p.y_stride, p.hidden}, hout{p.res ? p.hout : nullptr, p.hout_stride, p.hidden};
-  parallel_rows<T>(p.rows, row_grain(p.hidden), s.tasks, {y, hout}, [&](int64_t c, int64_t r0, int64_t r1) {
-    run_best<FwdRows<T>>(&p, s.task(c), r0, r1);
-  });
+  parallel_rows<T>(p.rows, row_grain(p.hidden), s.tasks, {y, hout},
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<FwdRows<T>>(&p, s.task(c), r0, r1); });
 }
 
 template <typename T>
 void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
   const int64_t H = p.hidden;
   for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
-  parallel_rows<T>(p.rows, row_grain(H), s.tasks, {{p.dx, p.dx_stride, H}}, [&](int64_t c, int64_t r0, int64_t r1) {
-    run_best<BwdRows<T>>(&p, s.task(c), r0, r1);
-  });
+  parallel_rows<T>(p.rows, row_grain(H), s.tasks, {{p.dx, p.dx_stride, H}},
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<BwdRows<T>>(&p, s.task(c), r0, r1); });
   // Sum the partials of every task, columns split across the pool,
   // into task 0's partials (in task order), then rounded to the parameter dtype.
   parallel_for(H, 4096, [&](int64_t, int64_t i0, int64_t i1) {
@@ -192,16 +192,14 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
 
 fuselet_status run_fwd(const NormProblem& p) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
-  return with_scratch(tasks, 3 * p.hidden, [&](Scratch& s) {
-    dispatch(p.dtype, [&](auto tag) { norm_fwd<decltype(tag)>(p, s); });
-  });
+  return with_scratch(tasks, 3 * p.hidden,
+                      [&](Scratch& s) { dispatch(p.dtype, [&](auto tag) { norm_fwd<decltype(tag)>(p, s); }); });
 }
 
 fuselet_status run_bwd(const NormProblem& p) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
-  return with_scratch(tasks, 5 * p.hidden, [&](Scratch& s) {
-    dispatch(p.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(p, s, tasks); });
-  });
+  return with_scratch(tasks, 5 * p.hidden,
+                      [&](Scratch& s) { dispatch(p.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(p, s, tasks); }); });
 }
 
 }  // namespace
@@ -223,8 +221,7 @@ fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tens
                                     const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                     fuselet_tensor* dweight) {
   NormProblem p;
-  if (fuselet_status s =
-          fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
     return s;
   return fuselet::run_bwd(p);
 }
@@ -271,10 +268,14 @@ fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_te
 using fuselet::no_cuda;
 size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t, int64_t) { return 0; }
 fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, float, uint32_t,
-                                         fuselet_tensor*, fuselet_tensor*, void*) { return no_cuda(); }
+                                         fuselet_tensor*, fuselet_tensor*, void*) {
+  return no_cuda();
+}
 fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
                                          const fuselet_tensor*, uint32_t, fuselet_tensor*, fuselet_tensor*, void*,
-                                         size_t, void*) { return no_cuda(); }
+                                         size_t, void*) {
+  return no_cuda();
+}
 fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
                                              float, uint32_t, fuselet_tensor*, fuselet_tensor*, fuselet_tensor*,
                                              void*) {

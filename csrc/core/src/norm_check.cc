@@ -38,12 +38,12 @@ fuselet_status check_param(const fuselet_tensor* t, const char* name, fuselet_dt
   if (t == nullptr) return FUSELET_OK;
   if (t->ndim != 1) {
     char buf[160];
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a 1-D tensor of %" PRId64 " elements, got shape %s",
-                name, hidden, shape_string(t, buf, sizeof(buf)));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a 1-D tensor of %" PRId64 " elements, got shape %s", name,
+                hidden, shape_string(t, buf, sizeof(buf)));
   }
   if (t->shape[0] != hidden)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "%s: expected %" PRId64 " elements (the hidden size of x), got %" PRId64, name, hidden, t->shape[0]);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected %" PRId64 " elements (the hidden size of x), got %" PRId64,
+                name, hidden, t->shape[0]);
   const int code = dtype_code(t);
   const char* got = is_float_dtype(code) ? dtype_name(static_cast<fuselet_dtype>(code)) : "an unknown dtype code";
   if (*pdtype >= 0 && code != *pdtype)
@@ -72,8 +72,8 @@ fuselet_status check_flags(uint32_t flags, const fuselet_tensor* weight, NormPro
 }  // namespace
 
 fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
-                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean,
-                              fuselet_tensor* rstd, bool layer_norm, NormProblem* p) {
+                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
+                              bool layer_norm, NormProblem* p) {
   Rows rx, ry;
   if (fuselet_status s = check_x(x, &rx)) return s;
   p->dtype = x->dtype;

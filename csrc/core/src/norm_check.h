@@ -13,10 +13,12 @@ struct NormProblem {
   float w_offset = 0.f;                         // 1 with FUSELET_NORM_ZERO_CENTERED_GAMMA
   int64_t rows = 0, hidden = 0;
   float eps = 0.f;
+  // clang-format off: each data pointer beside its strides
   const void* x = nullptr;  int64_t x_stride = 0;
   const void* dy = nullptr; int64_t dy_stride = 0;
   void* y = nullptr;        int64_t y_stride = 0;
   void* dx = nullptr;       int64_t dx_stride = 0;
+  // clang-format on
   const void* weight = nullptr;  // null: scale by 1
   const void* bias = nullptr;    // null: add 0
   float* mean = nullptr;  // null for RMSNorm
@@ -25,15 +27,17 @@ struct NormProblem {
   void* dbias = nullptr;    // null for RMSNorm or when not requested
   // Residual add + RMSNorm: the norm's input is x + res, rounded to dtype and written to hout;
   // the backward adds dres to dx. All null otherwise.
+  // clang-format off: each data pointer beside its strides
   const void* res = nullptr;  int64_t res_stride = 0;
   void* hout = nullptr;       int64_t hout_stride = 0;
   const void* dres = nullptr; int64_t dres_stride = 0;
+  // clang-format on
 };
 
 // Checks a forward call. bias and mean are null for RMSNorm.
 fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
-                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean,
-                              fuselet_tensor* rstd, bool layer_norm, NormProblem* p);
+                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
+                              bool layer_norm, NormProblem* p);
 
 // Checks a backward call. mean and dbias are null for RMSNorm.
 fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,

@@ -206,8 +206,7 @@ int fuselet_get_num_threads(void) {
 }
 
 fuselet_status fuselet_set_num_threads(int n) {
-  if (n < 1)
-    return fuselet::fail(FUSELET_ERR_INVALID_ARGUMENT, "n: expected a number of threads >= 1, got %d", n);
+  if (n < 1) return fuselet::fail(FUSELET_ERR_INVALID_ARGUMENT, "n: expected a number of threads >= 1, got %d", n);
   fuselet::g_num_threads.store(n);
   return fuselet::ok();
 }

@@ -40,16 +40,15 @@ fuselet_status check_view(const fuselet_tensor* t, const char* name) {
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative stride %" PRId64, name,
                   static_cast<int>(d), t->strides[d]);
     int64_t span;
-    if (__builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &span) ||
-        __builtin_add_overflow(extent, span, &extent))
+    if (__builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &span) || __builtin_add_overflow(extent, span, &extent))
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: element offsets overflow int64 (shape x strides)", name);
   }
   if (extent > INT64_MAX / 8 - 1)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: byte offsets overflow int64 (shape x strides)", name);
   const int32_t last = t->ndim - 1;
   if (t->ndim > 0 && t->shape[last] > 1 && t->strides[last] != 1)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64,
-                name, t->strides[last]);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64, name,
+                t->strides[last]);
   if (t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer is NULL", name);
   return FUSELET_OK;
 }
@@ -91,8 +90,8 @@ fuselet_status check_rope(const fuselet_tensor* in, const char* in_name, const f
   p->N = in->shape[dn];
   p->D = in->shape[o + 2];
   if (p->D == 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the head dim D (last dimension) must be > 0, got shape %s",
-                in_name, shape_string(in, buf, sizeof buf));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the head dim D (last dimension) must be > 0, got shape %s", in_name,
+                shape_string(in, buf, sizeof buf));
   p->in = in->data;
   p->in_b = o ? stride_of(in, 0) : 0;
   p->in_s = stride_of(in, ds);

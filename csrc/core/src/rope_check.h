@@ -15,10 +15,12 @@ struct RopeProblem {
   fuselet_dtype cs_dtype = FUSELET_FLOAT32;  // cos, sin
   bool interleaved = false, bhsd = false, backward = false;
   int64_t B = 0, S = 0, N = 0, D = 0, R = 0, rows = 0;
+  // clang-format off: each data pointer beside its strides
   const void* in = nullptr; int64_t in_b = 0, in_s = 0, in_n = 0;
   void* out = nullptr;      int64_t out_b = 0, out_s = 0, out_n = 0;
   const void* cos = nullptr; int64_t cos_b = 0, cos_s = 0;
   const void* sin = nullptr; int64_t sin_b = 0, sin_s = 0;
+  // clang-format on
 
   // Row r -> (b, s, n): rows are numbered in x's memory order (n fastest for BSHD, s for BHSD).
   FUSELET_HOST_DEVICE void locate(int64_t r, int64_t* b, int64_t* s, int64_t* n) const {

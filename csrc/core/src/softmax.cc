@@ -107,16 +107,14 @@ struct BwdRows {
 
 template <typename T>
 void softmax_fwd(const SoftmaxProblem& p, Scratch& s) {
-  parallel_rows<T>(p.rows, row_grain(p.keys), s.tasks, {{p.out, p.out_stride, p.keys}}, [&](int64_t c, int64_t r0, int64_t r1) {
-    run_best<FwdRows<T>>(&p, s.task(c), r0, r1);
-  });
+  parallel_rows<T>(p.rows, row_grain(p.keys), s.tasks, {{p.out, p.out_stride, p.keys}},
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<FwdRows<T>>(&p, s.task(c), r0, r1); });
 }
 
 template <typename T>
 void softmax_bwd(const SoftmaxProblem& p, Scratch& s) {
-  parallel_rows<T>(p.rows, row_grain(p.keys), s.tasks, {{p.out, p.out_stride, p.keys}}, [&](int64_t c, int64_t r0, int64_t r1) {
-    run_best<BwdRows<T>>(&p, s.task(c), r0, r1);
-  });
+  parallel_rows<T>(p.rows, row_grain(p.keys), s.tasks, {{p.out, p.out_stride, p.keys}},
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<BwdRows<T>>(&p, s.task(c), r0, r1); });
 }
 
 fuselet_status run(const SoftmaxProblem& p, bool backward) {

@@ -14,9 +14,11 @@ struct SoftmaxProblem {
   float scale = 1.f;
   bool causal = false;
   int64_t queries = 1, shift = 0;
+  // clang-format off: each data pointer beside its strides
   const void* x = nullptr;  int64_t x_stride = 0;   // forward: x; backward: y
   const void* dy = nullptr; int64_t dy_stride = 0;  // backward
   void* out = nullptr;      int64_t out_stride = 0; // forward: y; backward: dx
+  // clang-format on
 
   // Unmasked keys of row r: [0, visible(r)).
   FUSELET_HOST_DEVICE int64_t visible(int64_t r) const {

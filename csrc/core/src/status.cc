@@ -93,8 +93,8 @@ fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
   out->row_stride = hidden;
   if (rows == 0 || hidden == 0) return FUSELET_OK;
   if (t->shape[last] > 1 && t->strides[last] != 1)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64,
-                name, t->strides[last]);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64, name,
+                t->strides[last]);
   // Collapse the leading dims: walking outwards, each stride must be the inner stride times
   // the inner size (size-1 dims are free).
   int64_t row_stride = -1, expect = -1;
@@ -126,8 +126,8 @@ fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dt
                            Rows* out) {
   if (fuselet_status s = as_rows(t, name, out)) return s;
   if (t->dtype != dtype)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x), got %s", name, dtype_name(dtype),
-                dtype_name(t->dtype));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x), got %s", name,
+                dtype_name(dtype), dtype_name(t->dtype));
   if (out->rows != rows || out->hidden != cols)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
                 "%s: expected %" PRId64 " rows of %" PRId64 " elements, got %" PRId64 " rows of %" PRId64, name, rows,

@@ -80,12 +80,9 @@ FUSELET_API fuselet_status fuselet_cross_entropy_bwd_cuda(const fuselet_tensor* 
                                                           const fuselet_tensor* target, const fuselet_tensor* lse,
                                                           const fuselet_cross_entropy_options* opts,
                                                           fuselet_tensor* dlogits, void* stream);
-FUSELET_API fuselet_status fuselet_cross_entropy_fwd_bwd_cuda(const fuselet_tensor* logits,
-                                                              const fuselet_tensor* target,
-                                                              const fuselet_cross_entropy_options* opts,
-                                                              float grad_scale, fuselet_tensor* loss,
-                                                              fuselet_tensor* z, fuselet_tensor* dlogits,
-                                                              void* stream);
+FUSELET_API fuselet_status fuselet_cross_entropy_fwd_bwd_cuda(
+    const fuselet_tensor* logits, const fuselet_tensor* target, const fuselet_cross_entropy_options* opts,
+    float grad_scale, fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* dlogits, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -56,9 +56,8 @@ typedef enum fuselet_norm_flags {
 
 /* RMSNorm forward. In: x [..., H], weight [H] or NULL, eps, flags.
  * Out: y [..., H], rstd [R] (float32). */
-FUSELET_API fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                                float eps, uint32_t flags, fuselet_tensor* y,
-                                                fuselet_tensor* rstd);
+FUSELET_API fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+                                                uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd);
 
 /* RMSNorm backward. In: dy, x [..., H], weight [H] or NULL, rstd [R] from the forward, flags.
  * Out: dx [..., H], dweight [H] (NULL exactly when weight is). */
@@ -104,9 +103,9 @@ FUSELET_API size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t rows, int64_t h
 /* CUDA versions: same math, shapes and checks as above; every pointer is a device pointer.
  * The backward needs `workspace` of at least fuselet_norm_bwd_workspace_bytes_cuda(R, H)
  * bytes (device memory, contents ignored). Builds without CUDA return FUSELET_ERR_UNSUPPORTED. */
-FUSELET_API fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
-                                                     float eps, uint32_t flags, fuselet_tensor* y,
-                                                     fuselet_tensor* rstd, void* stream);
+FUSELET_API fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+                                                     uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd,
+                                                     void* stream);
 FUSELET_API fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
                                                      const fuselet_tensor* weight, const fuselet_tensor* rstd,
                                                      uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dweight,
@@ -118,8 +117,8 @@ FUSELET_API fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor* x, 
 FUSELET_API fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
                                                        const fuselet_tensor* weight, const fuselet_tensor* mean,
                                                        const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
-                                                       fuselet_tensor* dweight, fuselet_tensor* dbias,
-                                                       void* workspace, size_t workspace_bytes, void* stream);
+                                                       fuselet_tensor* dweight, fuselet_tensor* dbias, void* workspace,
+                                                       size_t workspace_bytes, void* stream);
 
 FUSELET_API fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* residual,
                                                          const fuselet_tensor* weight, float eps, uint32_t flags,

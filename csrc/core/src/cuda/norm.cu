@@ -48,9 +48,7 @@ constexpr int kElems = 16;                 // elements a thread holds per chunk 
 constexpr int kMaxWarpHidden = 32 * kElems;  // largest H served by one warp per row
 // Block-per-row teams have 128..max_threads() threads. The backward (and the scalar forward)
 // keep more live values per thread, so they stop at 512 threads (128 registers each).
-__host__ __device__ constexpr int max_threads(bool backward, int vec) {
-  return backward || vec == 1 ? 512 : 1024;
-}
+__host__ __device__ constexpr int max_threads(bool backward, int vec) { return backward || vec == 1 ? 512 : 1024; }
 constexpr int kFinalizeSlices = 8;         // threadIdx.y extent of the partial-sum kernel
 
 // Kernel variants: one warp per row; one block per row held in registers; one block per row
@@ -396,8 +394,7 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
 // Block (32, kFinalizeSlices): x picks the column, y strides over the groups.
 template <typename T>
 __global__ void __launch_bounds__(32 * kFinalizeSlices)
-    norm_bwd_finalize_kernel(const float* part_w, const float* part_b, T* dw, T* db, int64_t groups,
-                             int64_t hidden) {
+    norm_bwd_finalize_kernel(const float* part_w, const float* part_b, T* dw, T* db, int64_t groups, int64_t hidden) {
   __shared__ float red[2][kFinalizeSlices][33];
   const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
   float sw = 0.f, sb = 0.f;
@@ -425,7 +422,8 @@ __global__ void __launch_bounds__(32 * kFinalizeSlices)
 // Backward row groups: G = ceil(rows / rows_per_group) <= cap, where the cap (128..512) keeps
 // the workspace (2 * G * H floats) near 32 MiB for large H.
 void bwd_groups(int64_t rows, int64_t hidden, int64_t* groups, int64_t* rows_per_group) {
-  const int64_t cap = std::min<int64_t>(512, std::max<int64_t>(128, (int64_t(1) << 22) / std::max<int64_t>(hidden, 1)));
+  const int64_t cap =
+      std::min<int64_t>(512, std::max<int64_t>(128, (int64_t(1) << 22) / std::max<int64_t>(hidden, 1)));
   *rows_per_group = rows > 0 ? (rows - 1) / cap + 1 : 1;
   *groups = rows > 0 ? (rows - 1) / *rows_per_group + 1 : 0;
 }
@@ -440,7 +438,6 @@ size_t workspace_bytes(int64_t rows, int64_t hidden) {
   return static_cast<size_t>(h * per_col);
 }
 
-
 // ParamRef of a checked parameter of problem `p`.
 ParamRef param_ref(const NormProblem& p, const void* param, float offset, float fill) {
   return ParamRef{param, p.param_dtype == FUSELET_FLOAT32, offset, fill};
@@ -453,12 +450,24 @@ bool params_vectorizable(const NormProblem& p, int kV, std::initializer_list<con
   return true;
 }
 
-
 template <typename T, int kVec, bool kLN, bool kRes = false>
 fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
-  const FwdArgs a{p.x,      param_ref(p, p.weight, p.w_offset, 1.f), param_ref(p, p.bias, 0.f, 0.f),
-                  p.y,      p.mean, p.rstd, p.rows, p.x_stride, p.y_stride, p.hidden, p.eps,
-                  static_cast<float>(1.0 / p.hidden), p.res, p.hout, p.res_stride, p.hout_stride};
+  const FwdArgs a{p.x,
+                  param_ref(p, p.weight, p.w_offset, 1.f),
+                  param_ref(p, p.bias, 0.f, 0.f),
+                  p.y,
+                  p.mean,
+                  p.rstd,
+                  p.rows,
+                  p.x_stride,
+                  p.y_stride,
+                  p.hidden,
+                  p.eps,
+                  static_cast<float>(1.0 / p.hidden),
+                  p.res,
+                  p.hout,
+                  p.res_stride,
+                  p.hout_stride};
   if (p.hidden <= kMaxWarpHidden) {
     const int64_t grid = std::min<int64_t>((p.rows - 1) / kWarpRows + 1, kMaxGrid);
     norm_fwd_kernel<T, kVec, kWarpTeam, kLN, kRes><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
@@ -476,16 +485,16 @@ fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
 
 template <typename T, bool kLN>
 fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
-  if (fuselet_status s = check_alignment(
-          {{"x", p.x}, {"y", p.y}, {"residual", p.res}, {"residual_out", p.hout}}, sizeof(T)))
+  if (fuselet_status s =
+          check_alignment({{"x", p.x}, {"y", p.y}, {"residual", p.res}, {"residual_out", p.hout}}, sizeof(T)))
     return s;
   if (fuselet_status s = check_alignment({{"weight", p.weight}, {"bias", p.bias}}, dtype_size(p.param_dtype)))
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
   const bool vec = aligned(p.x, 16) && aligned(p.y, 16) && params_vectorizable(p, kV, {p.weight, p.bias}) &&
-                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0 &&
-                   aligned(p.res, 16) && aligned(p.hout, 16) && p.res_stride % kV == 0 && p.hout_stride % kV == 0;
+                   p.hidden % kV == 0 && p.x_stride % kV == 0 && p.y_stride % kV == 0 && aligned(p.res, 16) &&
+                   aligned(p.hout, 16) && p.res_stride % kV == 0 && p.hout_stride % kV == 0;
   if constexpr (!kLN) {
     if (p.res != nullptr)
       return vec ? launch_fwd<T, kV, false, true>(p, stream) : launch_fwd<T, 1, false, true>(p, stream);
@@ -496,9 +505,24 @@ fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
 template <typename T, int kVec, bool kLN>
 fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
   float* part_b = kLN ? ws + groups * p.hidden : nullptr;
-  BwdArgs a{p.dy,   p.x, param_ref(p, p.weight, p.w_offset, 1.f), p.mean,     p.rstd,      p.dx,     ws, part_b,
-            false,  p.rows, per, p.dy_stride, p.x_stride, p.dx_stride, p.hidden, static_cast<float>(1.0 / p.hidden),
-            p.dres, p.dres_stride};
+  BwdArgs a{p.dy,
+            p.x,
+            param_ref(p, p.weight, p.w_offset, 1.f),
+            p.mean,
+            p.rstd,
+            p.dx,
+            ws,
+            part_b,
+            false,
+            p.rows,
+            per,
+            p.dy_stride,
+            p.x_stride,
+            p.dx_stride,
+            p.hidden,
+            static_cast<float>(1.0 / p.hidden),
+            p.dres,
+            p.dres_stride};
   const char* name = kLN ? "layer_norm_bwd_kernel" : "rms_norm_bwd_kernel";
   if (p.hidden <= kMaxWarpHidden) {
     const size_t smem = sizeof(float) * kWarpRows * static_cast<size_t>(p.hidden);
@@ -548,9 +572,9 @@ fuselet_status run_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t 
     return s;
   if (fuselet_status s = check_alignment({{"rstd", p.rstd}, {"mean", p.mean}}, sizeof(float))) return s;
   constexpr int kV = 16 / sizeof(T);
-  const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) && params_vectorizable(p, kV, {p.weight}) &&
-                   p.hidden % kV == 0 && p.dy_stride % kV == 0 && p.x_stride % kV == 0 && p.dx_stride % kV == 0 &&
-                   aligned(p.dres, 16) && p.dres_stride % kV == 0;
+  const bool vec = aligned(p.dy, 16) && aligned(p.x, 16) && aligned(p.dx, 16) &&
+                   params_vectorizable(p, kV, {p.weight}) && p.hidden % kV == 0 && p.dy_stride % kV == 0 &&
+                   p.x_stride % kV == 0 && p.dx_stride % kV == 0 && aligned(p.dres, 16) && p.dres_stride % kV == 0;
   return vec ? launch_bwd<T, kV, kLN>(p, ws, groups, per, stream) : launch_bwd<T, 1, kLN>(p, ws, groups, per, stream);
 }
 
@@ -567,7 +591,8 @@ fuselet_status norm_bwd(const NormProblem& p, void* workspace, size_t workspace_
   const size_t need = workspace_bytes(p.rows, p.hidden);
   if (need > 0 && (workspace == nullptr || workspace_bytes_given < need))
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "workspace: %" PRId64 " rows of %" PRId64 " need %zu bytes (fuselet_norm_bwd_workspace_bytes_cuda), "
+                "workspace: %" PRId64 " rows of %" PRId64
+                " need %zu bytes (fuselet_norm_bwd_workspace_bytes_cuda), "
                 "got %zu bytes at %p",
                 p.rows, p.hidden, need, workspace == nullptr ? size_t(0) : workspace_bytes_given, workspace);
   if (need > 0 && !aligned(workspace, sizeof(float)))
@@ -609,8 +634,7 @@ fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet
                                          fuselet_tensor* dx, fuselet_tensor* dweight, void* workspace,
                                          size_t workspace_bytes, void* stream) {
   fuselet::NormProblem p;
-  if (fuselet_status s =
-          fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
+  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
     return s;
   return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
 }

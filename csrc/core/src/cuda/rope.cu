@@ -114,8 +114,11 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeProblem p, int64_t 
 // pointer aligned to W elements of its type.
 template <typename T, typename C>
 bool vectorizable(const RopeProblem& p, int64_t w) {
-  const int64_t counts[] = {p.D, p.R, p.interleaved ? p.R : p.R / 2, p.in_b, p.in_s, p.in_n, p.out_b, p.out_s,
-                            p.out_n, p.cos_b, p.cos_s, p.sin_b, p.sin_s};
+  const int64_t counts[] = {p.D,     p.R,     p.interleaved ? p.R : p.R / 2,
+                            p.in_b,  p.in_s,  p.in_n,
+                            p.out_b, p.out_s, p.out_n,
+                            p.cos_b, p.cos_s, p.sin_b,
+                            p.sin_s};
   for (int64_t v : counts)
     if (v % w != 0) return false;
   return aligned(p.in, w * sizeof(T)) && aligned(p.out, w * sizeof(T)) && aligned(p.cos, w * sizeof(C)) &&
@@ -140,8 +143,8 @@ fuselet_status launch(const RopeProblem& p, cudaStream_t s) {
 
 template <typename T, typename C>
 fuselet_status run_typed(const RopeProblem& p, cudaStream_t s) {
-  if (fuselet_status st = check_alignment({{p.backward ? "dy" : "x", p.in}, {p.backward ? "dx" : "y", p.out}},
-                                          sizeof(T)))
+  if (fuselet_status st =
+          check_alignment({{p.backward ? "dy" : "x", p.in}, {p.backward ? "dx" : "y", p.out}}, sizeof(T)))
     return st;
   if (fuselet_status st = check_alignment({{"cos", p.cos}, {"sin", p.sin}}, sizeof(C))) return st;
   const bool vec = vectorizable<T, C>(p, 4);
