@@ -81,8 +81,19 @@ def usage(prefix: Path, names: set[str]) -> list[str]:
     return lines
 
 
+def plan(records: list, prefix: Path) -> str:
+    """What the install will do, in a few words."""
+    have = {(r.name.normalized, str(r.version), r.build) for r in channel.installed(prefix)}
+    new = [r for r in records if (r.name.normalized, str(r.version), r.build) not in have]
+    size = f"{sum(r.size or 0 for r in new) / 1e6:.0f} MB"
+    if not have:
+        return f"{len(records)} packages ({size}) into {prefix}"
+    return f"{len(new)} new or changed packages ({size}) of {len(records)} into {prefix}"
+
+
 def create(prefix: Path, specs: list[str], channels: list[str] | None, defaults: list[Path], *,
            cuda: str | None = None, show_progress: bool = False) -> int:
+    from rattler.exceptions import GatewayError
     from rich.console import Console
 
     out, err = Console(highlight=False, soft_wrap=True), Console(stderr=True, highlight=False, soft_wrap=True)
@@ -96,13 +107,16 @@ def create(prefix: Path, specs: list[str], channels: list[str] | None, defaults:
     start = time.monotonic()
     try:
         records = channel.install(prefix, specs, chans, cuda=cuda, show_progress=show_progress,
-                                  on_solved=lambda recs: err.print(
-                                      f"==> installing {len(recs)} packages "
-                                      f"({sum(r.size or 0 for r in recs) / 1e6:.0f} MB) into {prefix}", markup=False))
+                                  on_solved=lambda recs: err.print(f"==> installing {plan(recs, prefix)}", markup=False))
     except channel.Unsolvable as exc:
-        raise UserError(f"SPEC: {' '.join(specs)} cannot be installed from {', '.join(chans)}: {exc}") from None
+        raise UserError(f"SPEC {' '.join(map(repr, specs))}: cannot be installed from {', '.join(chans)}: "
+                        f"{exc}") from None
     except UserError:
         raise
+    except GatewayError as exc:                            # nothing is installed before the solve
+        if made:
+            shutil.rmtree(prefix, ignore_errors=True)
+        raise UserError(f"--channel: cannot read the channels {', '.join(chans)}: {str(exc).strip()[:1500]}") from None
     except Exception as exc:
         if made:
             shutil.rmtree(prefix, ignore_errors=True)        # a half-made environment is of no use
