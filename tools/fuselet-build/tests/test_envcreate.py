@@ -104,3 +104,10 @@ def test_env_create_installs_fuselet_jax_and_its_python_runs_an_op(cli, tmp_path
     assert "==> installing 1 new or changed packages" in proc.stderr, proc.stderr
     metas = sorted(p.name for p in prefix.glob("conda-meta/*.json"))
     assert any(m.startswith("fuselet-jax-") for m in metas) and any(m.startswith("iniconfig-") for m in metas), metas
+
+
+def test_a_channel_url_that_cannot_be_read_is_named(cli, tmp_path):
+    url = (tmp_path / "gone").as_uri()
+    proc = cli("env", "create", str(tmp_path / "env"), "fuselet", "--channel", url)
+    refused(proc, f"--channel: cannot read the channels {url}")
+    assert not (tmp_path / "env").exists()
