@@ -22,5 +22,18 @@ if [[ "${FUSELET_PACKAGES_VERIFY:-1}" != 0 ]]; then
   "$PY" -m fuselet_build verify "${select[@]}" || status=$?
   log "verified in $(( $(date +%s) - start )) s"
 fi
-log "install one: conda install -c $ROOT/output -c $ROOT/build/offline-channel fuselet-torch"
+# How to install: with the user's conda or mamba where there is one, else with fuselet-build
+# (py-rattler solves and installs: no conda needed).
+channels="-c $ROOT/output -c $ROOT/build/offline-channel"
+if command -v mamba >/dev/null; then
+  log "install one: mamba install $channels fuselet-torch"
+elif command -v conda >/dev/null; then
+  log "install one: conda install $channels fuselet-torch"
+elif command -v pixi >/dev/null; then
+  log "install one: pixi add fuselet-torch, with $ROOT/output and $ROOT/build/offline-channel in your pixi.toml's channels"
+else
+  fb="$VENV/bin/fuselet-build"
+  [[ -x "$fb" ]] || fb="$PY -m fuselet_build"
+  log "install one (no conda, mamba or pixi on PATH): $fb env create ./fuselet-env fuselet-jax \"python 3.11.*\""
+fi
 exit "$status"

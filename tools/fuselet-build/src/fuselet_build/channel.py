@@ -130,14 +130,15 @@ def channel_urls(channels: list[str]) -> list[str]:
     return out
 
 
-def solve(specs: list[str], channels: list[str], virtual_packages: list | None = None):
+def solve(specs: list[str], channels: list[str], virtual_packages: list | None = None,
+          locked_packages: list | None = None):
     """rattler.solve for linux-64 (+noarch); raises the solver's own explanation."""
     import rattler
 
     async def run():
         return await rattler.solve(sources=channel_urls(channels), specs=specs,
                                    platforms=["linux-64", "noarch"],
-                                   virtual_packages=virtual_packages or [])
+                                   virtual_packages=virtual_packages or [], locked_packages=locked_packages or None)
 
     return asyncio.run(run())
 
@@ -176,9 +177,35 @@ def virtual_packages(cuda: str | None = None) -> list:
     return detected
 
 
-def install(prefix: Path, specs: list[str], channels: list[str], *, cuda: str | None = None) -> None:
-    """A fresh environment at `prefix` from `channels` (py-rattler solve + install)."""
+class Unsolvable(Exception):
+    """The solver found no environment for the specs; the message is its own explanation."""
+
+
+def installed(prefix: Path) -> list:
+    """The PrefixRecords of the conda environment at `prefix` ([] where there is none)."""
     import rattler
 
-    records = solve(specs, channels, virtual_packages=virtual_packages(cuda))
-    asyncio.run(rattler.install(records, target_prefix=str(prefix), show_progress=False))
+    return [rattler.PrefixRecord.from_path(str(p)) for p in sorted(Path(prefix).glob("conda-meta/*.json"))]
+
+
+def install(prefix: Path, specs: list[str], channels: list[str], *, cuda: str | None = None,
+            show_progress: bool = False, on_solved=None) -> list:
+    """`specs` installed at `prefix` from `channels` (py-rattler solve + install): a fresh
+    environment, or an existing one keeping its packages (they stay requested, their current
+    builds preferred). `on_solved(records)` is called between solve and install. Returns the
+    records of the environment; raises Unsolvable with the solver's reason."""
+    import rattler
+    from rattler.exceptions import SolverError
+
+    present = installed(prefix)
+    keep = [r.name.normalized for r in present]
+    try:
+        records = solve(specs + [n for n in keep if n not in {rattler.MatchSpec(s).name.normalized for s in specs}],
+                        channels, virtual_packages=virtual_packages(cuda), locked_packages=present)
+    except SolverError as exc:
+        raise Unsolvable(str(exc).strip()) from None
+    if on_solved is not None:
+        on_solved(records)
+    asyncio.run(rattler.install(records, target_prefix=str(prefix), installed_packages=present or None,
+                                show_progress=show_progress))
+    return records

@@ -1,7 +1,8 @@
-"""The `fuselet-build` command line: matrix, seed, build, verify."""
+"""The `fuselet-build` command line: matrix, seed, build, verify, index, env create."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -76,6 +77,12 @@ def cmd_index(args) -> int:
     return 0
 
 
+def cmd_env_create(args) -> int:
+    from fuselet_build import envcreate
+
+    return envcreate.main(args, [paths.given(None, paths.OUTPUT), paths.given(None, paths.OFFLINE_CHANNEL)])
+
+
 def cmd_seed(args) -> int:
     from fuselet_build import seed
 
@@ -124,6 +131,21 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("channel_dir", help="a folder with noarch/ and linux-64/ subfolders of packages")
     sp.set_defaults(func=cmd_index)
 
+    sp = sub.add_parser("env", help="conda environments from the built packages, without conda")
+    env_sub = sp.add_subparsers(dest="env_command", required=True)
+    sp = env_sub.add_parser("create", help="solve SPECs from the channels and install them into PREFIX (py-rattler)",
+                            description="Make a conda environment at PREFIX from the built channel: "
+                                        "fuselet-build env create ./env fuselet-jax \"python 3.11.*\"")
+    sp.add_argument("prefix", metavar="PREFIX", help="a new or empty folder, or an existing conda environment")
+    sp.add_argument("specs", metavar="SPEC", nargs="+", help="conda match specs: fuselet-jax, \"python 3.11.*\", ...")
+    sp.add_argument("--channel", "-c", action="append",
+                    help=f"a channel folder or URL, repeatable (default: {paths.OUTPUT} and "
+                         f"{paths.OFFLINE_CHANNEL} of the source tree)")
+    sp.add_argument("--cuda", metavar="VERSION",
+                    help="declare a CUDA driver of VERSION where none is detected (to install CUDA builds)")
+    sp.add_argument("--progress", action="store_true", help="show download/link progress even without a terminal")
+    sp.set_defaults(func=cmd_env_create)
+
     from fuselet_build import seed
 
     sp = sub.add_parser("seed", help="make the offline conda channel from PyPI wheels and the host toolchain")
@@ -135,6 +157,17 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     paths.rattler_cache()
+    if args.command == "env" and argv is None:
+        # py-rattler 0.28 can crash at interpreter exit after a solve (a GIL release in its
+        # threads): the command's exit status must be its own, so end here, output flushed.
+        rc = run(args)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(rc)
+    return run(args)
+
+
+def run(args) -> int:
     try:
         return args.func(args)
     except UserError as exc:
