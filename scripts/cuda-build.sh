@@ -31,7 +31,7 @@ py="$cuda_venv/bin/python"
 build="$ROOT/build/cuda"
 log "cuda-build: nvcc from $toolkit, archs ${FUSELET_CUDA_ARCHS:-90}, frameworks $framework, python $py ($build)"
 start=$(date +%s)
-"$cuda_venv/bin/cmake" -S "$ROOT" -B "$build" -G Ninja -DFUSELET_CUDA=ON -DFUSELET_CUDA_ARCHS="${FUSELET_CUDA_ARCHS:-90}" \
+"$cuda_venv/bin/cmake" -S "$ROOT" -B "$build" -G Ninja "${LAUNCHER_ARGS[@]}" -DFUSELET_CUDA=ON -DFUSELET_CUDA_ARCHS="${FUSELET_CUDA_ARCHS:-90}" \
   -DFUSELET_FRAMEWORK="$framework" -DFUSELET_TESTS=ON -DFUSELET_PYTHON=ON \
   -DCUDAToolkit_ROOT="$toolkit" -DCMAKE_CUDA_COMPILER="$toolkit/bin/nvcc" -DPython_EXECUTABLE="$py" \
   >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }

@@ -14,3 +14,31 @@ export PATH="$VENV/bin:$PATH"
 export PYTHONDONTWRITEBYTECODE=1 FUSELET_ROOT="$ROOT"
 export RATTLER_CACHE_DIR="${RATTLER_CACHE_DIR:-$ROOT/.rattler-cache}"
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+# The per-user cache, shared by every clone: the seed's downloads and packages
+# (fuselet-build seed: <cache>/seed) and the compiler cache (<cache>/sccache/<tree>).
+export FUSELET_CACHE_DIR="${FUSELET_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/fuselet}"
+# Compiler cache: sccache (requirements/dev.txt) launches every compile of the scripts' CMake
+# builds (LAUNCHER_ARGS, given at every configure, so a build folder follows the switch) and of
+# the conda package builds (recipe/recipe.yaml reads FUSELET_COMPILER_LAUNCHER). One server per
+# source tree, on a port and a cache folder of its own (both from the tree's path: sccache does
+# not support two servers on one folder): it strips the tree's path from the cache keys
+# (SCCACHE_BASEDIRS), so any build folder inside the tree (rattler-build's work folders) hits,
+# and so does a fresh clone at the same path. FUSELET_COMPILER_CACHE=0 turns it off; without
+# sccache, or when its server does not start, everything compiles as before.
+FUSELET_COMPILER_LAUNCHER=""
+if [[ "${FUSELET_COMPILER_CACHE:-1}" != 0 ]] && sccache_bin="$(command -v sccache)"; then
+  tree_id="$(printf %s "$ROOT" | cksum | cut -d' ' -f1)"
+  export SCCACHE_DIR="${SCCACHE_DIR:-$FUSELET_CACHE_DIR/sccache/$(basename "$ROOT")-$tree_id}"
+  export SCCACHE_SERVER_PORT="${SCCACHE_SERVER_PORT:-$(( 20000 + tree_id % 20000 ))}"
+  export SCCACHE_CACHE_SIZE="${SCCACHE_CACHE_SIZE:-2G}"
+  if out="$(SCCACHE_BASEDIRS="${SCCACHE_BASEDIRS:-$ROOT}" SCCACHE_IDLE_TIMEOUT="${SCCACHE_IDLE_TIMEOUT:-1800}" \
+              "$sccache_bin" --start-server 2>&1)" || [[ "$out" == *"Address in use"* ]]; then
+    FUSELET_COMPILER_LAUNCHER="$sccache_bin"
+  else
+    log "sccache's server did not start (${out//$'\n'/ }): compiling without the compiler cache" >&2
+  fi
+fi
+export FUSELET_COMPILER_LAUNCHER
+LAUNCHER_ARGS=(-DCMAKE_C_COMPILER_LAUNCHER="$FUSELET_COMPILER_LAUNCHER" -DCMAKE_CXX_COMPILER_LAUNCHER="$FUSELET_COMPILER_LAUNCHER"
+  -DCMAKE_CUDA_COMPILER_LAUNCHER="$FUSELET_COMPILER_LAUNCHER")
+printf -v LAUNCHER_CMAKE_ARGS '%q ' "${LAUNCHER_ARGS[@]}"   # the same, for scikit-build-core's CMAKE_ARGS

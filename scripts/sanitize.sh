@@ -14,7 +14,7 @@ run() {  # run NAME FLAGS...: configure, build and ctest the core with FLAGS
   local name=$1; shift
   local build="$ROOT/build/$name" flags="$* -fno-omit-frame-pointer -g"
   log "sanitize: $name ($*) in $build"
-  cmake -S "$ROOT" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELET_FRAMEWORK=none \
+  cmake -S "$ROOT" -B "$build" -G Ninja "${LAUNCHER_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELET_FRAMEWORK=none \
     -DFUSELET_TESTS=ON -DFUSELET_PYTHON=OFF -DPython_EXECUTABLE="$PY" \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="$*" -DCMAKE_SHARED_LINKER_FLAGS="$*" >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
@@ -38,7 +38,7 @@ target="$ROOT/build/asan-py"
 log "sanitize: the torch and JAX layers, fuselet built with $flags into $target"
 rm -rf "$target"
 SKBUILD_BUILD_DIR="$ROOT/build/asan-layers" SKBUILD_CMAKE_BUILD_TYPE=RelWithDebInfo \
-  CMAKE_ARGS="-DCMAKE_C_FLAGS='$flags' -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$asan'" \
+  CMAKE_ARGS="$LAUNCHER_CMAKE_ARGS-DCMAKE_C_FLAGS='$flags' -DCMAKE_CXX_FLAGS='$flags' -DCMAKE_SHARED_LINKER_FLAGS='$asan'" \
   "$PY" -m pip install --quiet --no-build-isolation --no-deps --target "$target" "$ROOT"
 # Reports go to files (pytest's capture would swallow them with the aborted process), from the
 # test processes and the subprocesses they start alike; any file fails the run.

@@ -6,6 +6,9 @@
 # after it). Extra arguments go to one pytest run over what they name, after the packages.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
+source "$ROOT/scripts/env.sh"   # again: bootstrap may have just installed sccache
+# What the compiler cache (scripts/env.sh) served this run: printed at the end.
+[[ -z "$FUSELET_COMPILER_LAUNCHER" ]] || "$FUSELET_COMPILER_LAUNCHER" --zero-stats >/dev/null 2>&1 || true
 # The seed of the offline channel (downloads, disk, ~5 min cold) runs beside the compiles
 # below, which keep the CPUs busy; scripts/packages.sh then finds it done.
 mkdir -p "$ROOT/build"
@@ -56,6 +59,10 @@ log "pytest tools/fuselet-build/tests"
 # The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
 tools_status=0
 FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" tools/fuselet-build/tests || tools_status=$?
+if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
+  log "compiler cache ($SCCACHE_DIR):"
+  "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) ' || true
+fi
 if (( tests_status || tools_status )); then
   log "pytest failed: tests/ exit $tests_status, tools/fuselet-build/tests exit $tools_status"
   exit 1

@@ -192,3 +192,29 @@ def test_the_index_is_stale_when_a_package_file_changed_under_the_same_name(one_
     assert channel.index_is_stale(out)
     pkg.unlink()                                      # listed, not there
     assert channel.index_is_stale(out)
+
+
+def test_the_recipe_takes_the_compiler_launcher_from_the_environment(monkeypatch):
+    """scripts/env.sh's FUSELET_COMPILER_LAUNCHER (sccache) and SCCACHE_SERVER_PORT reach the
+    compiling build scripts as CMake's launcher variables; without them a plain rattler-build
+    gets none (CMake then uses no launcher), and the packages' hashes are the same."""
+    from fuselet_build import matrix, paths
+
+    def render() -> dict[str, dict]:
+        rendered = matrix.render(paths.root() / paths.RECIPE, [paths.root() / paths.OFFLINE_VARIANTS])
+        scripts = {matrix.job_of(r).key: r.recipe.build.script for r in rendered}
+        return {key: (script.get("env") or {}) if isinstance(script, dict) else {} for key, script in scripts.items()}
+
+    monkeypatch.setenv("FUSELET_COMPILER_LAUNCHER", "/opt/cache/bin/sccache")
+    monkeypatch.setenv("SCCACHE_SERVER_PORT", "4321")
+    with_launcher = render()
+    monkeypatch.delenv("FUSELET_COMPILER_LAUNCHER")
+    monkeypatch.delenv("SCCACHE_SERVER_PORT")
+    plain = render()
+    assert set(with_launcher) == set(plain)                      # the same packages, the same hashes
+    compiled = [k for k in plain if k.startswith(("fuselet-torch-", "fuselet-jax-"))]   # (the core: staging)
+    assert compiled
+    for key in compiled:
+        assert with_launcher[key] == {f"CMAKE_{lang}_COMPILER_LAUNCHER": "/opt/cache/bin/sccache"
+                                      for lang in ("C", "CXX", "CUDA")} | {"SCCACHE_SERVER_PORT": "4321"}
+        assert not any(plain[key].get(f"CMAKE_{lang}_COMPILER_LAUNCHER") for lang in ("C", "CXX", "CUDA"))

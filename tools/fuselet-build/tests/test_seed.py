@@ -679,3 +679,76 @@ def test_a_damaged_cached_wheel_is_downloaded_again(monkeypatch, tmp_path):
     w = ResolvedWheel("tiny", "1.0", f"https://example.invalid/{good.name}", digest)
     fetch_wheels(cache, [w], report.ProgressUi(False))
     assert len(downloads) == 1 and cache.sha256(cached) == digest
+
+
+# --- the per-user cache, shared by every clone ---------------------------------------------
+
+def test_the_cache_is_per_user_and_fuselet_cache_dir_moves_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("FUSELET_CACHE_DIR", raising=False)
+    assert paths.user_cache() == tmp_path / "home" / ".cache" / "fuselet"
+    assert paths.seed_cache() == tmp_path / "home" / ".cache" / "fuselet" / "seed"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")            # not absolute: ignored (XDG spec)
+    assert paths.user_cache() == tmp_path / "home" / ".cache" / "fuselet"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert paths.seed_cache() == tmp_path / "xdg" / "fuselet" / "seed"
+    monkeypatch.setenv("FUSELET_CACHE_DIR", str(tmp_path / "mine"))   # the one switch wins
+    assert paths.seed_cache() == tmp_path / "mine" / "seed"
+    monkeypatch.setenv("FUSELET_CACHE_DIR", "")                       # empty: unset
+    assert paths.user_cache() == tmp_path / "xdg" / "fuselet"
+
+
+def test_the_cli_seeds_into_the_user_cache_and_waits_for_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("FUSELET_CACHE_DIR", str(tmp_path / "user-cache"))
+    calls = []
+
+    def fake_seed(channel, cache, **kwargs):
+        calls.append((channel, cache, kwargs["wait"]))
+        return report.SeedReport(channel=channel)
+
+    monkeypatch.setattr(seed, "seed", fake_seed)
+    monkeypatch.setattr(report.SeedReport, "print", lambda self: None)
+    assert seed.main(["--channel-dir", str(tmp_path / "chan")]) == 0
+    assert calls[-1] == (tmp_path / "chan", tmp_path / "user-cache" / "seed", True)
+    assert seed.main(["--channel-dir", str(tmp_path / "chan"), "--cache", str(tmp_path / "c2"), "--no-wait"]) == 0
+    assert calls[-1] == (tmp_path / "chan", tmp_path / "c2", False)
+
+
+def test_a_second_clone_waits_for_the_cache_then_reuses_it(monkeypatch, tmp_path, capfd):
+    """Two clones (two channels) on one cache: the second seed waits while the first holds the
+    cache, then serves the first's packages after verifying them (hard links, nothing made);
+    a package overwritten in the cache (same size, other bytes) is made again, not trusted."""
+    import threading
+
+    made: list[str] = []
+    stand_in_pythons(monkeypatch, made)
+    monkeypatch.setattr(seed, "find_interpreters", lambda running: [running])
+    cache_dir, first, second = tmp_path / "cache", tmp_path / "clone1" / "channel", tmp_path / "clone2" / "channel"
+    seed.seed(first, cache_dir, with_cuda=False, progress=False, groups={})
+    assert len(made) == 1
+    made.clear()
+    out: dict = {}
+    with Cache(cache_dir).lock():                                       # the first clone still seeding
+        waiter = threading.Thread(target=lambda: out.setdefault("report", seed.seed(
+            second, cache_dir, with_cuda=False, progress=False, groups={}, wait=True)))
+        waiter.start()
+        deadline = time.monotonic() + 10
+        while "waiting for it to finish" not in capfd.readouterr().err and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert waiter.is_alive() and "report" not in out                # waiting, not failed
+    waiter.join(60)
+    again = out["report"]
+    assert not made and again.packages and all(p.cached for p in again.packages)
+    cache = Cache(cache_dir)
+    (pkg,) = cache.pkgs.glob("*/python-3*.conda")
+    placed = second / pkg.parent.name / pkg.name
+    assert placed.stat().st_ino == pkg.stat().st_ino                     # linked, not copied
+    data = bytearray(pkg.read_bytes())
+    data[-1] ^= 0xFF                                                    # same size, other bytes
+    pkg.unlink()
+    pkg.write_bytes(bytes(data))
+    assert "truncated or overwritten" in cache.damaged(pkg)
+    third = seed.seed(second, cache_dir, with_cuda=False, progress=False, groups={}, wait=True)
+    assert made and not next(p for p in third.packages if p.name == "python").cached
+    assert cache.damaged(pkg) == ""

@@ -188,8 +188,11 @@ def no_space_reason(output: Path, log_path: Path) -> str:
 
 
 def drop_old_work(staging: Path, job: matrix.Job, before: float) -> None:
-    """rattler-build keeps the work folder of a failed build (bld/rattler-build_<name>_<id>), for
-    its log and sources; those of earlier runs go when that package is built again."""
+    """rattler-build keeps the work folder of a failed build (bld/rattler-build_<name>, or
+    rattler-build_<name>_<id> from builds with a build id), for its log and sources; it goes
+    when that package (or another variant of it) is built again."""
+    # The id-less one is this build's own: never reused (another variant's environments).
+    shutil.rmtree(staging / "bld" / f"rattler-build_{job.name}", ignore_errors=True)
     for work in (staging / "bld").glob(f"rattler-build_{job.name}_*"):
         if work.is_dir() and work.stat().st_mtime < before:
             shutil.rmtree(work, ignore_errors=True)
@@ -267,7 +270,11 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
             start = time.monotonic()
             try:
                 r._siblings = pinned_siblings(r)
-                r.run_build(tool_config=tool, output_dir=str(staging), channels=channels, progress_callback=log)
+                # No build id: the work folder of a package has one path from build to build, so
+                # the compiler cache (scripts/env.sh: sccache, which strips the source tree's
+                # path from its keys) hits when it is built again.
+                r.run_build(tool_config=tool, output_dir=str(staging), channels=channels, progress_callback=log,
+                            no_build_id=True)
                 staged = existing_package(staging, job)
                 status, reason = (("built", rebuild) if staged
                                   else ("failed", "rattler-build reported success but wrote no package"))

@@ -10,7 +10,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,9 +28,11 @@ def holder(folder: Path) -> str:
 
 
 @contextmanager
-def folder_lock(folder: Path, what: str, error: type[Exception]) -> Iterator[None]:
+def folder_lock(folder: Path, what: str, error: type[Exception],
+                wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the lock of `folder` for `what` ("fuselet-build build"); raise `error` at once,
-    naming the holder, when another run holds it."""
+    naming the holder, when another run holds it; with `wait`, say so through it (the holder
+    named) and wait for the lock instead."""
     import fcntl
 
     folder = Path(folder)
@@ -40,8 +42,11 @@ def folder_lock(folder: Path, what: str, error: type[Exception]) -> Iterator[Non
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             who = holder(folder) or "another process"
-            raise error(f"{folder} is in use by {who}: one {what} at a time per folder; wait for it to "
-                        f"finish (or stop it), or choose another folder") from None
+            if wait is None:
+                raise error(f"{folder} is in use by {who}: one {what} at a time per folder; wait for it to "
+                            f"finish (or stop it), or choose another folder") from None
+            wait(f"{folder} is in use by {who}: waiting for it to finish ({what})")
+            fcntl.flock(f, fcntl.LOCK_EX)   # the kernel drops it when the holder exits, killed or not
         f.seek(0)
         f.truncate()
         f.write(json.dumps({"pid": os.getpid(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),

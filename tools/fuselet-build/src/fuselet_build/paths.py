@@ -1,5 +1,6 @@
-"""Default locations, all inside the source tree; a path given on the command line is relative
-to the working directory, as any command's."""
+"""Default locations: the outputs inside the source tree, what can be shared between clones
+(the seed's downloads and packages, the compiler cache) in the per-user cache; a path given on
+the command line is relative to the working directory, as any command's."""
 from __future__ import annotations
 
 import os
@@ -21,7 +22,6 @@ def root() -> Path:
 RECIPE = "recipe/recipe.yaml"
 OFFLINE_VARIANTS = "variants/offline.yaml"
 OFFLINE_CHANNEL = "build/offline-channel"  # seeded by `fuselet-build seed`
-SEED_CACHE = "build/seed-cache"
 OUTPUT = "output"                           # built packages: itself a conda channel
 
 
@@ -39,6 +39,23 @@ def given(value: str | os.PathLike | None, default: str) -> Path:
     """A path of the command line (relative to the working directory), or else `default` in the
     source tree."""
     return root() / default if value is None else Path(value).absolute()
+
+
+def user_cache() -> Path:
+    """The per-user cache, shared by every clone of fuselet: FUSELET_CACHE_DIR, else
+    $XDG_CACHE_HOME/fuselet, else ~/.cache/fuselet (an empty or relative XDG_CACHE_HOME is
+    ignored, as the XDG spec says)."""
+    env = os.environ.get("FUSELET_CACHE_DIR")
+    if env:
+        return Path(env).expanduser().absolute()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".cache"
+    return base / "fuselet"
+
+
+def seed_cache() -> Path:
+    """The seed's downloads, pip resolutions and finished packages: <user cache>/seed."""
+    return user_cache() / "seed"
 
 
 def rattler_cache() -> Path:

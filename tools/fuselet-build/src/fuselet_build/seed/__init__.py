@@ -102,21 +102,25 @@ OTHER_PYTHONS: dict[str, list[str]] = {"3.12": ["jax-0.10", "torch-cuda"]}
 
 def seed(channel_dir: Path, cache_dir: Path, *, with_cuda: bool = True, progress: bool | None = None,
          refresh: bool = False, groups: dict[str, list[str]] | None = None,
-         compression_level: int = 3, compression_threads: int | None = None) -> SeedReport:
+         compression_level: int = 3, compression_threads: int | None = None, wait: bool = False) -> SeedReport:
     """Make (or bring up to date) the offline conda channel at `channel_dir`.
 
     `cache_dir` keeps downloads, pip resolutions and finished packages between runs (a
     second seed with nothing changed converts and indexes nothing). with_cuda=False leaves
     out the CUDA torch, its nvidia-* wheels and the CUDA activation packages. `progress`:
     rich progress bars (None: when stderr is a terminal). `groups`: pip requirement groups
-    (default GROUPS). Raises SeedError naming what failed; the channel index is never left
-    half-written and finished packages stay in the cache.
+    (default GROUPS). `wait`: when another seed holds the cache, wait for it (saying so on
+    stderr) instead of failing at once. Raises SeedError naming what failed; the channel index
+    is never left half-written and finished packages stay in the cache.
     """
     try:
         cache = Cache(Path(cache_dir).resolve())
     except OSError as exc:
         raise SeedError(f"cannot use {cache_dir} as the seed cache: {exc}") from exc
-    with cache.lock():
+    def waiting(message: str) -> None:
+        print(f"fuselet-build seed: {message}", file=sys.stderr, flush=True)
+
+    with cache.lock(waiting if wait else None):
         return _seed(Path(channel_dir).resolve(), cache, with_cuda, progress, refresh, groups,
                      Options(compression_level, compression_threads or max(1, os.cpu_count() or 1)))
 
@@ -353,8 +357,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `fuselet-build seed` (cli.py registers the subcommand)."""
     parser.add_argument("--channel-dir",
                         help=f"the channel folder to make or update (default: {paths.OFFLINE_CHANNEL} of the source tree)")
-    parser.add_argument("--cache", help=f"downloads, pip resolutions and finished packages "
-                                        f"(default: {paths.SEED_CACHE} of the source tree)")
+    parser.add_argument("--cache", help="downloads, pip resolutions and finished packages, shared by every clone "
+                                        "(default: <cache>/seed, <cache> being $FUSELET_CACHE_DIR, else "
+                                        "$XDG_CACHE_HOME/fuselet, else ~/.cache/fuselet)")
+    parser.add_argument("--no-wait", dest="wait", action="store_false",
+                        help="fail at once when another seed uses the cache (default: wait for it)")
     parser.add_argument("--no-cuda", action="store_true",
                         help="leave out the CUDA torch, its nvidia-* wheels and the CUDA activation packages")
     parser.add_argument("--refresh", action="store_true", help="ask pip to resolve the wheels again")
@@ -373,9 +380,10 @@ def run(args: argparse.Namespace) -> int:
               f"are missing; reinstall it (pip install ./tools/fuselet-build)", file=sys.stderr)
         return 2
     try:
-        report = seed(paths.given(args.channel_dir, paths.OFFLINE_CHANNEL), paths.given(args.cache, paths.SEED_CACHE),
+        cache = paths.seed_cache() if args.cache is None else Path(args.cache).absolute()
+        report = seed(paths.given(args.channel_dir, paths.OFFLINE_CHANNEL), cache,
                       with_cuda=not args.no_cuda, progress=args.progress, refresh=args.refresh,
-                      compression_level=args.compression_level)
+                      compression_level=args.compression_level, wait=args.wait)
     except SeedError as exc:
         print(f"fuselet-build seed: error: {exc}", file=sys.stderr)
         return 130 if str(exc).startswith("interrupted") else 1

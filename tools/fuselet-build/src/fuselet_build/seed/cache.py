@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -26,7 +26,11 @@ class SeedError(UserError):
 
 class Cache:
     """cache_dir layout: wheels/ (downloads), resolve/ (pip resolutions), pkgs/<subdir>/
-    (finished .conda files, named by content hash), tmp/ (work folders, wiped per run)."""
+    (finished .conda files, named by content hash), tmp/ (work folders, wiped per run).
+
+    By default it is the per-user cache (fuselet_build.paths.seed_cache), shared by every
+    clone: one seed uses it at a time (lock), and nothing in it is trusted unverified (a
+    wheel's sha256 is pip's, a package's the one recorded when it was made)."""
 
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -43,9 +47,12 @@ class Cache:
             self._hashes = {}
 
     @contextmanager
-    def lock(self) -> Iterator[None]:
-        """One seed per cache at a time (CI jobs sharing a cache folder); the error names the holder."""
-        with folder_lock(self.root, "`fuselet-build seed` (pass another --cache to run one beside it)", SeedError):
+    def lock(self, wait: Callable[[str], None] | None = None) -> Iterator[None]:
+        """One seed per cache at a time (clones and CI jobs sharing a cache folder): the error
+        names the holder; with `wait`, it is told so and the seed waits for the holder to end
+        (the second of two clones then finds the packages the first made)."""
+        with folder_lock(self.root, "`fuselet-build seed` (pass another --cache to run one beside it)", SeedError,
+                         wait):
             yield
 
     def clean_tmp(self) -> None:
