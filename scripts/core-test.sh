@@ -3,6 +3,7 @@
 # to a prefix and build a tiny C++ consumer with find_package(fuselet).
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
+compiler_cache   # after bootstrap, which installs sccache
 build="$ROOT/build/core"
 mkdir -p "$ROOT/build"   # the configure log lies beside the build folder
 log "core: build + ctest ($build)"

@@ -27,6 +27,7 @@ else
   cuda_venv="$VENV"
   "$ROOT/scripts/bootstrap.sh"
 fi
+compiler_cache   # after bootstrap, which installs sccache
 py="$cuda_venv/bin/python"
 build="$ROOT/build/cuda"
 log "cuda-build: nvcc from $toolkit, archs ${FUSELET_CUDA_ARCHS:-90}, frameworks $framework, python $py ($build)"

@@ -4,6 +4,7 @@
 # Where no nvcc exists the CUDA variants are left out (said so). Extra arguments go to
 # `fuselet-build build` (e.g. --select fuselet-torch).
 source "$(dirname "$0")/env.sh"
+compiler_cache
 # (scripts/test.sh has built fuselet already and runs tests against it meanwhile: a second
 # install would replace the files under them)
 [[ -n "${FUSELET_DEV_BUILT:-}" ]] || "$ROOT/scripts/build.sh" >&2

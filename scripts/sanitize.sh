@@ -9,6 +9,7 @@
 #      libraries, in .venv's own (uninstrumented) python.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
+compiler_cache   # after bootstrap, which installs sccache
 mkdir -p "$ROOT/build"
 run() {  # run NAME FLAGS...: configure, build and ctest the core with FLAGS
   local name=$1; shift

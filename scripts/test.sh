@@ -6,7 +6,7 @@
 # after it). Extra arguments go to one pytest run over what they name, after the packages.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
-source "$ROOT/scripts/env.sh"   # again: bootstrap may have just installed sccache
+compiler_cache   # after bootstrap, which may have just installed sccache
 # What the compiler cache (scripts/env.sh) served this run: printed at the end.
 [[ -z "$FUSELET_COMPILER_LAUNCHER" ]] || "$FUSELET_COMPILER_LAUNCHER" --zero-stats >/dev/null 2>&1 || true
 # The seed of the offline channel (downloads, disk, ~5 min cold) runs beside the compiles
