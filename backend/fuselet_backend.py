@@ -13,6 +13,7 @@ A framework requested without a version in an isolated build fails at once and s
 fixes. Without isolation (`pip install --no-build-isolation .`) the installed frameworks are
 used as they are and nothing is added.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,8 +40,7 @@ class FrameworkRequirementError(RuntimeError):
 
 def requested_frameworks(framework: str) -> list[str]:
     if framework not in ("auto", "torch", "jax", "all", "none"):
-        raise FrameworkRequirementError(
-            f"FUSELET_FRAMEWORK must be one of auto, torch, jax, all, none; got {framework!r}")
+        raise FrameworkRequirementError(f"FUSELET_FRAMEWORK must be one of auto, torch, jax, all, none; got {framework!r}")
     if framework == "all":
         return ["torch", "jax"]
     if framework == "auto":

@@ -9,6 +9,7 @@ peak memory of the CUDA allocator on GPUs. Every 8th token is ignored (ignore_in
     python benchmarks/bench_cross_entropy.py [--framework torch|jax|all] [--device cpu|cuda]
                                              [--tokens 8192] [--vocab 32768] [--repeats 3]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,7 @@ def bench_torch(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> N
         fns = {"fuselet": ft.cross_entropy, "eager": eager, "compile": compiled}
         fwd = [median_seconds(lambda f=f: f(x, t), sync, repeats) for f in fns.values()]
         clone = median_seconds(lambda: x.clone(), sync, repeats)
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", bandwidth("cross_entropy", "fwd", fwd[0], clone),
-                     *fwd))
+        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", bandwidth("cross_entropy", "fwd", fwd[0], clone), *fwd))
         xg = x.clone().requires_grad_(True)
 
         def step(f):
@@ -51,11 +51,23 @@ def bench_torch(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> N
                 torch.cuda.reset_peak_memory_stats()
             both.append(median_seconds(lambda f=f: step(f), sync, repeats))
             if device == "cuda":
-                peaks.append((name, dtype_name, torch.cuda.max_memory_allocated() / 2 ** 20))
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd+bwd",
-                     bandwidth("cross_entropy", "fwd+bwd", both[0], clone), *both))
-    table(f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs "
-          f"F.cross_entropy(logits.float(), target), eager and torch.compile", rows, ("eager", "compile"))
+                peaks.append((name, dtype_name, torch.cuda.max_memory_allocated() / 2**20))
+        rows.append(
+            (
+                "cross_entropy",
+                (tokens, vocab),
+                dtype_name,
+                "fwd+bwd",
+                bandwidth("cross_entropy", "fwd+bwd", both[0], clone),
+                *both,
+            )
+        )
+    table(
+        f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs "
+        f"F.cross_entropy(logits.float(), target), eager and torch.compile",
+        rows,
+        ("eager", "compile"),
+    )
     for name, dtype_name, mib in peaks:
         print(f"peak CUDA memory, fwd+bwd, {name:<8} {dtype_name:<9} {mib:9.0f} MiB")
 
@@ -85,14 +97,20 @@ def bench_jax(device: str, tokens: int, vocab: int, dtypes, repeats: int) -> Non
         fwd = [median_seconds(lambda f=f: jax.block_until_ready(f(x, t)), lambda: None, repeats) for f in fns]
         copy = jax.jit(jnp.copy)
         clone = median_seconds(lambda: jax.block_until_ready(copy(x)), lambda: None, repeats)
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", bandwidth("cross_entropy", "fwd", fwd[0], clone),
-                     *fwd))
+        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd", bandwidth("cross_entropy", "fwd", fwd[0], clone), *fwd))
         grads = [jax.jit(jax.grad(f)) for f in (fj.cross_entropy, unfused)]
         both = [median_seconds(lambda g=g: jax.block_until_ready(g(x, t)), lambda: None, repeats) for g in grads]
-        rows.append(("cross_entropy", (tokens, vocab), dtype_name, "fwd+bwd",
-                     bandwidth("cross_entropy", "fwd+bwd", both[0], clone), *both))
-    table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the jax.numpy expression", rows,
-          ("jax.jit",))
+        rows.append(
+            (
+                "cross_entropy",
+                (tokens, vocab),
+                dtype_name,
+                "fwd+bwd",
+                bandwidth("cross_entropy", "fwd+bwd", both[0], clone),
+                *both,
+            )
+        )
+    table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the jax.numpy expression", rows, ("jax.jit",))
 
 
 def main() -> None:

@@ -21,6 +21,7 @@ fuselet / unfused for memory and time, and the memory comparison is drawn as a P
     python benchmarks/bench_fused_linear_cross_entropy.py [--device cpu|cuda] [--dtype bfloat16]
         [--tokens N --hidden H --vocab V] [--processes 3] [--steps 3] [--plot PATH|none]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,14 +47,17 @@ def _torch_step(method, device, dtype, n, h, v):
     torch.manual_seed(0)
     dt = getattr(torch, dtype)
     hidden = (torch.randn(n, h, device=device) * 0.5).to(dt).requires_grad_(True)
-    weight = (torch.randn(v, h, device=device) * h ** -0.5).to(dt).requires_grad_(True)
+    weight = (torch.randn(v, h, device=device) * h**-0.5).to(dt).requires_grad_(True)
     target = torch.randint(0, v, (n,), device=device)
 
     def unfused(hidden, weight, target):
         return F.cross_entropy(hidden @ weight.t(), target)
 
-    loss_fn = {"fuselet.torch": lambda a, b, c: ft.fused_linear_cross_entropy(a, b, c),
-               "torch eager": unfused, "torch.compile": torch.compile(unfused)}[method]
+    loss_fn = {
+        "fuselet.torch": lambda a, b, c: ft.fused_linear_cross_entropy(a, b, c),
+        "torch eager": unfused,
+        "torch.compile": torch.compile(unfused),
+    }[method]
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
 
     def step():
@@ -71,6 +75,7 @@ def _torch_step(method, device, dtype, n, h, v):
             fn()
             return torch.cuda.max_memory_allocated() - before
         return common.peak_rss(fn)
+
     return step, peak
 
 
@@ -82,7 +87,7 @@ def _jax_step(method, device, dtype, n, h, v):
     dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     k = jax.random.split(jax.random.PRNGKey(0), 3)
     hidden = jax.device_put((jax.random.normal(k[0], (n, h)) * 0.5).astype(dtype), dev)
-    weight = jax.device_put((jax.random.normal(k[1], (v, h)) * h ** -0.5).astype(dtype), dev)
+    weight = jax.device_put((jax.random.normal(k[1], (v, h)) * h**-0.5).astype(dtype), dev)
     target = jax.device_put(jax.random.randint(k[2], (n,), 0, v), dev)
 
     def unfused(hidden, weight, target):
@@ -100,6 +105,7 @@ def _jax_step(method, device, dtype, n, h, v):
     def peak(fn):
         stats = grad.lower(hidden, weight, target).compile().memory_analysis()
         return stats.temp_size_in_bytes + stats.output_size_in_bytes
+
     return step, peak
 
 
@@ -119,9 +125,28 @@ def child(args) -> None:
 
 def run_child(args, method: str, what: str) -> dict:
     env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072") if what == "memory" else None
-    return common.run_child(__file__, ["--child", what, "--method", method, "--device", args.device, "--dtype",
-                                       args.dtype, "--tokens", str(args.tokens), "--hidden", str(args.hidden),
-                                       "--vocab", str(args.vocab), "--steps", str(args.steps)], env=env)
+    return common.run_child(
+        __file__,
+        [
+            "--child",
+            what,
+            "--method",
+            method,
+            "--device",
+            args.device,
+            "--dtype",
+            args.dtype,
+            "--tokens",
+            str(args.tokens),
+            "--hidden",
+            str(args.hidden),
+            "--vocab",
+            str(args.vocab),
+            "--steps",
+            str(args.steps),
+        ],
+        env=env,
+    )
 
 
 def plot(results: dict, title: str, path: Path) -> None:
@@ -131,7 +156,7 @@ def plot(results: dict, title: str, path: Path) -> None:
         return
 
     names = list(results)
-    peaks = [statistics.median(r["peak_bytes"]) / 2 ** 20 for r in results.values()]
+    peaks = [statistics.median(r["peak_bytes"]) / 2**20 for r in results.values()]
     colors = ["tab:green" if n.startswith("fuselet") else "tab:gray" for n in names]
     fig, ax = plt.subplots(figsize=(7, 3.6))
     bars = ax.barh(names[::-1], peaks[::-1], color=colors[::-1])
@@ -167,18 +192,24 @@ def main() -> None:
     results = {}
     for m in methods:
         runs = {what: [run_child(args, m, what) for _ in range(args.processes)] for what in ("memory", "time")}
-        results[m] = {"peak_bytes": [r["peak_bytes"] for r in runs["memory"]],
-                      "seconds": [r["seconds"] for r in runs["time"]],
-                      "loss": [r["loss"] for r in runs["memory"] + runs["time"]]}
-    title = (f"loss of {args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype} on {args.device}: "
-             f"medians over {args.processes} processes (min-max)")
+        results[m] = {
+            "peak_bytes": [r["peak_bytes"] for r in runs["memory"]],
+            "seconds": [r["seconds"] for r in runs["time"]],
+            "loss": [r["loss"] for r in runs["memory"] + runs["time"]],
+        }
+    title = (
+        f"loss of {args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype} on {args.device}: "
+        f"medians over {args.processes} processes (min-max)"
+    )
     print(title)
     head = f"{'method':<15}{'peak MiB':>24}{'step ms':>26}{'loss':>10}"
     print(head)
     print("-" * len(head))
     for m, r in results.items():
-        print(f"{m:<15}{common.spread(r['peak_bytes'], 2 ** -20):>24}{common.spread(r['seconds'], 1e3):>26}"
-              f"{statistics.median(r['loss']):>10.4f}")
+        print(
+            f"{m:<15}{common.spread(r['peak_bytes'], 2**-20):>24}{common.spread(r['seconds'], 1e3):>26}"
+            f"{statistics.median(r['loss']):>10.4f}"
+        )
     for ours, peers in UNFUSED.items():
         for peer in peers:
             if ours in results and peer in results:
@@ -186,8 +217,7 @@ def main() -> None:
                 t = statistics.median(results[ours]["seconds"]) / statistics.median(results[peer]["seconds"])
                 print(f"{ours} / {peer}: peak memory {mem:.1%} (target <= 25%), time {t:.2f}x (target <= 1.1x)")
     if args.plot != "none":
-        plot(results, title, Path(args.plot) if args.plot else
-             RESULTS / f"bench_fused_linear_cross_entropy-{args.device}.png")
+        plot(results, title, Path(args.plot) if args.plot else RESULTS / f"bench_fused_linear_cross_entropy-{args.device}.png")
 
 
 if __name__ == "__main__":

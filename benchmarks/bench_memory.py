@@ -17,6 +17,7 @@ torch's and XLA's, CPU here; torch on CUDA may dispatch some peers to other kern
     python benchmarks/bench_memory.py [--framework torch|jax|all] [--device cpu|cuda] [--markdown]
                                       [--output PATH|none]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,22 +26,34 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DTYPES = ("float32", "bfloat16")
-ROWS, H = 256, 1024                  # norms and GLUs: x [ROWS, H] ([ROWS, 2H] for the GLUs)
-SOFTMAX = (4, 8, 128, 128)           # [B, N, Q, K]
-ROPE = (2, 128, 8, 64)               # [B, S, N, D] ("bshd"); cos / sin [S, D] in x's dtype
-TOKENS, VOCAB = 512, 8192            # cross_entropy: logits [TOKENS, VOCAB]
-FLCE = (1024, 256, 4096)             # fused_linear_cross_entropy: hidden [N, H], weight [V, H]
+ROWS, H = 256, 1024  # norms and GLUs: x [ROWS, H] ([ROWS, 2H] for the GLUs)
+SOFTMAX = (4, 8, 128, 128)  # [B, N, Q, K]
+ROPE = (2, 128, 8, 64)  # [B, S, N, D] ("bshd"); cos / sin [S, D] in x's dtype
+TOKENS, VOCAB = 512, 8192  # cross_entropy: logits [TOKENS, VOCAB]
+FLCE = (1024, 256, 4096)  # fused_linear_cross_entropy: hidden [N, H], weight [V, H]
 FLCE_SHAPE = f"N{FLCE[0]} H{FLCE[1]} V{FLCE[2]}"
 SCALE = 0.125
 RESULTS = Path(__file__).resolve().parent / "results"
-COLUMNS = ("layer", "op", "dtype", "shape", "per", "fuselet inputs", "fuselet new", "unfused inputs", "unfused new",
-           "new ratio", "total ratio")
+COLUMNS = (
+    "layer",
+    "op",
+    "dtype",
+    "shape",
+    "per",
+    "fuselet inputs",
+    "fuselet new",
+    "unfused inputs",
+    "unfused new",
+    "new ratio",
+    "total ratio",
+)
 
 
 @dataclass(frozen=True)
 class Saved:
     """One saved storage: `owner` is the name of the input it belongs to, or "new"; `output`:
     it is (the storage of) one of the op's outputs."""
+
     owner: str
     shape: tuple
     dtype: str
@@ -54,8 +67,8 @@ class Case:
     op: str
     dtype: str
     shape: str
-    per: str           # "elem" (of x) or "token"
-    count: int         # elements of x, or tokens
+    per: str  # "elem" (of x) or "token"
+    count: int  # elements of x, or tokens
     fuselet: list
     unfused: list
 
@@ -67,6 +80,7 @@ def split(saved: list) -> tuple[int, int]:
 
 
 # --- counting ----------------------------------------------------------------------------
+
 
 def torch_saved(fn, inputs: dict) -> list:
     """The storages autograd saves while fn(**inputs) runs, each once, in the order first saved."""
@@ -80,17 +94,19 @@ def torch_saved(fn, inputs: dict) -> list:
         storage = t.untyped_storage()
         ptr = storage.data_ptr()
         if ptr not in kept:
-            kept[ptr] = Saved(owners.get(ptr, "new"), tuple(t.shape), str(t.dtype).removeprefix("torch."),
-                              storage.nbytes())
+            kept[ptr] = Saved(owners.get(ptr, "new"), tuple(t.shape), str(t.dtype).removeprefix("torch."), storage.nbytes())
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(**inputs)
     outputs = {t.untyped_storage().data_ptr() for t in (out if isinstance(out, tuple) else (out,))}
     # an input saved through a view counts as the whole input
-    return [Saved(s.owner, s.shape, s.dtype, s.nbytes, ptr in outputs) if s.owner == "new" else
-            Saved(s.owner, tuple(inputs[s.owner].shape), s.dtype, inputs[s.owner].untyped_storage().nbytes())
-            for ptr, s in kept.items()]
+    return [
+        Saved(s.owner, s.shape, s.dtype, s.nbytes, ptr in outputs)
+        if s.owner == "new"
+        else Saved(s.owner, tuple(inputs[s.owner].shape), s.dtype, inputs[s.owner].untyped_storage().nbytes())
+        for ptr, s in kept.items()
+    ]
 
 
 def jax_saved(fn, inputs: dict, diff: tuple) -> list:
@@ -109,12 +125,12 @@ def jax_saved(fn, inputs: dict, diff: tuple) -> list:
     for leaf in jax.tree_util.tree_leaves(vjp_fn):
         if isinstance(leaf, jax.Array) and leaf.unsafe_buffer_pointer() not in kept:
             ptr = leaf.unsafe_buffer_pointer()
-            kept[ptr] = Saved(owners.get(ptr, "new"), tuple(leaf.shape), str(leaf.dtype), int(leaf.nbytes),
-                              ptr in outputs)
+            kept[ptr] = Saved(owners.get(ptr, "new"), tuple(leaf.shape), str(leaf.dtype), int(leaf.nbytes), ptr in outputs)
     return list(kept.values())
 
 
 # --- the cases ---------------------------------------------------------------------------
+
 
 def _shape(*dims) -> str:
     return "x".join(map(str, dims))
@@ -146,6 +162,7 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
         def f(x):
             g, u = x.chunk(2, -1)
             return act(g) * u
+
         return f
 
     def causal_unfused(x):
@@ -156,40 +173,81 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
     n, h, v = FLCE
     b, s, heads, d = ROPE
     specs = [
-        ("rms_norm", _shape(ROWS, H), "elem", lambda: dict(x=t(ROWS, H), weight=t(H)),
-         lambda x, weight: ft.rms_norm(x, weight, 1e-6), lambda x, weight: F.rms_norm(x, (H,), weight, 1e-6)),
-        ("layer_norm", _shape(ROWS, H), "elem", lambda: dict(x=t(ROWS, H), weight=t(H), bias=t(H)),
-         lambda x, weight, bias: ft.layer_norm(x, weight, bias),
-         lambda x, weight, bias: F.layer_norm(x, (H,), weight, bias)),
-        ("add_rms_norm", _shape(ROWS, H), "elem", lambda: dict(x=t(ROWS, H), residual=t(ROWS, H), weight=t(H)),
-         lambda x, residual, weight: ft.add_rms_norm(x, residual, weight),
-         add_rms_unfused),
+        (
+            "rms_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), weight=t(H)),
+            lambda x, weight: ft.rms_norm(x, weight, 1e-6),
+            lambda x, weight: F.rms_norm(x, (H,), weight, 1e-6),
+        ),
+        (
+            "layer_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), weight=t(H), bias=t(H)),
+            lambda x, weight, bias: ft.layer_norm(x, weight, bias),
+            lambda x, weight, bias: F.layer_norm(x, (H,), weight, bias),
+        ),
+        (
+            "add_rms_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), residual=t(ROWS, H), weight=t(H)),
+            lambda x, residual, weight: ft.add_rms_norm(x, residual, weight),
+            add_rms_unfused,
+        ),
         ("swiglu", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)), ft.swiglu, glu(F.silu)),
-        ("geglu tanh", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)),
-         lambda x: ft.geglu(x, "tanh"), glu(lambda g: F.gelu(g, approximate="tanh"))),
-        ("softmax", _shape(*SOFTMAX), "elem", lambda: dict(x=t(*SOFTMAX)),
-         ft.softmax, lambda x: torch.softmax(x, -1)),
-        ("softmax causal", _shape(*SOFTMAX), "elem", lambda: dict(x=t(*SOFTMAX)),
-         lambda x: ft.softmax(x, SCALE, causal=True), causal_unfused),
-        ("rope", _shape(*ROPE), "elem", lambda: dict(x=t(*ROPE), cos=t(s, d, grad=False), sin=t(s, d, grad=False)),
-         ft.rope, lambda x, cos, sin: x * cos[:, None] + rotate_half(x) * sin[:, None]),
-        ("cross_entropy", _shape(TOKENS, VOCAB), "token",
-         lambda: dict(logits=t(TOKENS, VOCAB), target=ids(TOKENS, VOCAB)),
-         ft.cross_entropy, lambda logits, target: F.cross_entropy(logits, target)),
+        (
+            "geglu tanh",
+            _shape(ROWS, 2 * H),
+            "elem",
+            lambda: dict(x=t(ROWS, 2 * H)),
+            lambda x: ft.geglu(x, "tanh"),
+            glu(lambda g: F.gelu(g, approximate="tanh")),
+        ),
+        ("softmax", _shape(*SOFTMAX), "elem", lambda: dict(x=t(*SOFTMAX)), ft.softmax, lambda x: torch.softmax(x, -1)),
+        (
+            "softmax causal",
+            _shape(*SOFTMAX),
+            "elem",
+            lambda: dict(x=t(*SOFTMAX)),
+            lambda x: ft.softmax(x, SCALE, causal=True),
+            causal_unfused,
+        ),
+        (
+            "rope",
+            _shape(*ROPE),
+            "elem",
+            lambda: dict(x=t(*ROPE), cos=t(s, d, grad=False), sin=t(s, d, grad=False)),
+            ft.rope,
+            lambda x, cos, sin: x * cos[:, None] + rotate_half(x) * sin[:, None],
+        ),
+        (
+            "cross_entropy",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(logits=t(TOKENS, VOCAB), target=ids(TOKENS, VOCAB)),
+            ft.cross_entropy,
+            lambda logits, target: F.cross_entropy(logits, target),
+        ),
     ]
     for reduction in ("mean", "none"):
-        specs.append((f"fused_linear_cross_entropy {reduction}", FLCE_SHAPE, "token",
-                      lambda: dict(hidden=t(n, h), weight=t(v, h), target=ids(n, v)),
-                      lambda hidden, weight, target, r=reduction: ft.fused_linear_cross_entropy(hidden, weight, target,
-                                                                                                reduction=r),
-                      lambda hidden, weight, target, r=reduction: F.cross_entropy(hidden @ weight.T, target,
-                                                                                  reduction=r)))
+        specs.append(
+            (
+                f"fused_linear_cross_entropy {reduction}",
+                FLCE_SHAPE,
+                "token",
+                lambda: dict(hidden=t(n, h), weight=t(v, h), target=ids(n, v)),
+                lambda hidden, weight, target, r=reduction: ft.fused_linear_cross_entropy(hidden, weight, target, reduction=r),
+                lambda hidden, weight, target, r=reduction: F.cross_entropy(hidden @ weight.T, target, reduction=r),
+            )
+        )
     cases = []
     for op, shape, per, make, fused, unfused in specs:
         inputs = make()
         count = next(iter(inputs.values())).shape[0] if per == "token" else next(iter(inputs.values())).numel()
-        cases.append(Case("torch", op, dtype_name, shape, per, count, torch_saved(fused, inputs),
-                          torch_saved(unfused, inputs)))
+        cases.append(Case("torch", op, dtype_name, shape, per, count, torch_saved(fused, inputs), torch_saved(unfused, inputs)))
     return cases
 
 
@@ -221,6 +279,7 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
         def f(x):
             g, u = jnp.split(x, 2, axis=-1)
             return act(g) * u
+
         return f
 
     def causal_unfused(x):
@@ -240,42 +299,102 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
     n, h, v = FLCE
     b, s, heads, d = ROPE
     specs = [
-        ("rms_norm", _shape(ROWS, H), "elem", lambda: dict(x=t(ROWS, H), weight=t(H)), ("x", "weight"),
-         lambda x, weight: fj.rms_norm(x, weight, 1e-6), rms),
-        ("layer_norm", _shape(ROWS, H), "elem", lambda: dict(x=t(ROWS, H), weight=t(H), bias=t(H)),
-         ("x", "weight", "bias"), fj.layer_norm, layer),
-        ("add_rms_norm", _shape(ROWS, H), "elem", lambda: dict(x=t(ROWS, H), residual=t(ROWS, H), weight=t(H)),
-         ("x", "residual", "weight"), fj.add_rms_norm,
-         add_rms_unfused),
-        ("swiglu", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)), ("x",), fj.swiglu,
-         glu(jax.nn.silu)),
-        ("geglu tanh", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)), ("x",),
-         lambda x: fj.geglu(x, "tanh"), glu(lambda g: jax.nn.gelu(g, approximate=True))),
-        ("softmax", _shape(*SOFTMAX), "elem", lambda: dict(x=t(*SOFTMAX)), ("x",), fj.softmax,
-         lambda x: jax.nn.softmax(x, axis=-1)),
-        ("softmax causal", _shape(*SOFTMAX), "elem", lambda: dict(x=t(*SOFTMAX)), ("x",),
-         lambda x: fj.softmax(x, SCALE, causal=True), causal_unfused),
-        ("rope", _shape(*ROPE), "elem", lambda: dict(x=t(*ROPE), cos=t(s, d), sin=t(s, d)), ("x",), fj.rope,
-         rope_unfused),
-        ("cross_entropy", _shape(TOKENS, VOCAB), "token",
-         lambda: dict(logits=t(TOKENS, VOCAB), target=jax.random.randint(next(keys), (TOKENS,), 0, VOCAB)),
-         ("logits",), fj.cross_entropy, ce),
+        (
+            "rms_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), weight=t(H)),
+            ("x", "weight"),
+            lambda x, weight: fj.rms_norm(x, weight, 1e-6),
+            rms,
+        ),
+        (
+            "layer_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), weight=t(H), bias=t(H)),
+            ("x", "weight", "bias"),
+            fj.layer_norm,
+            layer,
+        ),
+        (
+            "add_rms_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), residual=t(ROWS, H), weight=t(H)),
+            ("x", "residual", "weight"),
+            fj.add_rms_norm,
+            add_rms_unfused,
+        ),
+        ("swiglu", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)), ("x",), fj.swiglu, glu(jax.nn.silu)),
+        (
+            "geglu tanh",
+            _shape(ROWS, 2 * H),
+            "elem",
+            lambda: dict(x=t(ROWS, 2 * H)),
+            ("x",),
+            lambda x: fj.geglu(x, "tanh"),
+            glu(lambda g: jax.nn.gelu(g, approximate=True)),
+        ),
+        (
+            "softmax",
+            _shape(*SOFTMAX),
+            "elem",
+            lambda: dict(x=t(*SOFTMAX)),
+            ("x",),
+            fj.softmax,
+            lambda x: jax.nn.softmax(x, axis=-1),
+        ),
+        (
+            "softmax causal",
+            _shape(*SOFTMAX),
+            "elem",
+            lambda: dict(x=t(*SOFTMAX)),
+            ("x",),
+            lambda x: fj.softmax(x, SCALE, causal=True),
+            causal_unfused,
+        ),
+        ("rope", _shape(*ROPE), "elem", lambda: dict(x=t(*ROPE), cos=t(s, d), sin=t(s, d)), ("x",), fj.rope, rope_unfused),
+        (
+            "cross_entropy",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(logits=t(TOKENS, VOCAB), target=jax.random.randint(next(keys), (TOKENS,), 0, VOCAB)),
+            ("logits",),
+            fj.cross_entropy,
+            ce,
+        ),
     ]
     for reduction in ("mean", "none"):
-        specs.append((f"fused_linear_cross_entropy {reduction}", FLCE_SHAPE, "token",
-                      lambda: dict(hidden=t(n, h), weight=t(v, h), target=jax.random.randint(next(keys), (n,), 0, v)),
-                      ("hidden", "weight"),
-                      lambda hidden, weight, target, r=reduction: fj.fused_linear_cross_entropy(hidden, weight, target,
-                                                                                                reduction=r),
-                      lambda hidden, weight, target, r=reduction: ce(hidden @ weight.T, target, r)))
+        specs.append(
+            (
+                f"fused_linear_cross_entropy {reduction}",
+                FLCE_SHAPE,
+                "token",
+                lambda: dict(hidden=t(n, h), weight=t(v, h), target=jax.random.randint(next(keys), (n,), 0, v)),
+                ("hidden", "weight"),
+                lambda hidden, weight, target, r=reduction: fj.fused_linear_cross_entropy(hidden, weight, target, reduction=r),
+                lambda hidden, weight, target, r=reduction: ce(hidden @ weight.T, target, r),
+            )
+        )
     dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     cases = []
     for op, shape, per, make, diff, fused, unfused in specs:
         inputs = {name: jax.device_put(a, dev) for name, a in make().items()}
         first = next(iter(inputs.values()))
         count = first.shape[0] if per == "token" else first.size
-        cases.append(Case("jax", op, dtype_name, shape, per, count, jax_saved(fused, inputs, diff),
-                          jax_saved(jax.jit(unfused), inputs, diff)))
+        cases.append(
+            Case(
+                "jax",
+                op,
+                dtype_name,
+                shape,
+                per,
+                count,
+                jax_saved(fused, inputs, diff),
+                jax_saved(jax.jit(unfused), inputs, diff),
+            )
+        )
     return cases
 
 
@@ -286,6 +405,7 @@ def measure(layer: str, dtypes=DTYPES, device: str = "cpu") -> list:
 
 
 # --- the table ---------------------------------------------------------------------------
+
 
 def _num(v: float) -> str:
     return f"{v:.3f}".rstrip("0").rstrip(".")
@@ -301,8 +421,16 @@ def cells(case: Case) -> list:
     """One row of the table, COLUMNS' cells as strings (bytes per element of x / per token)."""
     fi, fn = split(case.fuselet)
     ui, un = split(case.unfused)
-    return [case.layer, case.op, case.dtype, case.shape, case.per, *(_num(b / case.count) for b in (fi, fn, ui, un)),
-            _ratio(fn, un), _ratio(fi + fn, ui + un)]
+    return [
+        case.layer,
+        case.op,
+        case.dtype,
+        case.shape,
+        case.per,
+        *(_num(b / case.count) for b in (fi, fn, ui, un)),
+        _ratio(fn, un),
+        _ratio(fi + fn, ui + un),
+    ]
 
 
 def text_table(cases: list) -> str:
@@ -324,8 +452,9 @@ def main() -> None:
     parser.add_argument("--framework", choices=["torch", "jax", "all"], default="all")
     parser.add_argument("--markdown", action="store_true", help="print the table of docs/ops.md instead of the text tables")
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--output", help="where the text tables are written too (default: "
-                        "results/bench_memory-DEVICE.txt; 'none': nowhere)")
+    parser.add_argument(
+        "--output", help="where the text tables are written too (default: results/bench_memory-DEVICE.txt; 'none': nowhere)"
+    )
     args = parser.parse_args()
     layers = ["torch", "jax"] if args.framework == "all" else [args.framework]
     results = {layer: measure(layer, device=args.device) for layer in layers}
@@ -334,16 +463,23 @@ def main() -> None:
         return
     import importlib
 
-    command = ("python benchmarks/bench_memory.py" + ("" if args.framework == "all" else f" --framework {args.framework}")
-               + ("" if args.device == "cpu" else f" --device {args.device}"))
-    parts = [f"# {command}"
-             + "   (sizes counted, not timed: the same on every run with these framework versions)",
-             "# bytes kept for the backward per element of x (per token for the losses); inputs: the storages of the "
-             "op's inputs; new: the others; ratios fuselet / unfused"]
+    command = (
+        "python benchmarks/bench_memory.py"
+        + ("" if args.framework == "all" else f" --framework {args.framework}")
+        + ("" if args.device == "cpu" else f" --device {args.device}")
+    )
+    parts = [
+        f"# {command}" + "   (sizes counted, not timed: the same on every run with these framework versions)",
+        "# bytes kept for the backward per element of x (per token for the losses); inputs: the storages of the "
+        "op's inputs; new: the others; ratios fuselet / unfused",
+    ]
     for layer, cases in results.items():
         mod = importlib.import_module(layer)
-        parts += ["", f"{'PyTorch' if layer == 'torch' else 'JAX'} {mod.__version__}: fuselet.{layer} vs the unfused "
-                  f"expression", text_table(cases)]
+        parts += [
+            "",
+            f"{'PyTorch' if layer == 'torch' else 'JAX'} {mod.__version__}: fuselet.{layer} vs the unfused expression",
+            text_table(cases),
+        ]
     text = "\n".join(parts) + "\n"
     print(text, end="")
     if args.output != "none":

@@ -15,6 +15,7 @@ the machines this runs on are noisy, so read the ratios, not the times.
     python benchmarks/bench_norm.py [--framework torch|jax|all] [--device cpu|cuda] [--quick]
                                     [--plot PATH|none]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -85,12 +86,19 @@ def bench_torch(device: str, op: str, shape, dtype_name: str, repeats: int) -> d
     def clone() -> float:
         with torch.no_grad():
             return median_seconds(lambda: x.clone(), sync, repeats)
+
     before = clone()
     fns = [("fuselet.torch", ours), ("torch eager", eager), ("torch.compile", compiled)]
     lg = common.liger(device)
     if lg is not None:  # in_place=False: its backward would overwrite dy, which every call reuses
-        fns.append(("liger", (lambda: lg.liger_rms_norm(x, w, 1e-6, in_place=False)) if op == "rms_norm"
-                    else (lambda: lg.liger_layer_norm(x, w, b, 1e-5))))
+        fns.append(
+            (
+                "liger",
+                (lambda: lg.liger_rms_norm(x, w, 1e-6, in_place=False))
+                if op == "rms_norm"
+                else (lambda: lg.liger_layer_norm(x, w, b, 1e-5)),
+            )
+        )
     for name, f in fns:
         with torch.no_grad():
             fwd = median_seconds(f, sync, repeats)
@@ -135,6 +143,7 @@ def bench_jax(device: str, op: str, shape, dtype_name: str, repeats: int) -> dic
         def vjp(x, w, b, f=f):
             y, pull = jax.vjp(lambda x, w: f(x, w, b), x, w)
             return pull(dy)
+
         fwd_bwd = jax.jit(vjp)
         out[name] = {
             "fwd": median_seconds(lambda f=fwd: f(x, w, b).block_until_ready(), lambda: None, repeats),
@@ -157,8 +166,16 @@ def measure(frameworks, device: str, shapes, dtypes, repeats: int) -> list[dict]
                         times.setdefault(name, t)
                 clone = times.pop("clone")["fwd"]
                 for kind in PASSES:
-                    rows.append({"op": op, "shape": shape, "dtype": dtype, "pass": kind, "clone": clone,
-                                 "times": {k: v[kind] for k, v in times.items()}})
+                    rows.append(
+                        {
+                            "op": op,
+                            "shape": shape,
+                            "dtype": dtype,
+                            "pass": kind,
+                            "clone": clone,
+                            "times": {k: v[kind] for k, v in times.items()},
+                        }
+                    )
     return rows
 
 
@@ -172,10 +189,12 @@ def table(title: str, rows: list[dict], runs=None) -> None:
     ours = [n for n in OURS if n in rows[0]["times"]]
     peers = [n for n in PEERS if n in rows[0]["times"]]
     print(f"\n{title}")
-    head = (f"{'op':<11}{'shape':>14}{'dtype':>10}{'pass':>9}"
-            + "".join(f"{n:>15}" for n in ours + peers)
-            + "".join(f"{'best/' + n.split('.')[1]:>13}" for n in ours)
-            + "".join(f"{'bw ' + n.split('.')[1]:>10}" for n in ours))
+    head = (
+        f"{'op':<11}{'shape':>14}{'dtype':>10}{'pass':>9}"
+        + "".join(f"{n:>15}" for n in ours + peers)
+        + "".join(f"{'best/' + n.split('.')[1]:>13}" for n in ours)
+        + "".join(f"{'bw ' + n.split('.')[1]:>10}" for n in ours)
+    )
     print(head)
     print("-" * len(head))
     ratios = {n: [] for n in ours}
@@ -184,18 +203,21 @@ def table(title: str, rows: list[dict], runs=None) -> None:
         line = f"{r['op']:<11}{str(r['shape']):>14}{r['dtype']:>10}{r['pass']:>9}"
         line += "".join(f"{t[n] * 1e6:>13.1f}us" for n in ours + peers)
         for n in ours:
-            value, spread = common.ratio(rows, runs, i, lambda row, n=n: min(row["times"][p] for p in peers)
-                                         / row["times"][n])
+            value, spread = common.ratio(rows, runs, i, lambda row, n=n: min(row["times"][p] for p in peers) / row["times"][n])
             ratios[n].append(value)
             line += f"{value:>12.2f}x{spread}"
         line += "".join(f"{bandwidth_fraction(r, n):>10.2f}" for n in ours)
         print(line)
     for n in ours:
         rs = ratios[n]
-        print(f"{n}: geometric-mean ratio best peer/fuselet {statistics.geometric_mean(rs):.2f}x over {len(rs)} "
-              f"cases; >= 1.0 in {sum(x >= 1.0 for x in rs)} of {len(rs)}; lowest {min(rs):.2f}x")
-    print("best/torch, best/jax: the fastest of " + ", ".join(peers) + " over fuselet's time through that layer; "
-          "bw: fuselet's bytes per second over x.clone()'s")
+        print(
+            f"{n}: geometric-mean ratio best peer/fuselet {statistics.geometric_mean(rs):.2f}x over {len(rs)} "
+            f"cases; >= 1.0 in {sum(x >= 1.0 for x in rs)} of {len(rs)}; lowest {min(rs):.2f}x"
+        )
+    print(
+        "best/torch, best/jax: the fastest of " + ", ".join(peers) + " over fuselet's time through that layer; "
+        "bw: fuselet's bytes per second over x.clone()'s"
+    )
 
 
 def plot(rows: list[dict], title: str, path: Path) -> None:
@@ -208,13 +230,11 @@ def plot(rows: list[dict], title: str, path: Path) -> None:
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
     panels = [(op, kind) for op in OPS for kind in PASSES]
     names = [n for n in OURS + PEERS if n in rows[0]["times"]]
-    fig, axes = plt.subplots(len(panels), len(dtypes), figsize=(5 * len(dtypes), 3.2 * len(panels)),
-                             squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(panels), len(dtypes), figsize=(5 * len(dtypes), 3.2 * len(panels)), squeeze=False, sharex=True)
     for i, (op, kind) in enumerate(panels):
         for j, dtype in enumerate(dtypes):
             ax = axes[i][j]
-            sel = sorted((r for r in rows if (r["op"], r["pass"], r["dtype"]) == (op, kind, dtype)),
-                         key=lambda r: r["shape"][-1])
+            sel = sorted((r for r in rows if (r["op"], r["pass"], r["dtype"]) == (op, kind, dtype)), key=lambda r: r["shape"][-1])
             hidden = [r["shape"][-1] for r in sel]
             for n in names:
                 style = "-o" if n in OURS else "--x"
@@ -265,14 +285,20 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--repeats", type=int, default=7, help="timed batches per case (median is reported)")
     parser.add_argument("--quick", action="store_true", help="two shapes, float32 only")
-    parser.add_argument("--plot", default=None,
-                        help="PNG to draw (default benchmarks/results/bench_norm-DEVICE.png; 'none': no plot)")
+    parser.add_argument(
+        "--plot", default=None, help="PNG to draw (default benchmarks/results/bench_norm-DEVICE.png; 'none': no plot)"
+    )
     common.add_process_args(parser)
     args = parser.parse_args()
     if args.repeats < 1:
         parser.error(f"--repeats: expected an integer >= 1, got {args.repeats}")
-    plot_path = None if args.plot == "none" or args.record else Path(args.plot) if args.plot else \
-        RESULTS / f"bench_norm-{args.device}.png"
+    plot_path = (
+        None
+        if args.plot == "none" or args.record
+        else Path(args.plot)
+        if args.plot
+        else RESULTS / f"bench_norm-{args.device}.png"
+    )
     tables = common.in_processes(args, __file__, sys.argv[1:])
     if tables is not None:
         for title, rows, _, runs in tables:
@@ -297,8 +323,7 @@ def main() -> None:
         import jax
 
         versions.append(f"JAX {jax.__version__}")
-    title = f"{', '.join(versions)} on {args.device}: fuselet vs " + ", ".join(
-        n for n in PEERS if n in rows[0]["times"])
+    title = f"{', '.join(versions)} on {args.device}: fuselet vs " + ", ".join(n for n in PEERS if n in rows[0]["times"])
     table(title, rows)
     if plot_path:
         plot(rows, title, plot_path)

@@ -12,6 +12,7 @@ runs on are noisy, so read the ratios, not the times.
     python benchmarks/bench_ops.py [--family add_norm|glu|softmax|all] [--framework torch|jax|all]
                                    [--device cpu|cuda] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,8 +30,14 @@ FAMILIES = {"add_norm": ("add_rms_norm",), "glu": ("swiglu", "geglu"), "softmax"
 # add_rms_norm: x, residual -> y, residual_out; then dy, d(residual_out), residual_out -> dx (= dresidual).
 # GLUs: x -> y (half of x); then x, dy -> dx. softmax: x -> y; then y, dy -> dx. cross_entropy: the logits
 # -> a loss per row; then the logits -> dlogits.
-TRAFFIC = {"add_rms_norm": (4, 8), "swiglu": (1.5, 4), "geglu": (1.5, 4), "softmax": (2, 5), "softmax_causal": (2, 5),
-           "cross_entropy": (1, 3)}
+TRAFFIC = {
+    "add_rms_norm": (4, 8),
+    "swiglu": (1.5, 4),
+    "geglu": (1.5, 4),
+    "softmax": (2, 5),
+    "softmax_causal": (2, 5),
+    "cross_entropy": (1, 3),
+}
 
 
 def _ratio(row) -> float:
@@ -46,21 +53,28 @@ def bandwidth(op: str, kind: str, seconds: float, clone: float) -> float:
 @common.recorded
 def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> list[float]:
     print(f"\n{title}")
-    head = (f"{'op':<15}{'shape':>14}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'bw':>6}"
-            + "".join(f"{p:>12}" for p in peers) + f"{'peer/fuselet':>14}")
+    head = (
+        f"{'op':<15}{'shape':>14}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'bw':>6}"
+        + "".join(f"{p:>12}" for p in peers)
+        + f"{'peer/fuselet':>14}"
+    )
     print(head)
     print("-" * len(head))
     ratios = []
     for i, (op, shape, dtype, kind, bw, ours, *theirs) in enumerate(rows):
         ratio, spread = common.ratio(rows, runs, i, _ratio)
         ratios.append(ratio)
-        print(f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us{bw:>6.2f}"
-              + "".join(f"{t * 1e6:>10.1f}us" if t is not None else f"{'-':>12}" for t in theirs)
-              + f"{ratio:>13.2f}x"
-              + spread)
+        print(
+            f"{op:<15}{str(shape):>14}{dtype:>10}{kind:>9}{ours * 1e6:>10.1f}us{bw:>6.2f}"
+            + "".join(f"{t * 1e6:>10.1f}us" if t is not None else f"{'-':>12}" for t in theirs)
+            + f"{ratio:>13.2f}x"
+            + spread
+        )
     met = sum(r >= 1.0 for r in ratios)
-    print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases; "
-          f"ratio >= 1.0 in {met} of {len(rows)}")
+    print(
+        f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases; "
+        f"ratio >= 1.0 in {met} of {len(rows)}"
+    )
     return ratios
 
 
@@ -82,6 +96,7 @@ def torch_cases(ops, shape, dtype, device):
         def unfused(x=x, r=r, w=w):
             res = x + r
             return F.rms_norm(res, (h,), w, 1e-6), res
+
         out["add_rms_norm"] = ((x, r, w), lambda x=x, r=r, w=w: ft.add_rms_norm(x, r, w, 1e-6), unfused)
     for op, fused, act in (("swiglu", ft.swiglu, F.silu), ("geglu", ft.geglu, F.gelu)):
         if op in ops:
@@ -90,6 +105,7 @@ def torch_cases(ops, shape, dtype, device):
             def unfused(x=x, act=act):
                 g, u = x.chunk(2, -1)
                 return act(g) * u
+
             out[op] = ((x,), lambda x=x, fused=fused: fused(x), unfused)
     if "softmax" in ops:
         x = t(rows, h)
@@ -97,8 +113,11 @@ def torch_cases(ops, shape, dtype, device):
     if "softmax_causal" in ops:
         x = t(1, rows, h)
         mask = torch.ones(rows, h, dtype=torch.bool, device=device).tril(h - rows)
-        out["softmax_causal"] = ((x,), lambda x=x: ft.softmax(x, 0.125, causal=True),
-                                 lambda x=x: torch.softmax((x * 0.125).masked_fill(~mask, -math.inf), -1))
+        out["softmax_causal"] = (
+            (x,),
+            lambda x=x: ft.softmax(x, 0.125, causal=True),
+            lambda x=x: torch.softmax((x * 0.125).masked_fill(~mask, -math.inf), -1),
+        )
     return out
 
 
@@ -125,20 +144,26 @@ def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                         out = f()
                         outs = out if isinstance(out, tuple) else (out,)
                         torch.autograd.grad(outs, inputs, [torch.ones_like(o) for o in outs])
+
                     return run
+
                 t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
                 rows.append((op, shape, dtype_name, "fwd+bwd", bandwidth(op, "fwd+bwd", t[0], clone), *t))
                 if lg is not None and op == "swiglu":  # Liger's takes gate and up as two contiguous tensors
                     gate, up = (p.detach().contiguous().requires_grad_(True) for p in inputs[0].chunk(2, -1))
-                    liger_fn = (lambda g=gate, u=up: lg.liger_swiglu(g, u))
+                    liger_fn = lambda g=gate, u=up: lg.liger_swiglu(g, u)
                     with torch.no_grad():
                         rows[-2] += (median_seconds(liger_fn, sync, repeats),)
                     rows[-1] += (median_seconds(fwd_bwd(liger_fn, (gate, up)), sync, repeats),)
                 elif lg is not None:  # no Liger op (its GeGLU is the tanh approximation: another function)
                     rows[-2], rows[-1] = rows[-2] + (None,), rows[-1] + (None,)
     peers = ("eager", "compile") + (("liger",) if lg is not None else ())
-    return table(f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
-                 f"expression, eager and torch.compile" + (", and Liger-Kernel" if lg is not None else ""), rows, peers)
+    return table(
+        f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
+        f"expression, eager and torch.compile" + (", and Liger-Kernel" if lg is not None else ""),
+        rows,
+        peers,
+    )
 
 
 def jax_cases(ops, shape, dtype, dev):
@@ -154,29 +179,38 @@ def jax_cases(ops, shape, dtype, dev):
         return jax.device_put(jax.random.normal(keys[i], s, dtype), dev)
 
     if "add_rms_norm" in ops:
+
         def unfused_add(x, r, w):
             res = x + r
             rf = res.astype(jnp.float32)
             return (rf * jax.lax.rsqrt(jnp.mean(rf * rf, -1, keepdims=True) + 1e-6)).astype(x.dtype) * w, res
-        out["add_rms_norm"] = ((t(0, rows, h), t(1, rows, h), t(2, h)),
-                               lambda x, r, w: fj.add_rms_norm(x, r, w, 1e-6), unfused_add)
+
+        out["add_rms_norm"] = (
+            (t(0, rows, h), t(1, rows, h), t(2, h)),
+            lambda x, r, w: fj.add_rms_norm(x, r, w, 1e-6),
+            unfused_add,
+        )
 
     def glu(act):
         def f(x):
             g, u = jnp.split(x, 2, axis=-1)
             return act(g) * u
+
         return f
+
     if "swiglu" in ops:
         out["swiglu"] = ((t(0, rows, h),), fj.swiglu, glu(jax.nn.silu))
     if "geglu" in ops:
         out["geglu"] = ((t(0, rows, h),), fj.geglu, glu(lambda g: jax.nn.gelu(g, approximate=False)))
     if "softmax" in ops:
-        out["softmax"] = ((t(0, rows, h),), lambda x: fj.softmax(x, 0.125),
-                          lambda x: jax.nn.softmax(x * 0.125, axis=-1))
+        out["softmax"] = ((t(0, rows, h),), lambda x: fj.softmax(x, 0.125), lambda x: jax.nn.softmax(x * 0.125, axis=-1))
     if "softmax_causal" in ops:
         mask = jnp.tril(jnp.ones((rows, h), bool), h - rows)
-        out["softmax_causal"] = ((t(0, 1, rows, h),), lambda x: fj.softmax(x, 0.125, causal=True),
-                                 lambda x: jax.nn.softmax(jnp.where(mask, x * 0.125, -jnp.inf), axis=-1))
+        out["softmax_causal"] = (
+            (t(0, 1, rows, h),),
+            lambda x: fj.softmax(x, 0.125, causal=True),
+            lambda x: jax.nn.softmax(jnp.where(mask, x * 0.125, -jnp.inf), axis=-1),
+        )
     return out
 
 
@@ -199,12 +233,15 @@ def bench_jax(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
                     def g(*a):
                         out = f(*a)
                         return sum(jnp.sum(o.astype(jnp.float32)) for o in (out if isinstance(out, tuple) else (out,)))
+
                     return g
+
                 grads = [jax.jit(jax.grad(loss(f), tuple(range(len(args))))) for f in (ours, unfused)]
                 t = [median_seconds(lambda g=g: jax.block_until_ready(g(*args)), lambda: None, repeats) for g in grads]
                 rows.append((op, shape, dtype_name, "fwd+bwd", bandwidth(op, "fwd+bwd", t[0], clone), *t))
-    return table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the unfused jax.numpy expression",
-                 rows, ("jax.jit",))
+    return table(
+        f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the unfused jax.numpy expression", rows, ("jax.jit",)
+    )
 
 
 def main() -> None:

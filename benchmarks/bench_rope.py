@@ -9,6 +9,7 @@ fuselet is faster). Medians of --repeats timed batches; the machines this runs o
 
     python benchmarks/bench_rope.py [--framework torch|jax|all] [--device cpu|cuda] [--repeats N] [--quick]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,17 +31,23 @@ def _ratio(row) -> float:
 @common.recorded
 def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> None:
     print(f"\n{title}")
-    head = (f"{'shape':>20}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'GB/s':>8}"
-            + "".join(f"{p:>12}" for p in peers) + f"{'peer/fuselet':>14}")
+    head = (
+        f"{'shape':>20}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'GB/s':>8}"
+        + "".join(f"{p:>12}" for p in peers)
+        + f"{'peer/fuselet':>14}"
+    )
     print(head)
     print("-" * len(head))
     ratios = []
     for i, (shape, dtype, kind, nbytes, ours, *theirs) in enumerate(rows):
         ratio, spread = common.ratio(rows, runs, i, _ratio)
         ratios.append(ratio)
-        print(f"{str(shape):>20}{dtype:>10}{kind:>9}{ours * 1e3:>10.2f}ms{nbytes / ours / 1e9:>8.1f}"
-              + "".join(f"{t * 1e3:>10.2f}ms" for t in theirs) + f"{ratio:>13.2f}x"
-              + spread)
+        print(
+            f"{str(shape):>20}{dtype:>10}{kind:>9}{ours * 1e3:>10.2f}ms{nbytes / ours / 1e9:>8.1f}"
+            + "".join(f"{t * 1e3:>10.2f}ms" for t in theirs)
+            + f"{ratio:>13.2f}x"
+            + spread
+        )
     print(f"geometric-mean ratio peer/fuselet: {statistics.geometric_mean(ratios):.2f}x over {len(rows)} cases")
 
 
@@ -76,10 +83,15 @@ def bench_torch(device: str, shape, dtypes, repeats: int) -> None:
 
         def fwd_bwd(f, x=x, dy=dy):
             return lambda: torch.autograd.grad(f(), (x,), dy)
+
         t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
         rows.append((shape, dtype_name, "fwd+bwd", bytes_moved(shape, x.element_size(), "fwd+bwd"), *t))
-    table(f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
-          f"rotate_half expression, eager and torch.compile", rows, ("eager", "compile"))
+    table(
+        f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
+        f"rotate_half expression, eager and torch.compile",
+        rows,
+        ("eager", "compile"),
+    )
 
 
 def bench_jax(device: str, shape, dtypes, repeats: int) -> None:
@@ -108,6 +120,7 @@ def bench_jax(device: str, shape, dtypes, repeats: int) -> None:
 
         def grad(f):
             return jax.jit(jax.grad(lambda x, c, s: jnp.sum(f(x, c, s).astype(jnp.float32))))
+
         grads = [grad(f) for f in fns]
         t = [median_seconds(lambda g=g: jax.block_until_ready(g(*args)), lambda: None, repeats) for g in grads]
         rows.append((shape, dtype_name, "fwd+bwd", bytes_moved(shape, itemsize, "fwd+bwd"), *t))

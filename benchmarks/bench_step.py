@@ -27,6 +27,7 @@ fuselet / stock, and a PNG draws both.
         [--models llama,gemma] [--modes eager,compile] [--precisions float32,autocast,bfloat16]
         [--processes 3] [--steps 3] [--plot PATH|none]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,16 @@ IMPLS = {"torch": ("stock", "fuselet"), "jax": ("jax.numpy", "fuselet.jax")}
 
 def size(args) -> dict:
     b, s, h, f, n, heads, kv, v = SIZES[args.device]
-    return dict(batch=b, seq=s, hidden=args.hidden or h, intermediate=f, layers=args.layers or n, heads=heads,
-                kv_heads=kv, vocab=args.vocab or v)
+    return dict(
+        batch=b,
+        seq=s,
+        hidden=args.hidden or h,
+        intermediate=f,
+        layers=args.layers or n,
+        heads=heads,
+        kv_heads=kv,
+        vocab=args.vocab or v,
+    )
 
 
 # --- torch: transformers models -------------------------------------------------------------
@@ -58,15 +67,19 @@ def torch_model(model: str, impl: str, precision: str, device: str, sz: dict):
     import torch
     import transformers
 
-    common_config = dict(hidden_size=sz["hidden"], intermediate_size=sz["intermediate"],
-                         num_hidden_layers=sz["layers"], num_attention_heads=sz["heads"],
-                         num_key_value_heads=sz["kv_heads"], vocab_size=sz["vocab"],
-                         max_position_embeddings=sz["seq"])
+    common_config = dict(
+        hidden_size=sz["hidden"],
+        intermediate_size=sz["intermediate"],
+        num_hidden_layers=sz["layers"],
+        num_attention_heads=sz["heads"],
+        num_key_value_heads=sz["kv_heads"],
+        vocab_size=sz["vocab"],
+        max_position_embeddings=sz["seq"],
+    )
     if model == "llama":
         config, cls = transformers.LlamaConfig(**common_config), transformers.LlamaForCausalLM
     else:
-        config = transformers.GemmaConfig(**common_config, head_dim=sz["hidden"] // sz["heads"],
-                                          hidden_act="gelu_pytorch_tanh")
+        config = transformers.GemmaConfig(**common_config, head_dim=sz["hidden"] // sz["heads"], hidden_act="gelu_pytorch_tanh")
         cls = transformers.GemmaForCausalLM
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
@@ -76,6 +89,7 @@ def torch_model(model: str, impl: str, precision: str, device: str, sz: dict):
         net = net.to(torch.bfloat16)
     if impl == "fuselet":
         import fuselet.torch as ft
+
         net = ft.transformers.fuse(net)
     return net
 
@@ -107,10 +121,10 @@ def torch_case(args, sz: dict):
             torch.cuda.reset_peak_memory_stats()
             before = torch.cuda.memory_allocated()
             step()
-            return {"step_bytes": torch.cuda.max_memory_allocated() - before,
-                    "process_bytes": torch.cuda.max_memory_allocated()}
+            return {"step_bytes": torch.cuda.max_memory_allocated() - before, "process_bytes": torch.cuda.max_memory_allocated()}
         common.isolate_allocations()
         return {"step_bytes": common.peak_rss(step), "process_bytes": common.rss_kib("VmHWM") * 1024}
+
     return step, memory
 
 
@@ -228,8 +242,8 @@ def jax_case(args, sz: dict):
 
     def memory() -> dict:
         stats = compiled.memory_analysis()
-        return {"step_bytes": stats.temp_size_in_bytes,
-                "process_bytes": stats.argument_size_in_bytes + stats.temp_size_in_bytes}
+        return {"step_bytes": stats.temp_size_in_bytes, "process_bytes": stats.argument_size_in_bytes + stats.temp_size_in_bytes}
+
     return step, memory
 
 
@@ -273,14 +287,17 @@ def plot(results: list[dict], title: str, path: Path) -> None:
         return
     groups = list(dict.fromkeys(label(r) for r in results))
     fig, axes = plt.subplots(1, 2, figsize=(11, 0.5 * len(groups) + 1.8), sharey=True)
-    for ax, key, scale, unit in ((axes[0], "seconds", 1e3, "step time, ms"),
-                                 (axes[1], "step_bytes", 2 ** -20, "peak memory of a step, MiB")):
+    for ax, key, scale, unit in (
+        (axes[0], "seconds", 1e3, "step time, ms"),
+        (axes[1], "step_bytes", 2**-20, "peak memory of a step, MiB"),
+    ):
         for offset, fuselet in ((0.2, False), (-0.2, True)):
             rows = [r for r in results if r["impl"].startswith("fuselet") == fuselet]
             ys = [groups.index(label(r)) + offset for r in rows]
             xs = [statistics.median(r[key]) * scale for r in rows]
-            bars = ax.barh(ys, xs, height=0.4, color="tab:green" if fuselet else "tab:gray",
-                           label="fuselet" if fuselet else "stock")
+            bars = ax.barh(
+                ys, xs, height=0.4, color="tab:green" if fuselet else "tab:gray", label="fuselet" if fuselet else "stock"
+            )
             ax.bar_label(bars, fmt="%.0f", padding=2, fontsize=7)
         ax.set_xlabel(unit)
         ax.set_xlim(0, max(statistics.median(r[key]) * scale for r in results) * 1.2)
@@ -295,16 +312,19 @@ def plot(results: list[dict], title: str, path: Path) -> None:
 
 
 def report(results: list[dict], args) -> None:
-    head = (f"{'framework':<10}{'model':<7}{'precision':<10}{'mode':<9}{'impl':<13}{'step ms':>24}"
-            f"{'step peak MiB':>22}{'loss':>9}")
+    head = f"{'framework':<10}{'model':<7}{'precision':<10}{'mode':<9}{'impl':<13}{'step ms':>24}{'step peak MiB':>22}{'loss':>9}"
     print(head)
     print("-" * len(head))
     for r in results:
-        print(f"{r['framework']:<10}{r['model']:<7}{r['precision']:<10}{r['mode']:<9}{r['impl']:<13}"
-              f"{common.spread(r['seconds'], 1e3):>24}{common.spread(r['step_bytes'], 2 ** -20, 0):>22}"
-              f"{statistics.median(r['loss']):>9.4f}")
-    print("\nfuselet / stock, medians (time: < 1 is faster; memory: < 1 is smaller); best = the faster of "
-          "eager and compile on each side")
+        print(
+            f"{r['framework']:<10}{r['model']:<7}{r['precision']:<10}{r['mode']:<9}{r['impl']:<13}"
+            f"{common.spread(r['seconds'], 1e3):>24}{common.spread(r['step_bytes'], 2**-20, 0):>22}"
+            f"{statistics.median(r['loss']):>9.4f}"
+        )
+    print(
+        "\nfuselet / stock, medians (time: < 1 is faster; memory: < 1 is smaller); best = the faster of "
+        "eager and compile on each side"
+    )
     groups = {}
     for r in results:
         groups.setdefault((r["framework"], r["model"], r["precision"]), []).append(r)
@@ -317,15 +337,23 @@ def report(results: list[dict], args) -> None:
                 t = statistics.median(ours["seconds"]) / statistics.median(theirs["seconds"])
                 m = statistics.median(ours["step_bytes"]) / statistics.median(theirs["step_bytes"])
                 parts.append(f"{mode}: time {t:.2f}x, memory {m:.2f}x")
-        best = {side: min((r for r in rows if r["impl"].startswith("fuselet") == side),
-                          key=lambda r: statistics.median(r["seconds"]), default=None) for side in (True, False)}
+        best = {
+            side: min(
+                (r for r in rows if r["impl"].startswith("fuselet") == side),
+                key=lambda r: statistics.median(r["seconds"]),
+                default=None,
+            )
+            for side in (True, False)
+        }
         if best[True] and best[False] and len(rows) > 2:
             ours, theirs = best[True], best[False]
             within = min(ours["seconds"]) <= max(theirs["seconds"])
-            parts.append(f"best: {ours['mode']} {statistics.median(ours['seconds']) * 1e3:.0f} ms vs "
-                         f"{theirs['mode']} {statistics.median(theirs['seconds']) * 1e3:.0f} ms = "
-                         f"{statistics.median(ours['seconds']) / statistics.median(theirs['seconds']):.2f}x"
-                         f"{' (spreads overlap)' if within else ''}")
+            parts.append(
+                f"best: {ours['mode']} {statistics.median(ours['seconds']) * 1e3:.0f} ms vs "
+                f"{theirs['mode']} {statistics.median(theirs['seconds']) * 1e3:.0f} ms = "
+                f"{statistics.median(ours['seconds']) / statistics.median(theirs['seconds']):.2f}x"
+                f"{' (spreads overlap)' if within else ''}"
+            )
         print(f"  {fw} {model} {precision}: " + "; ".join(parts))
 
 
@@ -354,18 +382,22 @@ def main() -> None:
     print(f"{len(todo)} cases x {args.processes} processes; sizes: " + ", ".join(f"{k} {v}" for k, v in sz.items()))
     results = []
     for c in todo:
-        flags = [f"--{k}={v}" for k, v in c.items()] + [
-            f"--device={args.device}", f"--steps={args.steps}", "--child=1"]
+        flags = [f"--{k}={v}" for k, v in c.items()] + [f"--device={args.device}", f"--steps={args.steps}", "--child=1"]
         flags += [f"--{k}={getattr(args, k)}" for k in ("hidden", "layers", "vocab") if getattr(args, k)]
         runs = []
         for _ in range(args.processes):
             runs.append(common.run_child(__file__, flags, env=dict(os.environ, PYTHONWARNINGS="ignore")))
         results.append({**c, **{k: [r[k] for r in runs] for k in runs[0]}})
         r = results[-1]
-        print(f"  {label(c)} {c['impl']}: {common.spread(r['seconds'], 1e3)} ms, "
-              f"{common.spread(r['step_bytes'], 2 ** -20, 0)} MiB", flush=True)
-    title = (f"training step on {args.device}: " + ", ".join(f"{k} {v}" for k, v in sz.items())
-             + f"; medians over {args.processes} processes")
+        print(
+            f"  {label(c)} {c['impl']}: {common.spread(r['seconds'], 1e3)} ms, {common.spread(r['step_bytes'], 2**-20, 0)} MiB",
+            flush=True,
+        )
+    title = (
+        f"training step on {args.device}: "
+        + ", ".join(f"{k} {v}" for k, v in sz.items())
+        + f"; medians over {args.processes} processes"
+    )
     print(f"\n{title}")
     report(results, args)
     if args.plot != "none":

@@ -5,6 +5,7 @@ A number from one process means little on machines whose fresh memory mappings c
 from one process to the next: the benchmarks run each case in several children and report the
 median over them with the spread.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,6 +72,7 @@ def pyplot():
         return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     return plt
 
 
@@ -84,19 +86,25 @@ _record: list | None = None
 
 
 def add_process_args(parser, default: int = 3) -> None:
-    parser.add_argument("--processes", type=int, default=default,
-                        help=f"child processes, each timing every case (default {default}): the tables give "
-                             "medians over them and the spread of each ratio; 1: this process alone")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=default,
+        help=f"child processes, each timing every case (default {default}): the tables give "
+        "medians over them and the spread of each ratio; 1: this process alone",
+    )
     parser.add_argument("--record", help=argparse.SUPPRESS)
 
 
 def recorded(table):
     """table(title, rows, *extra, runs=None): in a --record child, also keep its arguments."""
+
     @functools.wraps(table)
     def wrapper(title, rows, *extra, runs=None):
         if _record is not None:
             _record.append([title, rows, list(extra)])
         return table(title, rows, *extra, runs=runs)
+
     return wrapper
 
 
@@ -117,11 +125,11 @@ def in_processes(args, script: str, argv: list[str]) -> list[tuple] | None:
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.processes):
             path = Path(tmp) / f"{i}.json"
-            out = subprocess.run([sys.executable, script, *argv, "--processes", "1", "--record", str(path)],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, script, *argv, "--processes", "1", "--record", str(path)], capture_output=True, text=True
+            )
             if out.returncode != 0 or not path.exists():
-                raise RuntimeError(f"{script}: child {i} failed (rc {out.returncode}):\n{out.stdout[-2000:]}"
-                                   f"{out.stderr[-3000:]}")
+                raise RuntimeError(f"{script}: child {i} failed (rc {out.returncode}):\n{out.stdout[-2000:]}{out.stderr[-3000:]}")
             children.append(json.loads(path.read_text()))
             print(f"process {i + 1} of {args.processes} done", flush=True)
     tables = []

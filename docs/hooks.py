@@ -1,5 +1,6 @@
 """mkdocs hook: the pictures of benchmarks/results/ are served at results/<name>.png, read from
 where the benchmarks write them (no copy in docs/)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -14,6 +14,7 @@ Parametrized fixtures (request them by name):
 A framework's tests are skipped only when the framework itself is not installed; if it
 is installed and fuselet.<framework> fails to import, the tests fail.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -39,8 +40,9 @@ def pytest_configure(config):
 
 def import_layer(framework: str):
     """fuselet.<framework>; skips only if <framework> itself is not installed."""
-    pytest.importorskip(framework, reason=f"{framework} is not installed in this environment; "
-                                          f"fuselet.{framework} cannot be tested here")
+    pytest.importorskip(
+        framework, reason=f"{framework} is not installed in this environment; fuselet.{framework} cannot be tested here"
+    )
     return importlib.import_module(f"fuselet.{framework}")  # installed framework: errors fail the test
 
 
@@ -69,7 +71,7 @@ CUDA_PARAMS = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
 
 @pytest.fixture(params=CUDA_PARAMS)
 def torch_device(request) -> str:
-    """"cpu", or "cuda" where torch sees a GPU and fuselet.torch has CUDA kernels."""
+    """ "cpu", or "cuda" where torch sees a GPU and fuselet.torch has CUDA kernels."""
     if request.param == "cuda":
         torch = pytest.importorskip("torch")
         if not torch.cuda.is_available():

@@ -1,6 +1,7 @@
 """Shared by tests/torch/test_memory.py and tests/jax/test_memory.py: the measurement of
 benchmarks/bench_memory.py (the one place that counts what each op saves for the backward)
 and the table of docs/ops.md it produced."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,6 +40,9 @@ def docs_rows(layer: str) -> list:
     text = DOCS_PAGE.read_text()
     assert DOCS_HEADING in text, f"{DOCS_PAGE.relative_to(ROOT)} has no section {DOCS_HEADING!r}"
     section = text.split(DOCS_HEADING, 1)[1].split("\n## ", 1)[0]
-    rows = [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line in section.splitlines() if line.startswith("| ") and not line.startswith("| layer ")]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| layer ")
+    ]
     return [r for r in rows if r[0] == layer]

@@ -4,6 +4,7 @@ Both the torch and the jax tests compare against these functions. Feed them the 
 the kernel actually received: the low-precision inputs, cast to float64 after rounding
 (see `to_float64`). Math: csrc/core/include/fuselet/norm.h.
 """
+
 from __future__ import annotations
 
 import math
@@ -12,8 +13,7 @@ import ml_dtypes
 import numpy as np
 
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
-NUMPY_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16),
-                "bfloat16": np.dtype(ml_dtypes.bfloat16)}
+NUMPY_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
 
 # (rtol, atol) per dtype name.
 #   "out":    elementwise outputs (y, dx) and float32 statistics: float32 math, one rounding
@@ -40,8 +40,7 @@ def assert_close(actual, expected, dtype: str, kind: str = "out", rows: int = 1,
     actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
     assert actual.shape == expected.shape, f"{name}: shape {actual.shape} != reference {expected.shape}"
     rtol, atol = tolerance(dtype, kind, rows)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol,
-                               err_msg=f"{name} ({dtype}, {kind}, rows={rows})")
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=f"{name} ({dtype}, {kind}, rows={rows})")
 
 
 def to_float64(a) -> np.ndarray:
@@ -114,8 +113,7 @@ def layer_norm_bwd(dy, x, weight, eps, zero_centered=False, bias=True):
     _, mean, rstd = layer_norm_fwd(x, None, None, eps)
     xhat = (x - mean[..., None]) * rstd[..., None]
     g = dy * _scale(weight, x.shape, zero_centered)
-    dx = rstd[..., None] * (g - np.mean(g, axis=-1, keepdims=True)
-                            - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
+    dx = rstd[..., None] * (g - np.mean(g, axis=-1, keepdims=True) - xhat * np.mean(g * xhat, axis=-1, keepdims=True))
     flat = (-1, x.shape[-1])
     dweight = None if weight is None else (dy * xhat).reshape(flat).sum(axis=0)
     return dx, dweight, dy.reshape(flat).sum(axis=0) if bias else None
@@ -147,7 +145,7 @@ def _activation(g, kind: str):
         cdf = 0.5 * (1.0 + _ERF(g / math.sqrt(2.0)))
         return g * cdf, cdf + g * np.exp(-0.5 * g * g) / math.sqrt(2.0 * math.pi)
     k, c = math.sqrt(2.0 / math.pi), 0.044715
-    t = np.tanh(k * (g + c * g ** 3))
+    t = np.tanh(k * (g + c * g**3))
     return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * c * g * g)
 
 
@@ -187,7 +185,6 @@ def softmax_bwd(dy, y, scale=1.0):
     """dx = scale * y * (dy - sum(dy * y)), from the forward's output y."""
     dy, y = to_float64(dy), to_float64(y)
     return float(np.float32(scale)) * y * (dy - np.sum(dy * y, axis=-1, keepdims=True))
-
 
 
 def _rope_tables(cos, sin, x_ndim: int, bhsd: bool):
@@ -275,7 +272,7 @@ def cross_entropy_fwd(logits, target, ignore_index=-100, label_smoothing=0.0, z_
     ls, zl = float(np.float32(label_smoothing)), float(np.float32(z_loss))
     lse = _logsumexp(s)
     st = np.take_along_axis(s, t[..., None], axis=-1)[..., 0]
-    z = zl * lse ** 2
+    z = zl * lse**2
     loss = (1 - ls) * (lse - st) + ls * (lse - np.mean(s, axis=-1)) + z
     return tuple(np.where(valid, v, 0.0) for v in (loss, z, lse))
 

@@ -1,5 +1,6 @@
 """Bad arguments to the public API of both layers: the exception type, and a message that
 names the argument and what was expected (fuselet/_checks.py words it for both layers)."""
+
 from __future__ import annotations
 
 import math
@@ -154,6 +155,7 @@ def test_not_an_array(api, argument):
 
 # --- residual add + RMSNorm ---------------------------------------------------------------
 
+
 def test_add_rms_norm_residual_shape(api):
     with raises(ValueError, "residual: expected shape (2, 4) (the shape of x), got (2, 5)"):
         api.module.add_rms_norm(api.array((2, 4)), api.array((2, 5)), api.array((4,)))
@@ -180,6 +182,7 @@ def test_add_rms_norm_x_weight_eps(api):
 
 
 # --- gated linear units --------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("op", ["swiglu", "geglu"])
 def test_glu_odd_last_dim(api, op):
@@ -208,6 +211,7 @@ def test_geglu_approximate(api):
 
 
 # --- softmax ----------------------------------------------------------------------------------
+
 
 def test_softmax_bad_x(api):
     with raises(ValueError, "x: the last dimension (keys) must be > 0, got shape (2, 0)"):
@@ -240,12 +244,15 @@ def test_softmax_causal(api):
         api.module.softmax(api.array((2, 4)), causal=1)
 
 
-
 # --- rotary position embedding ------------------------------------------------------------
 
+
 def rope_args(api, x=(2, 3, 4, 8), cos=(3, 8), sin=None, dtype="float32", cos_dtype="float32", sin_dtype=None):
-    return (api.array(x, dtype), api.array(cos, cos_dtype),
-            api.array(cos if sin is None else sin, cos_dtype if sin_dtype is None else sin_dtype))
+    return (
+        api.array(x, dtype),
+        api.array(cos, cos_dtype),
+        api.array(cos if sin is None else sin, cos_dtype if sin_dtype is None else sin_dtype),
+    )
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32"])
@@ -313,6 +320,7 @@ def test_rope_table_shapes(api):
 
 # --- cross-entropy ----------------------------------------------------------------------------
 
+
 def targets(api, shape, values=None, dtype="int32"):
     values = np.zeros(shape, np.int64) if values is None else np.asarray(values)
     if api.framework == "torch":
@@ -366,8 +374,8 @@ def test_cross_entropy_ignore_index(api):
         ce(api, ignore_index=-100.0)
     with raises(TypeError, "ignore_index: expected a Python int, got bool"):
         ce(api, ignore_index=True)
-    with raises(ValueError, f"ignore_index: expected an int64, got {2 ** 63}"):
-        ce(api, ignore_index=2 ** 63)
+    with raises(ValueError, f"ignore_index: expected an int64, got {2**63}"):
+        ce(api, ignore_index=2**63)
 
 
 @pytest.mark.parametrize("value", [1.5, -0.1, math.nan])
@@ -420,6 +428,7 @@ def test_cross_entropy_fwd_bwd_grad_scale(api):
 
 # --- torch only -----------------------------------------------------------------------------
 
+
 @pytest.fixture
 def torch():
     import_layer("torch")
@@ -470,8 +479,9 @@ def test_torch_op_direct_add_rms_norm(torch):
     with raises(ValueError, "residual: expected 2 rows of 4 elements like x, got 2 rows of 3"):
         torch.ops.fuselet.add_rms_norm_fwd(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4), 1e-6)
     with raises(ValueError, "dresidual_out: expected dtype float32 (the dtype of x), got bfloat16"):
-        torch.ops.fuselet.add_rms_norm_bwd(torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4),
-                                           torch.ones(4), torch.ones(2))
+        torch.ops.fuselet.add_rms_norm_bwd(
+            torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4), torch.ones(4), torch.ones(2)
+        )
 
 
 def test_torch_op_direct_glu(torch):
@@ -515,6 +525,8 @@ def test_torch_op_direct_rope(torch):
         torch.ops.fuselet.rope_fwd(x.bfloat16(), torch.ones(3, 8, dtype=torch.float16), torch.ones(3, 8))
     with raises(ValueError, "x: expected shape [B, N, S, D] or [N, S, D], got [3, 8]"):
         torch.ops.fuselet.rope_fwd(torch.ones(3, 8), torch.ones(3, 8), torch.ones(3, 8), True)
+
+
 def test_torch_cross_entropy_only(torch):
     from fuselet.torch import cross_entropy
 

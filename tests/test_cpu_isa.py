@@ -1,5 +1,6 @@
 """The instruction set of the CPU kernels (fuselet_cpu_isa / fuselet_set_cpu_isa and the
 FUSELET_CPU_ISA environment variable): every copy of the row kernels gives the same bits."""
+
 from __future__ import annotations
 
 import ctypes
@@ -41,8 +42,7 @@ def run_python(code: str, **env) -> subprocess.CompletedProcess:
 def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
     """Forward and backward results of `op` on the inputs of ref.make_inputs, as raw bits."""
     a = ref.make_inputs(shape, dtype, seed=1)
-    t = {k: torch.from_numpy(v.astype(np.float32)).to(getattr(torch, dtype)).requires_grad_(True)
-         for k, v in a.items()}
+    t = {k: torch.from_numpy(v.astype(np.float32)).to(getattr(torch, dtype)).requires_grad_(True) for k, v in a.items()}
     x, w, b, dy = t["x"], t["weight"], t["bias"], t["dy"].detach()
     if op == "rms_norm":
         y = ft.rms_norm(x, w, 1e-6)
@@ -73,13 +73,17 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
     grads = torch.autograd.grad(y, params, dy, allow_unused=True)
     if op == "cross_entropy":
         grads = (*grads, *fused)
-    return [v.detach().contiguous().view(torch.int16 if v.dtype != torch.float32 else torch.int32).numpy().copy()
-            for v in (y, *grads) if v is not None]
+    return [
+        v.detach().contiguous().view(torch.int16 if v.dtype != torch.float32 else torch.int32).numpy().copy()
+        for v in (y, *grads)
+        if v is not None
+    ]
 
 
 @pytest.mark.parametrize("shape", [(5, 6), (8, 4098), (256, 4096)], ids=["5x6", "8x4098", "256x4096"])
-@pytest.mark.parametrize("op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved",
-                                "cross_entropy"])
+@pytest.mark.parametrize(
+    "op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved", "cross_entropy"]
+)
 def test_bit_identical_across_isas(op, dtype, shape):
     """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits."""
     isas = available()
@@ -107,8 +111,9 @@ def test_large_output_matches_reference(cpu_isa):
     (dx,) = torch.autograd.grad(y, (x,), dy)
     x64, w64 = a["x"].astype(np.float64), a["weight"].astype(np.float64)
     ref.assert_close(y.detach().double().numpy(), ref.rms_norm_fwd(x64, w64, 1e-6)[0], "float32", "out", name="y")
-    ref.assert_close(dx.double().numpy(), ref.rms_norm_bwd(a["dy"].astype(np.float64), x64, w64, 1e-6)[0],
-                     "float32", "out", name="dx")
+    ref.assert_close(
+        dx.double().numpy(), ref.rms_norm_bwd(a["dy"].astype(np.float64), x64, w64, 1e-6)[0], "float32", "out", name="dx"
+    )
 
 
 def test_default_is_the_best_available():
@@ -130,16 +135,21 @@ def test_set_missing_isa_is_refused():
     assert f"this CPU lacks {missing[0]}" in lib.fuselet_last_error().decode()
 
 
-CHECK = ("import fuselet, fuselet.torch as ft, torch\n"
-         "print(fuselet.report()['core']['cpu_isa'])\n"
-         "print(round(float(ft.rms_norm(torch.ones(2, 8), torch.ones(8), 1e-6).sum()), 3))\n")
+CHECK = (
+    "import fuselet, fuselet.torch as ft, torch\n"
+    "print(fuselet.report()['core']['cpu_isa'])\n"
+    "print(round(float(ft.rms_norm(torch.ones(2, 8), torch.ones(8), 1e-6).sum()), 3))\n"
+)
 
 
-@pytest.mark.parametrize("env, expected", [
-    ({"FUSELET_CPU_ISA": "baseline"}, "baseline"),
-    ({"FUSELET_CPU_BASELINE": "1"}, "baseline"),
-    ({"FUSELET_CPU_ISA": "avx2", "FUSELET_CPU_BASELINE": "1"}, "avx2"),
-])
+@pytest.mark.parametrize(
+    "env, expected",
+    [
+        ({"FUSELET_CPU_ISA": "baseline"}, "baseline"),
+        ({"FUSELET_CPU_BASELINE": "1"}, "baseline"),
+        ({"FUSELET_CPU_ISA": "avx2", "FUSELET_CPU_BASELINE": "1"}, "avx2"),
+    ],
+)
 def test_environment_picks_a_lower_isa(env, expected):
     if expected not in available():
         pytest.skip(f"this CPU lacks {expected}")

@@ -10,6 +10,7 @@ spread).
 - A row holding inf or NaN is NaN / inf where the framework's own norm (torch.nn.functional,
   or a two-pass float32 jax.numpy one: JAX has no norm op) is, on the same stored inputs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,9 +37,9 @@ def cases(draw):
     if kind == "large_mean":
         x = 1e4 + 1e-2 * x
     elif kind == "huge":
-        x = 1e30 * x                      # float16: inf once stored
+        x = 1e30 * x  # float16: inf once stored
     elif kind == "denormal":
-        x = 1e-40 * x                     # float32 / bfloat16 subnormals; float16: 0
+        x = 1e-40 * x  # float32 / bfloat16 subnormals; float16: 0
     elif kind == "specials" and x.size:
         flat = x.reshape(-1)
         for _ in range(draw(st.integers(1, 3))):
@@ -72,14 +73,17 @@ def check(case, got, x, w, b, own) -> None:
         want, slack = expected(case, x, w, b)
     rtol, atol = ref.tolerance(case["dtype"], "out")
     bad = finite[..., None] & ~(np.abs(got - want) <= atol + rtol * np.abs(want) + slack)
-    assert not bad.any(), (f"{case['norm']} {case['dtype']} (params {case['param_dtype']}) eps={case['eps']}: "
-                           f"{int(bad.sum())} values off the float64 reference, e.g. got {got[bad][:3]}, "
-                           f"want {want[bad][:3]}")
+    assert not bad.any(), (
+        f"{case['norm']} {case['dtype']} (params {case['param_dtype']}) eps={case['eps']}: "
+        f"{int(bad.sum())} values off the float64 reference, e.g. got {got[bad][:3]}, "
+        f"want {want[bad][:3]}"
+    )
     rows = ~finite
     for name, mask in (("NaN", np.isnan), ("inf", np.isinf)):
         assert (mask(got)[rows] == mask(own)[rows]).all(), (
             f"{case['norm']} {case['dtype']}: {name} where the framework's own norm has none, or the reverse: "
-            f"got {got[rows][:8]}, framework {own[rows][:8]}")
+            f"got {got[rows][:8]}, framework {own[rows][:8]}"
+        )
 
 
 SETTINGS = settings(max_examples=60, deadline=None, database=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
@@ -137,8 +141,8 @@ def jax_run(fj, case):
 # --- torch layouts: what the layer makes contiguous before the core sees it -----------------
 
 LAYOUTS = {
-    "transposed": lambda t: t.reshape(-1, t.shape[-1]).t().contiguous().t(),          # last stride != 1
-    "sliced": lambda t: t.repeat_interleave(2, dim=-1)[..., ::2],                     # stride 2
+    "transposed": lambda t: t.reshape(-1, t.shape[-1]).t().contiguous().t(),  # last stride != 1
+    "sliced": lambda t: t.repeat_interleave(2, dim=-1)[..., ::2],  # stride 2
     "expanded_rows": lambda t: t.reshape(-1, t.shape[-1])[:1].expand(3, t.shape[-1]),  # row stride 0
 }
 

@@ -1,5 +1,6 @@
 """The fuselet package: framework-free import, provenance report, missing frameworks,
 and the import-time ABI guard (fuselet/_guard.py), unit and end to end."""
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -39,9 +40,11 @@ def python(code: str, *args: str, pythonpath=None, cwd=None, **env) -> subproces
 
 # --- import and provenance --------------------------------------------------------------------
 
+
 def test_import_needs_no_framework():
-    out = python("import sys, fuselet\n"
-                 "print(fuselet.__version__, sorted(m for m in ('torch', 'jax', 'jaxlib') if m in sys.modules))")
+    out = python(
+        "import sys, fuselet\nprint(fuselet.__version__, sorted(m for m in ('torch', 'jax', 'jaxlib') if m in sys.modules))"
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [fuselet.__version__, "[]"]
 
@@ -93,7 +96,7 @@ def test_report_structure():
             # the provenance names the framework this build was compiled against: the one here
             for key in keys - {"cxx11_abi"}:
                 assert status["built"][key] == status["running"][key], (layer, key, status)
-            assert status["path"] == str(PACKAGE / layer)      # a pip install: inside the package
+            assert status["path"] == str(PACKAGE / layer)  # a pip install: inside the package
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -111,7 +114,7 @@ def test_a_conda_environment_has_the_layer_libraries_in_its_lib_folder(layer, tm
     assert _core.layer_dir(layer) is None
     conda = prefix / "lib" / "fuselet" / layer
     conda.mkdir(parents=True)
-    assert _core.layer_dir(layer) is None                # a folder without provenance is no layer
+    assert _core.layer_dir(layer) is None  # a folder without provenance is no layer
     (conda / "_build_info.json").write_text(json.dumps(TORCH))
     assert _core.layer_dir(layer) == conda
     (package / layer).mkdir(parents=True)
@@ -121,11 +124,14 @@ def test_a_conda_environment_has_the_layer_libraries_in_its_lib_folder(layer, tm
 
 # --- a framework that cannot be imported --------------------------------------------------------
 
+
 @pytest.mark.parametrize("framework", LAYERS)
 def test_missing_framework(framework):
-    code = (f"import sys\nsys.modules[{framework!r}] = None  # 'import {framework}' raises ImportError\n"
-            f"try:\n    import fuselet.{framework}\nexcept ImportError as e:\n    print(type(e).__name__, e)\n"
-            f"else:\n    sys.exit('imported')")
+    code = (
+        f"import sys\nsys.modules[{framework!r}] = None  # 'import {framework}' raises ImportError\n"
+        f"try:\n    import fuselet.{framework}\nexcept ImportError as e:\n    print(type(e).__name__, e)\n"
+        f"else:\n    sys.exit('imported')"
+    )
     out = python(code)
     assert out.returncode == 0, out.stderr
     info = built(framework)
@@ -143,20 +149,26 @@ TORCH = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": True}
 TORCH_CUDA = {"version": "2.13.0+cu130", "cuda": "13.0", "cxx11_abi": True}
 
 
-@pytest.mark.parametrize("built_info, running, expected", [
-    (TORCH, TORCH, []),
-    (TORCH, {**TORCH, "version": "2.13.1"}, []),
-    (TORCH_CUDA, {**TORCH_CUDA, "cuda": "13.2"}, []),
-    (TORCH, {**TORCH, "version": "2.12.0+cpu"}, ["torch 2.13 != 2.12"]),
-    (TORCH, {**TORCH, "version": "3.13.0"}, ["torch 2.13 != 3.13"]),
-    (TORCH, TORCH_CUDA, ["CPU build != CUDA 13.0 torch"]),
-    (TORCH_CUDA, TORCH, ["CUDA 13.0 build != CPU torch"]),
-    (TORCH_CUDA, {**TORCH_CUDA, "cuda": "12.8"}, ["CUDA major 13 != 12"]),
-    (TORCH, {**TORCH, "cxx11_abi": False}, ["_GLIBCXX_USE_CXX11_ABI 1 != 0"]),
-    ({**TORCH_CUDA, "version": "2.12.0", "cxx11_abi": False}, {**TORCH, "version": "2.13.0"},
-     ["torch 2.12 != 2.13", "CUDA 13.0 build != CPU torch", "_GLIBCXX_USE_CXX11_ABI 0 != 1"]),
-], ids=["same", "patch", "cuda-minor", "minor", "major", "cpu-vs-cuda", "cuda-vs-cpu", "cuda-major", "cxx11-abi",
-        "several"])
+@pytest.mark.parametrize(
+    "built_info, running, expected",
+    [
+        (TORCH, TORCH, []),
+        (TORCH, {**TORCH, "version": "2.13.1"}, []),
+        (TORCH_CUDA, {**TORCH_CUDA, "cuda": "13.2"}, []),
+        (TORCH, {**TORCH, "version": "2.12.0+cpu"}, ["torch 2.13 != 2.12"]),
+        (TORCH, {**TORCH, "version": "3.13.0"}, ["torch 2.13 != 3.13"]),
+        (TORCH, TORCH_CUDA, ["CPU build != CUDA 13.0 torch"]),
+        (TORCH_CUDA, TORCH, ["CUDA 13.0 build != CPU torch"]),
+        (TORCH_CUDA, {**TORCH_CUDA, "cuda": "12.8"}, ["CUDA major 13 != 12"]),
+        (TORCH, {**TORCH, "cxx11_abi": False}, ["_GLIBCXX_USE_CXX11_ABI 1 != 0"]),
+        (
+            {**TORCH_CUDA, "version": "2.12.0", "cxx11_abi": False},
+            {**TORCH, "version": "2.13.0"},
+            ["torch 2.12 != 2.13", "CUDA 13.0 build != CPU torch", "_GLIBCXX_USE_CXX11_ABI 0 != 1"],
+        ),
+    ],
+    ids=["same", "patch", "cuda-minor", "minor", "major", "cpu-vs-cuda", "cuda-vs-cpu", "cuda-major", "cxx11-abi", "several"],
+)
 def test_torch_mismatches(built_info, running, expected):
     assert _guard.torch_mismatches(built_info, running) == expected
 
@@ -165,20 +177,25 @@ def jaxlib(version, api):
     return {"jaxlib_version": version, "ffi_api": api}
 
 
-@pytest.mark.parametrize("built_api, running_api, compatible", [
-    ([0, 3], [0, 3], True),
-    ([0, 2], [0, 3], True),   # XLA accepts older handlers of the same major
-    ([0, 9], [0, 3], False),  # newer than the running jaxlib
-    ([1, 0], [0, 3], False),
-    ([0, 3], [1, 0], False),  # a new major: incompatible either way
-])
+@pytest.mark.parametrize(
+    "built_api, running_api, compatible",
+    [
+        ([0, 3], [0, 3], True),
+        ([0, 2], [0, 3], True),  # XLA accepts older handlers of the same major
+        ([0, 9], [0, 3], False),  # newer than the running jaxlib
+        ([1, 0], [0, 3], False),
+        ([0, 3], [1, 0], False),  # a new major: incompatible either way
+    ],
+)
 def test_jax_mismatches(built_api, running_api, compatible):
     problems = _guard.jax_mismatches(jaxlib("0.10.9", built_api), jaxlib("0.10.2", running_api))
     if compatible:
         assert problems == []
     else:
-        assert problems == [f"XLA FFI API {built_api[0]}.{built_api[1]} (jaxlib 0.10.9) is newer than or "
-                            f"incompatible with {running_api[0]}.{running_api[1]} (jaxlib 0.10.2)"]
+        assert problems == [
+            f"XLA FFI API {built_api[0]}.{built_api[1]} (jaxlib 0.10.9) is newer than or "
+            f"incompatible with {running_api[0]}.{running_api[1]} (jaxlib 0.10.2)"
+        ]
 
 
 def test_enforce(monkeypatch):
@@ -191,7 +208,8 @@ def test_enforce(monkeypatch):
     assert str(raised.value) == (
         "fuselet.torch was built against torch 2.13.0+cpu (CPU, cxx11_abi=1) but found torch 2.12.0+cpu "
         "(CPU, cxx11_abi=1) (torch 2.13 != 2.12). Loading it could crash or compute garbage. Fix: rebuild it "
-        f"(to load it anyway, at your own risk: {_guard.SKIP_ENV}=1).")
+        f"(to load it anyway, at your own risk: {_guard.SKIP_ENV}=1)."
+    )
     monkeypatch.setenv(_guard.SKIP_ENV, "1")
     with pytest.warns(RuntimeWarning, match="Loading anyway; it could crash"):
         _guard.enforce("torch", TORCH, running, ["torch 2.13 != 2.12"], "rebuild it")
@@ -209,6 +227,7 @@ def test_read_build_info(tmp_path):
 
 
 # --- the ABI guard: end to end, on a copy of the installed package with doctored provenance -------
+
 
 def doctored_copy(tmp_path: Path, layer: str, **changes) -> dict:
     """Copy the installed fuselet to tmp_path and change its <layer>/_build_info.json."""
@@ -263,8 +282,12 @@ def test_abi_guard_refuses_other_torch_minor(tmp_path):
     doctored_copy(tmp_path, "torch", version=claimed)
     out = import_copy(tmp_path, "torch")
     assert out.stdout.startswith("ImportError FuseletABIError fuselet.torch was built against torch " + claimed)
-    for part in (f"found torch {running}", f"torch {'.'.join(claimed.split('.')[:2])} != {running}", "Fix:",
-                 f"{_guard.SKIP_ENV}=1"):
+    for part in (
+        f"found torch {running}",
+        f"torch {'.'.join(claimed.split('.')[:2])} != {running}",
+        "Fix:",
+        f"{_guard.SKIP_ENV}=1",
+    ):
         assert part in out.stdout
     assert out.stdout.endswith("\nnot mapped\n"), out.stdout
 
@@ -284,8 +307,9 @@ def test_abi_guard_refuses_newer_ffi_api(tmp_path):
     import_layer("jax")
     info = doctored_copy(tmp_path, "jax", ffi_api=[0, 9])
     out = import_copy(tmp_path, "jax")
-    assert out.stdout.startswith("ImportError FuseletABIError fuselet.jax was built against jaxlib "
-                                 f"{info['jaxlib_version']} (XLA FFI API 0.9)")
+    assert out.stdout.startswith(
+        f"ImportError FuseletABIError fuselet.jax was built against jaxlib {info['jaxlib_version']} (XLA FFI API 0.9)"
+    )
     assert "is newer than or incompatible with" in out.stdout and "Fix:" in out.stdout
     assert out.stdout.endswith("\nnot mapped\n"), out.stdout
 

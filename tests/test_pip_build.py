@@ -1,5 +1,6 @@
 """pip builds never compile against the wrong framework (backend/fuselet_backend.py), and an
 sdist installs the pure core where no framework is present."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,18 +24,29 @@ VERSION = source_version()
 
 
 def pip(*args, env=None, cwd=None, timeout=900):
-    return subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True, cwd=cwd,
-                          env={**os.environ, **(env or {})}, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "pip", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("environ, expected", [
-    ({"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"}, ["torch==2.13.0"]),
-    ({"FUSELET_FRAMEWORK": "jax", "FUSELET_JAX_VERSION": "0.8.3"}, ["jax==0.8.3", "jaxlib==0.8.3"]),
-    ({"FUSELET_FRAMEWORK": "all", "FUSELET_TORCH_VERSION": "2.13.0", "FUSELET_JAX_VERSION": "0.10.2"},
-     ["torch==2.13.0", "jax==0.10.2", "jaxlib==0.10.2"]),
-    ({"FUSELET_FRAMEWORK": "none", "FUSELET_TORCH_VERSION": "2.13.0"}, []),
-    ({"FUSELET_FRAMEWORK": "auto", "FUSELET_TORCH_VERSION": "2.13.0"}, ["torch==2.13.0"]),
-])
+@pytest.mark.parametrize(
+    "environ, expected",
+    [
+        ({"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"}, ["torch==2.13.0"]),
+        ({"FUSELET_FRAMEWORK": "jax", "FUSELET_JAX_VERSION": "0.8.3"}, ["jax==0.8.3", "jaxlib==0.8.3"]),
+        (
+            {"FUSELET_FRAMEWORK": "all", "FUSELET_TORCH_VERSION": "2.13.0", "FUSELET_JAX_VERSION": "0.10.2"},
+            ["torch==2.13.0", "jax==0.10.2", "jaxlib==0.10.2"],
+        ),
+        ({"FUSELET_FRAMEWORK": "none", "FUSELET_TORCH_VERSION": "2.13.0"}, []),
+        ({"FUSELET_FRAMEWORK": "auto", "FUSELET_TORCH_VERSION": "2.13.0"}, ["torch==2.13.0"]),
+    ],
+)
 def test_framework_versions_become_build_requirements(environ, expected):
     assert fuselet_backend.framework_requirements(environ) == expected
 
@@ -67,18 +79,19 @@ def test_the_wheel_requires_the_framework_it_was_compiled_against(monkeypatch, t
     header = tmp_path / "jaxlib" / "include" / "xla" / "ffi" / "api" / "c_api.h"
     header.parent.mkdir(parents=True)
     header.write_text("#define XLA_FFI_API_MAJOR 0\n#define XLA_FFI_API_MINOR 3\n")
-    spec = importlib.util.spec_from_file_location("jaxlib", tmp_path / "jaxlib" / "__init__.py",
-                                                  submodule_search_locations=[str(tmp_path / "jaxlib")])
+    spec = importlib.util.spec_from_file_location(
+        "jaxlib", tmp_path / "jaxlib" / "__init__.py", submodule_search_locations=[str(tmp_path / "jaxlib")]
+    )
     monkeypatch.setattr(importlib.metadata, "version", versions.__getitem__)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: spec if name in ("torch", "jax", "jaxlib") else None)
     deps = fuselet_backend.framework_dependencies
     assert deps({"FUSELET_FRAMEWORK": "torch"}) == ["torch>=2.13,<2.14"]
-    assert deps({"FUSELET_FRAMEWORK": "jax"}) == ["jaxlib>=0.9.1"]          # FFI 0.3 began with 0.9.1
+    assert deps({"FUSELET_FRAMEWORK": "jax"}) == ["jaxlib>=0.9.1"]  # FFI 0.3 began with 0.9.1
     assert deps({"FUSELET_FRAMEWORK": "auto"}) == ["torch>=2.13,<2.14", "jaxlib>=0.9.1"]
     assert deps({"FUSELET_FRAMEWORK": "none"}) == []
     versions.update(torch="2.9.1", jaxlib="0.12.0")
     header.write_text("#define XLA_FFI_API_MAJOR 0\n#define XLA_FFI_API_MINOR 9\n")
-    assert deps({"FUSELET_FRAMEWORK": "all"}) == ["torch>=2.9,<2.10", "jaxlib>=0.12.0"]   # unknown level: itself
+    assert deps({"FUSELET_FRAMEWORK": "all"}) == ["torch>=2.9,<2.10", "jaxlib>=0.12.0"]  # unknown level: itself
     with pytest.raises(ValueError, match="dependencies"):
         fuselet_backend.dynamic_metadata("version")
 
@@ -94,8 +107,9 @@ def test_isolated_build_without_version_fails_at_once(tmp_path):
 def torch_wheel(tmp_path_factory) -> Path:
     """The wheel an isolated `pip wheel .` makes with FUSELET_TORCH_VERSION=2.13.0."""
     out = tmp_path_factory.mktemp("wheel")
-    proc = pip("wheel", "--no-deps", "-w", str(out), str(ROOT),
-               env={"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"})
+    proc = pip(
+        "wheel", "--no-deps", "-w", str(out), str(ROOT), env={"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_VERSION": "2.13.0"}
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (wheel,) = out.glob("fuselet-*.whl")
     return wheel
@@ -142,8 +156,12 @@ def test_the_wheel_serves_every_python_and_names_its_torch(torch_wheel):
 
 
 def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path), str(ROOT)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--no-isolation", "-o", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (sdist,) = tmp_path.glob("fuselet-*.tar.gz")
     with tarfile.open(sdist) as tar:
@@ -159,8 +177,13 @@ def test_sdist_installs_the_pure_core_without_frameworks(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    install = subprocess.run([py, "-m", "pip", "install", "-q", str(sdist)], capture_output=True, text=True,
-                             timeout=900, env={**os.environ, "FUSELET_FRAMEWORK": "auto"})
+    install = subprocess.run(
+        [py, "-m", "pip", "install", "-q", str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "FUSELET_FRAMEWORK": "auto"},
+    )
     assert install.returncode == 0, install.stderr[-3000:]
     info = subprocess.run([py, "-m", "fuselet"], capture_output=True, text=True, cwd=tmp_path)
     assert info.returncode == 0, info.stderr

@@ -1,5 +1,6 @@
 """fuselet's one version, read as CMake and pyproject.toml read it: the `context.version` line
 of recipe/recipe.yaml."""
+
 from __future__ import annotations
 
 import re

@@ -3,6 +3,7 @@
 Each function takes plain facts (shapes as tuples, dtype names as strings) and raises
 TypeError (wrong kind or dtype) or ValueError (wrong shape or value) naming the argument.
 """
+
 from __future__ import annotations
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
@@ -47,8 +48,9 @@ def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps, zero_center
             continue
         shape, dtype = param
         if tuple(shape) != (hidden,):
-            raise ValueError(f"{name}: expected shape ({hidden},) to match the last dimension of x "
-                             f"{tuple(x_shape)}, got {tuple(shape)}")
+            raise ValueError(
+                f"{name}: expected shape ({hidden},) to match the last dimension of x {tuple(x_shape)}, got {tuple(shape)}"
+            )
         check_param_dtype(name, dtype, x_dtype, like)
         like = like or (name, dtype)
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
@@ -74,8 +76,7 @@ def check_glu_args(x_shape: tuple, x_dtype: str) -> None:
     if len(x_shape) == 0:
         raise ValueError("x: expected shape [..., 2F] with at least 1 dimension, got a 0-d array")
     if x_shape[-1] == 0 or x_shape[-1] % 2:
-        raise ValueError(f"x: expected an even last dimension > 0 (2F: the gate and up halves), "
-                         f"got shape {tuple(x_shape)}")
+        raise ValueError(f"x: expected an even last dimension > 0 (2F: the gate and up halves), got shape {tuple(x_shape)}")
 
 
 def check_approximate(approximate) -> None:
@@ -105,8 +106,9 @@ def check_softmax_args(x_shape: tuple, x_dtype: str, scale, causal) -> None:
 ROPE_LAYOUTS = ("bshd", "bhsd")
 
 
-def check_rope_args(x_shape: tuple, x_dtype: str, cos_shape: tuple, cos_dtype: str, sin_shape: tuple,
-                    sin_dtype: str, layout, interleaved) -> None:
+def check_rope_args(
+    x_shape: tuple, x_dtype: str, cos_shape: tuple, cos_dtype: str, sin_shape: tuple, sin_dtype: str, layout, interleaved
+) -> None:
     """x: [B, S, N, D] ("bshd") or [B, N, S, D] ("bhsd"), B optional, D > 0; cos and sin: [S, R]
     or [B, S, R] (not with a B-less x), one dtype (float32 or x's), R even in [2, D]."""
     check_dtype("x", x_dtype)
@@ -131,11 +133,9 @@ def check_rope_args(x_shape: tuple, x_dtype: str, cos_shape: tuple, cos_dtype: s
         raise ValueError(f"cos: expected shape {expected}, got shape {cos_shape}")
     head_dim, rotary = x_shape[-1], cos_shape[-1]
     if rotary < 2 or rotary > head_dim or rotary % 2:
-        raise ValueError(f"cos: the rotary dim R (last dimension) must be even and in [2, D={head_dim}], "
-                         f"got shape {cos_shape}")
+        raise ValueError(f"cos: the rotary dim R (last dimension) must be even and in [2, D={head_dim}], got shape {cos_shape}")
     if cos_shape[-2] != x_shape[s_dim]:
-        raise ValueError(f"cos: expected {x_shape[s_dim]} positions (S, dim {s_dim} of x {x_shape}), "
-                         f"got shape {cos_shape}")
+        raise ValueError(f"cos: expected {x_shape[s_dim]} positions (S, dim {s_dim} of x {x_shape}), got shape {cos_shape}")
     if len(cos_shape) == 3 and cos_shape[0] != x_shape[0]:
         raise ValueError(f"cos: expected a batch of {x_shape[0]} (B, dim 0 of x {x_shape}), got shape {cos_shape}")
     if sin_shape != cos_shape:
@@ -144,16 +144,25 @@ def check_rope_args(x_shape: tuple, x_dtype: str, cos_shape: tuple, cos_dtype: s
 
 INDEX_DTYPES = ("int32", "int64")
 REDUCTIONS = ("none", "sum", "mean")
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
 
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def check_cross_entropy_args(logits_shape: tuple, logits_dtype: str, target_shape: tuple, target_dtype: str,
-                             ignore_index, label_smoothing, z_loss, softcap, reduction="mean",
-                             return_z_loss=False) -> None:
+def check_cross_entropy_args(
+    logits_shape: tuple,
+    logits_dtype: str,
+    target_shape: tuple,
+    target_dtype: str,
+    ignore_index,
+    label_smoothing,
+    z_loss,
+    softcap,
+    reduction="mean",
+    return_z_loss=False,
+) -> None:
     """logits: [..., V], V > 0; target: logits.shape[:-1] int32/int64 class ids; the options of
     fuselet/cross_entropy.h (softcap None for none) and the reduction applied by the layers."""
     check_dtype("logits", logits_dtype)
@@ -164,8 +173,10 @@ def check_cross_entropy_args(logits_shape: tuple, logits_dtype: str, target_shap
     if target_dtype not in INDEX_DTYPES:
         raise TypeError(f"target: expected dtype int32 or int64 (class ids), got {target_dtype}")
     if tuple(target_shape) != tuple(logits_shape[:-1]):
-        raise ValueError(f"target: expected shape {tuple(logits_shape[:-1])} (the shape of logits without its last "
-                         f"dimension), got {tuple(target_shape)}")
+        raise ValueError(
+            f"target: expected shape {tuple(logits_shape[:-1])} (the shape of logits without its last "
+            f"dimension), got {tuple(target_shape)}"
+        )
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
         raise TypeError(f"ignore_index: expected a Python int, got {type(ignore_index).__name__}")
     if not _INT64[0] <= ignore_index <= _INT64[1]:
@@ -196,8 +207,9 @@ def check_grad_scale(grad_scale) -> None:
         raise TypeError(f"grad_scale: expected a Python float, got {type(grad_scale).__name__}")
     if not _finite(grad_scale):
         raise ValueError(f"grad_scale: expected a finite float, got {grad_scale}")
-def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | None, target_shape: tuple,
-                                    chunk_size) -> None:
+
+
+def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | None, target_shape: tuple, chunk_size) -> None:
     """hidden (shape [..., H], dtype), weight ([V, H], hidden's dtype), bias ([V], hidden's dtype) or
     None; target_shape: hidden's leading dims (its dtype is cross_entropy's to check); chunk_size:
     None or an int >= 1."""
@@ -211,8 +223,10 @@ def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | 
         check_dtype("weight", w_dtype)
         raise TypeError(f"weight: expected dtype {h_dtype} (the dtype of hidden), got {w_dtype}")
     if len(w_shape) != 2 or w_shape[1] != h_shape[-1] or w_shape[0] == 0:
-        raise ValueError(f"weight: expected shape [V, {h_shape[-1]}] (V > 0; H: the last dimension of hidden "
-                         f"{tuple(h_shape)}), got {tuple(w_shape)}")
+        raise ValueError(
+            f"weight: expected shape [V, {h_shape[-1]}] (V > 0; H: the last dimension of hidden "
+            f"{tuple(h_shape)}), got {tuple(w_shape)}"
+        )
     if bias is not None:
         b_shape, b_dtype = bias
         if b_dtype != h_dtype:
@@ -221,8 +235,10 @@ def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | 
         if tuple(b_shape) != (w_shape[0],):
             raise ValueError(f"bias: expected shape ({w_shape[0]},) (V, the rows of weight), got {tuple(b_shape)}")
     if tuple(target_shape) != tuple(h_shape[:-1]):
-        raise ValueError(f"target: expected shape {tuple(h_shape[:-1])} (the leading dimensions of hidden "
-                         f"{tuple(h_shape)}), got {tuple(target_shape)}")
+        raise ValueError(
+            f"target: expected shape {tuple(h_shape[:-1])} (the leading dimensions of hidden "
+            f"{tuple(h_shape)}), got {tuple(target_shape)}"
+        )
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int)):
         raise TypeError(f"chunk_size: expected None or an int, got {type(chunk_size).__name__}")
     if chunk_size is not None and chunk_size < 1:

@@ -1,4 +1,5 @@
 """Locate and load libfuselet, the framework-free core, with ctypes (no framework needed)."""
+
 from __future__ import annotations
 
 import ctypes

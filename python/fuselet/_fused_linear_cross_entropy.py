@@ -1,4 +1,5 @@
 """What fused linear cross-entropy decides the same way in both layers (no framework import)."""
+
 from __future__ import annotations
 
 import math
@@ -23,10 +24,30 @@ def chunk_size_for(tokens: int, hidden: int, vocab: int) -> int:
     return min(tokens, max(MIN_CHUNK, 1 << (per - 1).bit_length()))
 
 
-def options(target_shape: tuple, target_dtype: str, vocab: int, dtype: str, ignore_index, label_smoothing, z_loss,
-            softcap, reduction, return_z_loss) -> tuple:
+def options(
+    target_shape: tuple,
+    target_dtype: str,
+    vocab: int,
+    dtype: str,
+    ignore_index,
+    label_smoothing,
+    z_loss,
+    softcap,
+    reduction,
+    return_z_loss,
+) -> tuple:
     """cross_entropy's checks of the options and target (as for logits [..., V] of hidden's dtype);
     the ops' scalar arguments (ignore_index, label_smoothing, z_loss, softcap; softcap None -> 0.0)."""
-    check_cross_entropy_args((*target_shape, vocab), dtype, tuple(target_shape), target_dtype, ignore_index,
-                             label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    check_cross_entropy_args(
+        (*target_shape, vocab),
+        dtype,
+        tuple(target_shape),
+        target_dtype,
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        reduction,
+        return_z_loss,
+    )
     return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)

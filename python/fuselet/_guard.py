@@ -5,6 +5,7 @@ A torch extension built for one minor release can load into another and run with
 wrong struct layouts, so the check is done BEFORE the extension library is loaded.
 Set FUSELET_SKIP_ABI_CHECK=1 to load anyway (a warning is still emitted).
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,7 @@ def running_torch() -> dict:
     """The running torch's ABI facts (imports torch)."""
     import torch
 
-    return {"version": torch.__version__, "cuda": torch.version.cuda,
-            "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
+    return {"version": torch.__version__, "cuda": torch.version.cuda, "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI)}
 
 
 def running_jaxlib() -> dict:
@@ -64,8 +64,9 @@ def torch_mismatches(built: dict, running: dict) -> list[str]:
     """
     problems = []
     if _minor(built["version"]) != _minor(running["version"]):
-        problems.append(f"torch {'.'.join(map(str, _minor(built['version'])))} != "
-                        f"{'.'.join(map(str, _minor(running['version'])))}")
+        problems.append(
+            f"torch {'.'.join(map(str, _minor(built['version'])))} != {'.'.join(map(str, _minor(running['version'])))}"
+        )
     if bool(built["cuda"]) != bool(running["cuda"]):
         problems.append(f"{_flavor(built['cuda'])} build != {_flavor(running['cuda'])} torch")
     elif built["cuda"] and built["cuda"].split(".")[0] != running["cuda"].split(".")[0]:
@@ -82,8 +83,10 @@ def jax_mismatches(built: dict, running: dict) -> list[str]:
     """
     b, r = tuple(built["ffi_api"]), tuple(running["ffi_api"])
     if b[0] != r[0] or b > r:
-        return [f"XLA FFI API {b[0]}.{b[1]} (jaxlib {built['jaxlib_version']}) is newer than or "
-                f"incompatible with {r[0]}.{r[1]} (jaxlib {running['jaxlib_version']})"]
+        return [
+            f"XLA FFI API {b[0]}.{b[1]} (jaxlib {built['jaxlib_version']}) is newer than or "
+            f"incompatible with {r[0]}.{r[1]} (jaxlib {running['jaxlib_version']})"
+        ]
     return []
 
 

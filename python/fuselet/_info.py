@@ -1,4 +1,5 @@
 """fuselet.info(): what this fuselet was built against and what is available here."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -62,8 +63,10 @@ def info(file=None) -> None:
             continue
         kernels = "CPU + CUDA" if built.get("cuda_kernels") else "CPU"
         running = _guard.describe(layer, s["running"]) if s["running"] else "-"
-        lines.append(f"  {layer}: built against {_guard.describe(layer, built)}, {kernels} kernels, "
-                     f"compiler {built['compiler']}, CUDA toolkit {built['cuda_toolkit'] or '-'}")
+        lines.append(
+            f"  {layer}: built against {_guard.describe(layer, built)}, {kernels} kernels, "
+            f"compiler {built['compiler']}, CUDA toolkit {built['cuda_toolkit'] or '-'}"
+        )
         lines.append(f"         found {running}: {s['status']}")
         lines.append(f"         {s['path']}")
     print("\n".join(lines), file=file)

@@ -1,4 +1,5 @@
 """Fixtures of the configuration checks: the source tree, ../shared, rendered matrices."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,9 @@ def shared_file(rel: str) -> Path:
 
 @pytest.fixture(scope="session")
 def matrix_mod():
-    return pytest.importorskip("fuselet_build.matrix", reason="fuselet-build is not installed here "
-                                                             "(pip install -e tools/fuselet-build)")
+    return pytest.importorskip(
+        "fuselet_build.matrix", reason="fuselet-build is not installed here (pip install -e tools/fuselet-build)"
+    )
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """The documentation site (mkdocs.yml, docs/): it builds with --strict (no broken link or
 anchor, no missing benchmark result, every API reference resolved from the docstrings), the
 strict build has teeth, and the commands the pages and the README quote exist."""
+
 from __future__ import annotations
 
 import os
@@ -23,8 +24,13 @@ PAGES = sorted((ROOT / "docs").rglob("*.md"))
 
 def _build(config, site):
     """mkdocs build --strict, run from the source tree as scripts/docs.sh runs it."""
-    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
-                          cwd=ROOT, capture_output=True, text=True, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config), "-d", str(site)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     return proc.returncode, proc.stdout + proc.stderr
 
 
@@ -62,11 +68,14 @@ def copied_site(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("broken", [
-    "[a page that is not there](no-such-page.md)",
-    "[an anchor that is not there](install.md#no-such-section)",
-    "::: fuselet.torch.no_such_module",
-])
+@pytest.mark.parametrize(
+    "broken",
+    [
+        "[a page that is not there](no-such-page.md)",
+        "[an anchor that is not there](install.md#no-such-section)",
+        "::: fuselet.torch.no_such_module",
+    ],
+)
 def test_the_strict_build_has_teeth(copied_site, broken):
     """A broken link, anchor or API reference fails the build: the check above is not vacuous."""
     page = copied_site.parent / "docs" / "index.md"

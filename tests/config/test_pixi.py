@@ -1,5 +1,6 @@
 """pixi.toml, checked statically (pixi itself need not be installed): the pixi 0.77 schema,
 environments and solve groups, tasks and their Makefile twins, the pixi-build package."""
+
 from __future__ import annotations
 
 import copy
@@ -59,6 +60,7 @@ def test_no_deprecated_system_requirements(pixi):
 
 
 # --- environments and solve groups ----------------------------------------------------------------
+
 
 def _environments(pixi) -> dict[str, dict]:
     envs = {}
@@ -120,8 +122,11 @@ def test_every_environment_has_a_platform(pixi):
 
 
 def _specs(feature: dict) -> dict[str, str]:
-    return {pkg: json.dumps(spec, sort_keys=True) for table in ("dependencies", "constraints")
-            for pkg, spec in feature.get(table, {}).items()}
+    return {
+        pkg: json.dumps(spec, sort_keys=True)
+        for table in ("dependencies", "constraints")
+        for pkg, spec in feature.get(table, {}).items()
+    }
 
 
 def test_every_solve_group_is_consistent(pixi):
@@ -177,8 +182,9 @@ def test_cpu_frameworks_are_cpu_builds(pixi):
 
 
 def _tool_paths():
-    return pytest.importorskip("fuselet_build.paths", reason="fuselet-build is not installed here "
-                                                            "(pip install -e tools/fuselet-build)")
+    return pytest.importorskip(
+        "fuselet_build.paths", reason="fuselet-build is not installed here (pip install -e tools/fuselet-build)"
+    )
 
 
 def test_the_offline_feature_points_at_the_seeded_channel(pixi):
@@ -189,6 +195,7 @@ def test_the_offline_feature_points_at_the_seeded_channel(pixi):
 
 
 # --- tasks ----------------------------------------------------------------------------------------
+
 
 def _tasks(pixi) -> dict[str, dict]:
     """Every task of the manifest (default feature, features, targets), as inline tables."""
@@ -264,6 +271,7 @@ def test_tasks_default_environments_exist(pixi):
 
 
 # --- fuselet as a pixi-build source package ---------------------------------------------------------
+
 
 def _recipe_outputs() -> set[str]:
     recipe = yaml.safe_load((ROOT / "recipe/recipe.yaml").read_text())

@@ -1,5 +1,6 @@
 """The recipe and the variant matrices: schema, render counts (additive build cost),
 build strings and pins, from rattler-build's own render."""
+
 from __future__ import annotations
 
 import collections
@@ -62,12 +63,12 @@ def test_conda_forge_matrix_counts(conda_forge_jobs):
     expected_torch = set(itertools.product(cudas, v["pytorch"]))
     got_torch = [(j.variant["cuda_compiler_version"], j.variant["pytorch"]) for j in jobs["fuselet-torch"]]
     assert sorted(got_torch) == sorted(expected_torch)
-    jaxlib_cuda = str(v["jaxlib_cuda"][0]).split(",")   # CUDA versions with a CUDA jaxlib on conda-forge
+    jaxlib_cuda = str(v["jaxlib_cuda"][0]).split(",")  # CUDA versions with a CUDA jaxlib on conda-forge
     expected_jax = {(c, j) for c, j in itertools.product(cudas, v["jaxlib"]) if c == "None" or c in jaxlib_cuda}
     got_jax = [(j.variant["cuda_compiler_version"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]]
     assert sorted(got_jax) == sorted(expected_jax)
     assert len(jobs["libfuselet"]) == len(cudas)
-    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (6, 4)   # the matrix table of docs/install.md
+    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (6, 4)  # the matrix table of docs/install.md
     for name, other in (("fuselet-torch", "jaxlib"), ("fuselet-jax", "pytorch")):
         for j in jobs[name]:
             assert other not in j.variant and "python" not in j.variant, (j.key, j.variant)
@@ -116,8 +117,15 @@ def test_every_package_has_the_version_of_the_recipe(offline_jobs, conda_forge_j
     """The recipe's context.version is the one version (CMake, pyproject.toml and fuselet.__version__
     read that line): no build file repeats it."""
     assert {j.version for j in offline_jobs + conda_forge_jobs} == {VERSION}
-    for path in ("CMakeLists.txt", "pyproject.toml", "python/fuselet/__init__.py", "backend/fuselet_backend.py",
-                 "cmake/FuseletPython.cmake", "csrc/core/CMakeLists.txt", "pixi.toml"):
+    for path in (
+        "CMakeLists.txt",
+        "pyproject.toml",
+        "python/fuselet/__init__.py",
+        "backend/fuselet_backend.py",
+        "cmake/FuseletPython.cmake",
+        "csrc/core/CMakeLists.txt",
+        "pixi.toml",
+    ):
         assert VERSION not in (ROOT / path).read_text(), f"{path} repeats the version instead of reading the recipe's"
     assert not (ROOT / "VERSION").exists(), "a second version file"
 
@@ -141,8 +149,9 @@ def test_rendered_run_requirements_pin_abi(matrix_mod):
 def test_release_candidates_are_pinned_exactly(matrix_mod):
     """variants/prerelease.yaml over conda-forge.yaml: pytorch rc builds, exact pins, an `rc`
     build-string tag; the jax packages stay on released jaxlibs (conda-forge has no jax rc)."""
-    rendered = matrix_mod.render(ROOT / "recipe/recipe.yaml",
-                                 [ROOT / "variants/conda-forge.yaml", ROOT / "variants/prerelease.yaml"])
+    rendered = matrix_mod.render(
+        ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", ROOT / "variants/prerelease.yaml"]
+    )
     seen = set()
     for r in rendered:
         job = matrix_mod.job_of(r)
@@ -165,7 +174,9 @@ def test_the_prerelease_story_names_the_channels_that_carry_prereleases():
     for page in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
         assert "nightly.yaml" not in page.read_text(), page
 
+
 # --- what conda-forge needs of the recipe ---------------------------------------------------------
+
 
 def _recipe_text():
     return (ROOT / "recipe/recipe.yaml").read_text()
@@ -188,8 +199,10 @@ def test_no_allowlist_hides_a_cuda_library():
 
 
 def _rendered(matrix_mod, *variant_files):
-    return [(matrix_mod.job_of(r), r.recipe.to_dict()) for r in
-            matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants" / f for f in variant_files])]
+    return [
+        (matrix_mod.job_of(r), r.recipe.to_dict())
+        for r in matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants" / f for f in variant_files])
+    ]
 
 
 def test_the_cuda_core_links_the_cuda_runtime_of_a_package(matrix_mod):
@@ -250,11 +263,12 @@ def test_framework_packages_ignore_conda_forges_python_values(matrix_mod, tmp_pa
     values = [str(p) for p in pins["python"] if "3.14" not in str(p)]
     override = tmp_path / "python.yaml"
     override.write_text(yaml.safe_dump({"python": values}))
-    rendered = [(matrix_mod.job_of(r), r.recipe.to_dict()) for r in
-                matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", override])]
+    rendered = [
+        (matrix_mod.job_of(r), r.recipe.to_dict())
+        for r in matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", override])
+    ]
     frameworks = [(job, d) for job, d in rendered if job.name in ("fuselet-torch", "fuselet-jax")]
-    assert sorted(collections.Counter(job.name for job, _ in frameworks).items()) == [("fuselet-jax", 4),
-                                                                                      ("fuselet-torch", 6)]
+    assert sorted(collections.Counter(job.name for job, _ in frameworks).items()) == [("fuselet-jax", 4), ("fuselet-torch", 6)]
     for job, d in frameworks:
         names = {str(r).split(" ")[0] for k in ("host", "run") for r in d["requirements"].get(k, [])}
         assert not names & {"python", "python_abi"}, (job.key, names)
@@ -278,8 +292,12 @@ def test_cuda_13_is_built_with_the_compilers_conda_forge_pins():
     """conda-forge-pinning: gcc 15 for CPU builds; the CUDA 12.9 jobs keep gcc 14; the cuda130
     migration builds CUDA 13.0 with gcc 15 and glibc 2.28."""
     v = _variants("conda-forge.yaml")
-    zipped = dict(zip(map(str, v["cuda_compiler_version"]), zip(v["c_compiler_version"], v["cxx_compiler_version"],
-                                                                 map(str, v["c_stdlib_version"]))))
+    zipped = dict(
+        zip(
+            map(str, v["cuda_compiler_version"]),
+            zip(v["c_compiler_version"], v["cxx_compiler_version"], map(str, v["c_stdlib_version"])),
+        )
+    )
     assert zipped == {"None": (15, 15, "2.17"), "12.9": (14, 14, "2.17"), "13.0": (15, 15, "2.28")}
 
 

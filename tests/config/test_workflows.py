@@ -1,6 +1,7 @@
 """The GitHub Actions workflows, checked statically: the GitHub workflow schema (check-jsonschema),
 and the CI fan-out of packages.yml: one build job per variant of `fuselet-build matrix --json`,
 each building exactly its own variant, in waves that respect the recipe's own dependencies."""
+
 from __future__ import annotations
 
 import json
@@ -51,12 +52,17 @@ def _needs(job: dict) -> list[str]:
 @pytest.mark.parametrize("name", sorted(p.name for p in WORKFLOWS.glob("*.yml")))
 def test_workflow_validates_against_the_github_workflow_schema(name):
     pytest.importorskip("check_jsonschema", reason="check-jsonschema is not installed (pip install -r requirements/dev.txt)")
-    proc = subprocess.run([sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows",
-                           str(WORKFLOWS / name)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "check_jsonschema", "--builtin-schema", "vendor.github-workflows", str(WORKFLOWS / name)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 # --- packages.yml: the fan-out ----------------------------------------------------------------------
+
 
 def test_matrix_job_renders_the_jobs_and_exposes_them(packages):
     job = packages["jobs"]["matrix"]
@@ -134,6 +140,7 @@ def test_channel_job_collects_indexes_and_verifies(packages):
 
 # --- build-variant.yml: one variant per job -------------------------------------------------------
 
+
 def _build_command(build_variant) -> tuple[str, dict]:
     step = _step(build_variant["jobs"]["build"], "Build ${{ inputs.id }}")
     return step["run"], step["env"]
@@ -205,11 +212,19 @@ def test_render_step_runs_and_splits_the_matrix_into_waves(packages, tmp_path, c
     out, summary = tmp_path / "github_output", tmp_path / "summary.md"
     # a path given to fuselet-build is relative to the working directory: CI's is the checkout
     variants = str(ROOT / "variants/conda-forge.yaml")
-    env = {**os.environ, **step["env"], "VARIANTS": variants, "PYTHONPATH": str(ROOT / "python"),
-           "FUSELET_ROOT": str(ROOT), "GITHUB_OUTPUT": str(out), "GITHUB_STEP_SUMMARY": str(summary),
-           "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}"}
-    proc = subprocess.run(["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        **step["env"],
+        "VARIANTS": variants,
+        "PYTHONPATH": str(ROOT / "python"),
+        "FUSELET_ROOT": str(ROOT),
+        "GITHUB_OUTPUT": str(out),
+        "GITHUB_STEP_SUMMARY": str(summary),
+        "PATH": f"{os.path.dirname(sys.executable)}{os.pathsep}{os.environ['PATH']}",
+    }
+    proc = subprocess.run(
+        ["bash", "-eo", "pipefail", "-c", step["run"]], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     outputs = dict(line.split("=", 1) for line in out.read_text().splitlines())
     waves = {k: json.loads(outputs[k]) for k in FAN_OUT.values()}
@@ -224,6 +239,7 @@ def test_render_step_runs_and_splits_the_matrix_into_waves(packages, tmp_path, c
 
 
 # --- test.yml ------------------------------------------------------------------------------------
+
 
 def test_pull_requests_run_make_test():
     wf = _load("test.yml")
@@ -241,9 +257,19 @@ def test_a_failed_variant_does_not_skip_the_later_waves_or_the_channel(packages)
         assert "!cancelled()" in cond and "needs.matrix.result == 'success'" in cond, (name, cond)
 
 
-@pytest.mark.parametrize("path", ["csrc/core/src/norm.cc", "python/fuselet/torch/norm.py", "CMakeLists.txt",
-                                  "cmake/FuseletPython.cmake", "pyproject.toml", "recipe/recipe.yaml",
-                                  "variants/conda-forge.yaml", "tools/fuselet-build/src/fuselet_build/build.py"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "csrc/core/src/norm.cc",
+        "python/fuselet/torch/norm.py",
+        "CMakeLists.txt",
+        "cmake/FuseletPython.cmake",
+        "pyproject.toml",
+        "recipe/recipe.yaml",
+        "variants/conda-forge.yaml",
+        "tools/fuselet-build/src/fuselet_build/build.py",
+    ],
+)
 def test_pull_requests_that_change_a_package_build_the_packages(packages, path):
     import fnmatch
 

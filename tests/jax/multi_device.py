@@ -1,5 +1,6 @@
 """Sharding tests on 8 CPU devices: run a module of tests/jax in a subprocess (XLA_FLAGS must be
 set before jax is imported there) and read the one JSON object it prints last."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_on_8_cpu_devices(module: str) -> dict:
     """`python -m module` with 8 forced CPU devices; its last stdout line, parsed."""
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-m", module], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run([sys.executable, "-m", module], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

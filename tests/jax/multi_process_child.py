@@ -13,6 +13,7 @@ its own rows of the row-sharded output y, and the collectives of the compiled st
 
 The test imports `inputs` and `step` from here for the one-process result.
 """
+
 from __future__ import annotations
 
 import functools
@@ -50,8 +51,15 @@ def inputs() -> tuple[np.ndarray, ...]:
     """The global inputs (every process makes the same ones and keeps its rows)."""
     rng = np.random.default_rng(0)
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    return (f(B, S, H), f(B, S, H), 1 + 0.1 * f(H), f(S, D // 2), f(S, D // 2),
-            rng.integers(0, V, (B, S)).astype(np.int32), f(H, V))
+    return (
+        f(B, S, H),
+        f(B, S, H),
+        1 + 0.1 * f(H),
+        f(S, D // 2),
+        f(S, D // 2),
+        rng.integers(0, V, (B, S)).astype(np.int32),
+        f(H, V),
+    )
 
 
 def local_rows(sharding, shape) -> slice:
@@ -79,9 +87,15 @@ def gloo_on_loopback() -> None:
 def main(process_id: int, num_processes: int, port: int, out: str) -> None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     gloo_on_loopback()
-    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=num_processes,
-                               process_id=process_id, coordinator_bind_address=f"127.0.0.1:{port}",
-                               initialization_timeout=60, heartbeat_timeout_seconds=30, shutdown_timeout_seconds=30)
+    jax.distributed.initialize(
+        coordinator_address=f"127.0.0.1:{port}",
+        num_processes=num_processes,
+        process_id=process_id,
+        coordinator_bind_address=f"127.0.0.1:{port}",
+        initialization_timeout=60,
+        heartbeat_timeout_seconds=30,
+        shutdown_timeout_seconds=30,
+    )
     from jax.experimental import multihost_utils
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
@@ -93,20 +107,26 @@ def main(process_id: int, num_processes: int, port: int, out: str) -> None:
     mesh = jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
     rows, replicated = NamedSharding(mesh, P("data")), NamedSharding(mesh, P())
     mine = local_rows(rows, (B,))
-    args = tuple(jax.make_array_from_process_local_data(rows, a[mine], a.shape) if i in ROW_ARGS
-                 else jax.make_array_from_process_local_data(replicated, a, a.shape)
-                 for i, a in enumerate(inputs()))
+    args = tuple(
+        jax.make_array_from_process_local_data(rows, a[mine], a.shape)
+        if i in ROW_ARGS
+        else jax.make_array_from_process_local_data(replicated, a, a.shape)
+        for i, a in enumerate(inputs())
+    )
     assert not args[0].is_fully_addressable and args[0].addressable_shards[0].data.shape == (B // jax.device_count(), S, H)
 
     jstep = jax.jit(step)
     (loss, y), grads = jstep(*args)
     gather = functools.partial(multihost_utils.process_allgather, tiled=True)
-    result = {"loss": gather(loss), "y": gather(y), **{f"d{i}": gather(g) for i, g in enumerate(grads)},
-              "rows": np.array([mine.start, mine.stop]),
-              "y_local": np.concatenate([np.asarray(s.data)
-                                         for s in sorted(y.addressable_shards, key=lambda s: s.index[0].start)]),
-              "y_sharded_like_x": np.array(y.sharding.is_equivalent_to(args[0].sharding, y.ndim)),
-              "dx_sharded_like_x": np.array(grads[0].sharding.is_equivalent_to(args[0].sharding, y.ndim))}
+    result = {
+        "loss": gather(loss),
+        "y": gather(y),
+        **{f"d{i}": gather(g) for i, g in enumerate(grads)},
+        "rows": np.array([mine.start, mine.stop]),
+        "y_local": np.concatenate([np.asarray(s.data) for s in sorted(y.addressable_shards, key=lambda s: s.index[0].start)]),
+        "y_sharded_like_x": np.array(y.sharding.is_equivalent_to(args[0].sharding, y.ndim)),
+        "dx_sharded_like_x": np.array(grads[0].sharding.is_equivalent_to(args[0].sharding, y.ndim)),
+    }
     hlo = jstep.lower(*args).compile().as_text()
     result.update({f"hlo/{c}": np.array(n) for c, n in collectives(hlo).items()})
     np.savez(f"{out}/{process_id}.npz", **result)

@@ -5,6 +5,7 @@ Prints one JSON object: for each case, the collectives of the compiled HLO of th
 and of jax.grad, whether the output sharding equals x's, and the largest difference from
 the unsharded result. tests/jax/test_sharding.py runs it and checks the numbers.
 """
+
 from __future__ import annotations
 
 import functools
@@ -39,8 +40,10 @@ def grad_fn(f):
 
 
 def max_diff(a, b) -> float:
-    return max(float(np.max(np.abs(np.asarray(u, np.float64) - np.asarray(v, np.float64))))
-               for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+    return max(
+        float(np.max(np.abs(np.asarray(u, np.float64) - np.asarray(v, np.float64))))
+        for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b))
+    )
 
 
 def inputs(shape, dtype, param_dtype):
@@ -88,8 +91,10 @@ def eager_case(norm, mesh, shape) -> dict:
     """An eager call (no jit) with x row-sharded and uncommitted parameters (plain jnp arrays)."""
     x, w, b, _ = inputs(shape, "float32", "float32")
     y = norm_fn(norm)(jax.device_put(x, NamedSharding(mesh, P("data", None))), w, b)
-    return {"y_sharding_is_x": y.sharding.is_equivalent_to(NamedSharding(mesh, P("data", None)), y.ndim),
-            "max_diff": max_diff(y, norm_fn(norm)(x, w, b))}
+    return {
+        "y_sharding_is_x": y.sharding.is_equivalent_to(NamedSharding(mesh, P("data", None)), y.ndim),
+        "max_diff": max_diff(y, norm_fn(norm)(x, w, b)),
+    }
 
 
 def add_rms_fn(x, r, w):

@@ -1,5 +1,6 @@
 """fuselet.jax residual add + RMSNorm against the float64 reference (tests/reference.py):
 forward, grad, jit, vmap."""
+
 from __future__ import annotations
 
 import numpy as np

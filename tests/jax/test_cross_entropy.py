@@ -1,5 +1,6 @@
 """fuselet.jax cross_entropy against the float64 reference (tests/reference.py): options,
 reductions, ignored tokens, grad, jit, vmap, the fused fwd_bwd helper."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -77,8 +78,12 @@ def test_reductions_and_return_z_loss(reduction):
     np.testing.assert_allclose(float(loss), l_ref.sum() / n, rtol=1e-5)
     np.testing.assert_allclose(float(z), z_ref.sum() / n, rtol=1e-5)
     dx = jax.grad(lambda x: fj.cross_entropy(x, target, reduction=reduction, **opts))(logits)
-    ref.assert_close(f64(dx), ref.cross_entropy_bwd(np.where(valid, 1.0 / n, 0.0), logits, target,
-                                                    **full_options(opts)), "float32", name="dlogits")
+    ref.assert_close(
+        f64(dx),
+        ref.cross_entropy_bwd(np.where(valid, 1.0 / n, 0.0), logits, target, **full_options(opts)),
+        "float32",
+        name="dlogits",
+    )
     # z is for logging: no gradient flows through it.
     dz = jax.grad(lambda x: fj.cross_entropy(x, target, z_loss=1e-2, return_z_loss=True)[1])(logits)
     assert not np.any(np.asarray(dz))
@@ -114,8 +119,9 @@ def test_out_of_range_target(bad):
 
 def test_numpy_inputs():
     logits, target = make((4,), 7, "float32", ignore_every=0)
-    np.testing.assert_array_equal(np.asarray(fj.cross_entropy(np.asarray(logits), np.asarray(target))),
-                                  np.asarray(fj.cross_entropy(logits, target)))
+    np.testing.assert_array_equal(
+        np.asarray(fj.cross_entropy(np.asarray(logits), np.asarray(target))), np.asarray(fj.cross_entropy(logits, target))
+    )
     with pytest.raises(ValueError, match=r"target: element 0 is 9"):
         fj.cross_entropy(np.asarray(logits), np.asarray(target.at[0].set(9)))
 
@@ -165,8 +171,7 @@ def test_fwd_bwd_helper(dtype):
     ref.assert_close(f64(loss), l_ref, "float32", name="loss")
     ref.assert_close(f64(z), z_ref, "float32", name="z")
     assert dlogits.dtype == logits.dtype
-    ref.assert_close(f64(dlogits), ref.cross_entropy_bwd(np.full(target.shape, 0.25), logits, target, **o), dtype,
-                     name="dlogits")
+    ref.assert_close(f64(dlogits), ref.cross_entropy_bwd(np.full(target.shape, 0.25), logits, target, **o), dtype, name="dlogits")
 
 
 def test_fwd_bwd_may_reuse_the_logits_buffer():
@@ -184,5 +189,5 @@ def test_fwd_bwd_may_reuse_the_logits_buffer():
 def test_ignore_index_outside_the_target_dtype():
     """An int32 target cannot hold ignore_index 2**32: every token counts."""
     logits, target = make((6,), 5, "float32", ignore_every=0)
-    a = fj.cross_entropy(logits, target, ignore_index=2 ** 32)
+    a = fj.cross_entropy(logits, target, ignore_index=2**32)
     np.testing.assert_allclose(float(a), float(fj.cross_entropy(logits, target)), rtol=1e-6)

@@ -5,6 +5,7 @@ fuselet.jax (CHILD): it gives this process's results. fuselet.jax.export.disable
 is what jax.export needs (without it, or without one of its targets, JAX refuses), and a
 symbolic batch dim exports one artifact for every batch size. On 2 devices a shard_map'ed
 function exports, a jit over the mesh does not (JAX cannot serialize custom_partitioning)."""
+
 from __future__ import annotations
 
 import os
@@ -63,8 +64,16 @@ def step(*args, chunk_size=None):
 def inputs(batch=B, seed=0):
     rng = np.random.default_rng(seed)
     f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
-    return (f(batch, S, H), f(batch, S, H), 1 + 0.1 * f(H), 0.1 * f(H), f(S, D // 2), f(S, D // 2), f(H, V),
-            rng.integers(0, V, (batch, S)).astype(np.int32))
+    return (
+        f(batch, S, H),
+        f(batch, S, H),
+        1 + 0.1 * f(H),
+        0.1 * f(H),
+        f(S, D // 2),
+        f(S, D // 2),
+        f(H, V),
+        rng.integers(0, V, (batch, S)).astype(np.int32),
+    )
 
 
 # argv: mode ("export" or "call"), folder. With 2 CPU devices: the row-sharded rms_norm gradient,
@@ -148,9 +157,8 @@ def test_export_then_call_in_a_fresh_process(tmp_path):
     fixed = jax.export.export(jax.jit(step), disabled_checks=disabled_checks())(*args)
     assert fuselet_calls(fixed) == set(TARGETS), "the step exercises every FFI target of fuselet"
 
-    batch, = jax.export.symbolic_shape("batch")
-    specs = [jax.ShapeDtypeStruct((batch, *a.shape[1:]) if i in (0, 1, 7) else a.shape, a.dtype)
-             for i, a in enumerate(args)]
+    (batch,) = jax.export.symbolic_shape("batch")
+    specs = [jax.ShapeDtypeStruct((batch, *a.shape[1:]) if i in (0, 1, 7) else a.shape, a.dtype) for i, a in enumerate(args)]
     chunked = jax.jit(lambda *a: step(*a, chunk_size=S))
     symbolic = jax.export.export(chunked, disabled_checks=disabled_checks())(*specs)
     assert str(symbolic.in_avals[0].shape[0]) == "batch" and fuselet_calls(symbolic) == set(TARGETS)
@@ -175,12 +183,12 @@ def test_sharded_export(tmp_path):
     """On 2 devices: a jit over the mesh keeps fuselet's custom_partitioning callbacks and JAX
     cannot serialize it; a shard_map'ed function exports, and in a fresh 2-device process gives
     the exporting process's result with the rows still sharded."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env = dict(os.environ, OMP_NUM_THREADS="1", JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
     out = {}
     for mode in ("export", "call"):  # two processes: nothing traced in the caller before deserialize
-        proc = subprocess.run([sys.executable, "-c", SHARDED_CHILD, mode, str(tmp_path)], env=env,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", SHARDED_CHILD, mode, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         out[mode] = proc.stdout
     assert "jit over the mesh: serialization of host_callbacks is not yet implemented" in out["export"], out

@@ -1,6 +1,7 @@
 """fuselet.jax inside a flax model trained with optax: benchmarks/bench_step.py's Llama-style
 model written with fuselet's ops against the same model written with jax.numpy (same
 parameters): the loss, every gradient, and a few jitted adamw steps with donated state."""
+
 from __future__ import annotations
 
 import sys
@@ -24,13 +25,15 @@ TOKENS = SIZE["batch"] * (SIZE["seq"] - 1)
 
 
 def models(dtype: str):
-    (params, fused, tokens), (params_np, plain, _) = (flax_llama(impl, SIZE, dtype)
-                                                        for impl in ("fuselet.jax", "jax.numpy"))
+    (params, fused, tokens), (params_np, plain, _) = (flax_llama(impl, SIZE, dtype) for impl in ("fuselet.jax", "jax.numpy"))
     # the same parameters (same seed); norms away from 1 so that their weights matter
     assert jax.tree_util.tree_structure(params) == jax.tree_util.tree_structure(params_np)
     params = jax.tree_util.tree_map_with_path(
-        lambda path, p: p * (1 + 0.3 * jax.random.normal(jax.random.PRNGKey(len(str(path))), p.shape, p.dtype))
-        if "norm" in str(path) else p, params)
+        lambda path, p: (
+            p * (1 + 0.3 * jax.random.normal(jax.random.PRNGKey(len(str(path))), p.shape, p.dtype)) if "norm" in str(path) else p
+        ),
+        params,
+    )
     return params, fused, plain, tokens
 
 
@@ -46,8 +49,9 @@ def test_loss_and_gradients_match_jax_numpy(dtype):
         expected = ref.to_float64(leaves_p[path])
         scale = max(1e-3, float(np.abs(expected).max()))
         assert float(np.abs(ref.to_float64(g)).max()) > 0, jax.tree_util.keystr(path)
-        ref.assert_close(ref.to_float64(g) / scale, expected / scale, dtype, "reduce", rows=TOKENS,
-                         name=jax.tree_util.keystr(path))
+        ref.assert_close(
+            ref.to_float64(g) / scale, expected / scale, dtype, "reduce", rows=TOKENS, name=jax.tree_util.keystr(path)
+        )
 
 
 def test_adamw_steps_track_jax_numpy():
@@ -60,6 +64,7 @@ def test_adamw_steps_track_jax_numpy():
             loss, grads = jax.value_and_grad(apply)(params, tokens)
             updates, state = opt.update(grads, state, params)
             return optax.apply_updates(params, updates), state, loss
+
         return jax.jit(step, donate_argnums=(0, 1))
 
     losses = {}

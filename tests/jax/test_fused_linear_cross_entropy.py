@@ -1,5 +1,6 @@
 """fuselet.jax.fused_linear_cross_entropy against the float64 reference (tests/reference.py) and
 against fuselet's own cross_entropy of the materialized logits."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +26,8 @@ def inputs(n=37, h=16, v=29, dtype="float32", seed=0, device=None, lead=()):
     def a(*shape, scale=1.0):
         x = jnp.asarray(rng.standard_normal(shape) * scale, dtype=dtype)
         return jax.device_put(x, device) if device is not None else x
-    hidden, weight, bias = a(*lead, n, h), a(v, h, scale=h ** -0.5 * 3), a(v)
+
+    hidden, weight, bias = a(*lead, n, h), a(v, h, scale=h**-0.5 * 3), a(v)
     target = jnp.asarray(rng.integers(0, v, (*lead, n)), dtype=jnp.int32)
     return hidden, weight, bias, target
 
@@ -34,8 +36,9 @@ def f64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.float64) if a.dtype != jnp.bfloat16 else np.asarray(a.astype(jnp.float32), np.float64)
 
 
-def reference(hidden, weight, bias, target, dloss=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
-              softcap=None, reduction="mean"):
+def reference(
+    hidden, weight, bias, target, dloss=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean"
+):
     """float64 (loss, dhidden, dweight, dbias) of cross_entropy(hidden @ weight.T + bias)."""
     h, w = f64(hidden).reshape(-1, hidden.shape[-1]), f64(weight)
     logits = h @ w.T + (0.0 if bias is None else f64(bias))
@@ -75,16 +78,14 @@ def test_against_reference(reduction, options, chunk, jax_device):
 def test_all_ignored_and_no_bias():
     hidden, weight, _, target = inputs(n=8)
     target = jnp.full_like(target, -100)
-    loss, grads = jax.value_and_grad(lambda h, w: fj.fused_linear_cross_entropy(h, w, target), argnums=(0, 1))(
-        hidden, weight)
+    loss, grads = jax.value_and_grad(lambda h, w: fj.fused_linear_cross_entropy(h, w, target), argnums=(0, 1))(hidden, weight)
     assert float(loss) == 0.0 and all(not np.any(np.asarray(g)) for g in grads)
 
 
 def test_z_loss_returned():
     hidden, weight, bias, target = inputs()
     loss, z = fj.fused_linear_cross_entropy(hidden, weight, target, bias=bias, z_loss=1e-2, return_z_loss=True)
-    _, z_ref, _ = ref.cross_entropy_fwd(f64(hidden) @ f64(weight).T + f64(bias), np.asarray(target), -100, 0.0,
-                                        1e-2, None)
+    _, z_ref, _ = ref.cross_entropy_fwd(f64(hidden) @ f64(weight).T + f64(bias), np.asarray(target), -100, 0.0, 1e-2, None)
     np.testing.assert_allclose(float(z), z_ref.mean(), rtol=1e-5)
 
 

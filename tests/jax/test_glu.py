@@ -1,5 +1,6 @@
 """fuselet.jax SwiGLU / GeGLU against the float64 reference (tests/reference.py): forward,
 grad, jit, vmap."""
+
 from __future__ import annotations
 
 import pytest

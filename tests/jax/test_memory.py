@@ -1,6 +1,7 @@
 """What each fuselet.jax op keeps for the backward (the residuals of jax.vjp, counted by
 benchmarks/bench_memory.py): the exact residuals per op, no more new bytes than the jitted
 jax.numpy expression it replaces, and the table of docs/ops.md equal to what the measurement gives."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,8 +28,13 @@ def expected(dt: str) -> dict:
     """op -> fuselet's residuals, (owner, shape, dtype) in vjp_fn's leaf order; "output": one of its outputs."""
     return {
         "rms_norm": [("x", (ROWS, H), dt), ("weight", (H,), dt), ("new", (ROWS,), F32)],  # x, weight, rstd
-        "layer_norm": [("x", (ROWS, H), dt), ("weight", (H,), dt), ("bias", (H,), dt),
-                       ("new", (ROWS,), F32), ("new", (ROWS,), F32)],  # + mean, rstd
+        "layer_norm": [
+            ("x", (ROWS, H), dt),
+            ("weight", (H,), dt),
+            ("bias", (H,), dt),
+            ("new", (ROWS,), F32),
+            ("new", (ROWS,), F32),
+        ],  # + mean, rstd
         # weight, residual_out (its own second output), rstd
         "add_rms_norm": [("weight", (H,), dt), ("output", (ROWS, H), dt), ("new", (ROWS,), F32)],
         "swiglu": [("x", (ROWS, 2 * H), dt)],
@@ -38,12 +44,23 @@ def expected(dt: str) -> dict:
         "rope": [("cos", (S, D), dt), ("sin", (S, D), dt)],
         # logits, target, lse; then what the mean's jnp.stack([loss, valid]) adds: the instantiated
         # zero tangent of the valid-token mask (a float32 per token) and four scalars of the count
-        "cross_entropy": [("logits", (bm.TOKENS, bm.VOCAB), dt), ("target", (bm.TOKENS,), "int32"),
-                          ("new", (bm.TOKENS,), F32), ("new", (bm.TOKENS,), F32),
-                          ("new", (), F32), ("new", (), F32), ("new", (1,), F32), ("new", (), F32)],
+        "cross_entropy": [
+            ("logits", (bm.TOKENS, bm.VOCAB), dt),
+            ("target", (bm.TOKENS,), "int32"),
+            ("new", (bm.TOKENS,), F32),
+            ("new", (bm.TOKENS,), F32),
+            ("new", (), F32),
+            ("new", (), F32),
+            ("new", (1,), F32),
+            ("new", (), F32),
+        ],
         "fused_linear_cross_entropy mean": [("new", (N, HID), dt), ("new", (V, HID), dt)],  # dhidden, dweight
-        "fused_linear_cross_entropy none": [("hidden", (N, HID), dt), ("weight", (V, HID), dt),
-                                            ("target", (N,), "int32"), ("new", (N,), F32)],
+        "fused_linear_cross_entropy none": [
+            ("hidden", (N, HID), dt),
+            ("weight", (V, HID), dt),
+            ("target", (N,), "int32"),
+            ("new", (N,), F32),
+        ],
     }
 
 

@@ -4,6 +4,7 @@ step of fuselet ops with its batch rows sharded over the 4 devices of both proce
 forward and gradients are the one-process result, each process holds only its own rows, and
 the compiled step has no collective but the all-reduces of the mean loss and of the
 replicated parameters' gradients (the rows never cross processes)."""
+
 from __future__ import annotations
 
 import os
@@ -36,15 +37,20 @@ def free_port() -> int:
 def run_processes(out: Path) -> list[dict]:
     """Starts the PROCESSES children, waits for all (killing every one still running when one
     fails or TIMEOUT_S passes) and returns what each wrote."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu",
-               OMP_NUM_THREADS="1")
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu", OMP_NUM_THREADS="1")
     port, procs, logs = free_port(), [], []
     try:
         for i in range(PROCESSES):
             logs.append(open(out / f"{i}.log", "w"))  # noqa: SIM115 (closed below)
-            procs.append(subprocess.Popen([sys.executable, "-m", "tests.jax.multi_process_child", str(i),
-                                           str(PROCESSES), str(port), str(out)],
-                                          cwd=ROOT, env=env, stdout=logs[-1], stderr=subprocess.STDOUT))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tests.jax.multi_process_child", str(i), str(PROCESSES), str(port), str(out)],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=logs[-1],
+                    stderr=subprocess.STDOUT,
+                )
+            )
         deadline = time.monotonic() + TIMEOUT_S
         while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
             if any(p.poll() not in (None, 0) for p in procs):
@@ -59,7 +65,8 @@ def run_processes(out: Path) -> list[dict]:
             f.close()
     codes = [p.returncode for p in procs]
     assert codes == [0] * PROCESSES, "\n".join(
-        f"process {i} (exit {c}):\n{(out / f'{i}.log').read_text()[-3000:]}" for i, c in enumerate(codes))
+        f"process {i} (exit {c}):\n{(out / f'{i}.log').read_text()[-3000:]}" for i, c in enumerate(codes)
+    )
     results = []
     for i in range(PROCESSES):
         with np.load(out / f"{i}.npz") as npz:

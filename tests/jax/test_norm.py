@@ -1,5 +1,6 @@
 """fuselet.jax RMSNorm / LayerNorm against the float64 reference (tests/reference.py):
 forward, grad, jit, vmap and vmap-of-grad."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -47,8 +48,10 @@ def reference_backward(norm, dy, x, weight) -> dict:
 
 def loss(norm):
     """loss(dy, x, weight[, bias]) = sum(y * dy): its gradients are the VJP with cotangent dy."""
+
     def fn(dy, *args):
         return jnp.sum(apply(norm, *args).astype(jnp.float32) * dy.astype(jnp.float32))
+
     return fn
 
 
@@ -65,11 +68,11 @@ def check_grads(norm, grads, a, dtype, rows):
     expected = reference_backward(norm, a["dy"], a["x"], a["weight"])
     for name, grad in zip(("x", *PARAMS[norm]), grads):
         assert grad.dtype == a[name].dtype and grad.shape == a[name].shape, name
-        ref.assert_close(f64(grad), expected[name], dtype, "out" if name == "x" else "reduce", rows=rows,
-                         name=f"d{name}")
+        ref.assert_close(f64(grad), expected[name], dtype, "out" if name == "x" else "reduce", rows=rows, name=f"d{name}")
 
 
 # --- forward, grad, jit -----------------------------------------------------------------------
+
 
 def test_forward(norm, dtype, shape, jax_device):
     a = arrays(shape, dtype, jax_device)
@@ -93,8 +96,13 @@ def test_jit(norm, dtype, shape, jax_device):
 
 
 @settings(max_examples=25, deadline=None, database=None)
-@given(hidden=st.integers(1, 5000), rows=st.integers(0, 40), eps=st.floats(1e-8, 1.0),
-       scale=st.sampled_from([1e-3, 1.0, 1e3]), seed=st.integers(0, 2**31))
+@given(
+    hidden=st.integers(1, 5000),
+    rows=st.integers(0, 40),
+    eps=st.floats(1e-8, 1.0),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    seed=st.integers(0, 2**31),
+)
 def test_rms_norm_float32_random(hidden, rows, eps, scale, seed):
     x = np.random.default_rng(seed).standard_normal((rows, hidden)).astype(np.float32) * np.float32(scale)
     w = np.random.default_rng(seed + 1).standard_normal(hidden).astype(np.float32)
@@ -155,6 +163,7 @@ def test_vmap_of_grad_batched_weight(norm, jax_device):
 
 # --- sizes --------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("shape", [(0, 8), (2, 0, 127)], ids=["0x8", "2x0x127"])
 def test_empty_batch(norm, dtype, shape, jax_device):
     a = arrays(shape, dtype, jax_device)
@@ -174,8 +183,10 @@ VARIANT_SHAPES = [(5, 127), (2, 3, 1030)]
 
 def variant_arrays(norm, shape, dtype, variant, device=None) -> dict:
     """ref.variant_inputs as jax arrays: absent parameters are None (and RMSNorm has no bias)."""
-    a = {k: None if v is None else jax.device_put(jnp.asarray(v), device)
-         for k, v in ref.variant_inputs(shape, dtype, variant).items()}
+    a = {
+        k: None if v is None else jax.device_put(jnp.asarray(v), device)
+        for k, v in ref.variant_inputs(shape, dtype, variant).items()
+    }
     if norm == "rms_norm":
         a["bias"] = None
     return a
@@ -186,6 +197,7 @@ def variant_apply(norm, zc):
         if norm == "rms_norm":
             return fj.rms_norm(x, weight, EPS[norm], zero_centered_gamma=zc)
         return fj.layer_norm(x, weight, bias, EPS[norm], zero_centered_gamma=zc)
+
     return fn
 
 
@@ -215,8 +227,7 @@ def check_variant(norm, a, dtype, zc, y, grads):
 
 def variant_grad(norm, zc):
     fn = variant_apply(norm, zc)
-    return jax.grad(lambda dy, *args: jnp.sum(fn(*args).astype(jnp.float32) * dy.astype(jnp.float32)),
-                    argnums=(1, 2, 3))
+    return jax.grad(lambda dy, *args: jnp.sum(fn(*args).astype(jnp.float32) * dy.astype(jnp.float32)), argnums=(1, 2, 3))
 
 
 @pytest.mark.parametrize("shape", VARIANT_SHAPES, ids=lambda s: "x".join(map(str, s)))
@@ -278,8 +289,9 @@ def test_command_buffer(norm, hidden, jax_device):
 
     def run(flags):
         env = dict(os.environ, XLA_FLAGS=flags)
-        proc = subprocess.run([sys.executable, "-c", COMMAND_BUFFER_CHILD, norm, str(hidden)], env=env,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [sys.executable, "-c", COMMAND_BUFFER_CHILD, norm, str(hidden)], env=env, capture_output=True, text=True, timeout=600
+        )
         assert proc.returncode == 0, proc.stderr[-4000:]
         return json.loads(proc.stdout.strip().splitlines()[-1])
 

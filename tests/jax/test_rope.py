@@ -1,6 +1,7 @@
 """fuselet.jax rope against the float64 reference (tests/reference.py): forward, grad, jit,
 vmap, and sharding on 8 CPU devices (this file's __main__ runs in a subprocess: XLA_FLAGS
 must be set before jax is imported)."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,12 @@ def arrays(shape, dtype, rotary, table_shape, table_dtype, device=None, seed=0):
     rng = np.random.default_rng(seed)
     np_dt = ref.NUMPY_DTYPES[dtype]
     t_dt = ref.NUMPY_DTYPES[dtype if table_dtype == "x" else table_dtype]
-    vals = (((rng.standard_normal(shape) * 2 + 0.3), np_dt), (rng.standard_normal(shape), np_dt),
-            (rng.uniform(-1.5, 1.5, (*table_shape, rotary)), t_dt), (rng.uniform(-1.5, 1.5, (*table_shape, rotary)), t_dt))
+    vals = (
+        ((rng.standard_normal(shape) * 2 + 0.3), np_dt),
+        (rng.standard_normal(shape), np_dt),
+        (rng.uniform(-1.5, 1.5, (*table_shape, rotary)), t_dt),
+        (rng.uniform(-1.5, 1.5, (*table_shape, rotary)), t_dt),
+    )
     return tuple(jax.device_put(jnp.asarray(v.astype(dt)), device) for v, dt in vals)
 
 
@@ -41,6 +46,7 @@ def vjp(layout, interleaved):
     def loss(x, cos, sin, dy):
         y = fj.rope(x, cos, sin, layout=layout, interleaved=interleaved)
         return jnp.sum(y.astype(jnp.float32) * dy.astype(jnp.float32))
+
     return jax.grad(loss, argnums=(0, 1, 2))
 
 
@@ -98,8 +104,10 @@ def test_vmap_and_vmap_of_grad(case, layout):
     """vmap folds the mapped dim into B: each example keeps its own tables."""
     no_b = case == "all_no_b"
     per_seq = case in ("x_only_per_seq", "all_per_seq")
-    parts = [arrays(x_shape(layout, None if no_b else B), "float32", 8, (B, S) if per_seq else (S,), "float32",
-                    seed=i) for i in range(3)]
+    parts = [
+        arrays(x_shape(layout, None if no_b else B), "float32", 8, (B, S) if per_seq else (S,), "float32", seed=i)
+        for i in range(3)
+    ]
     xs, dys, coss, sins = (jnp.stack([p[k] for p in parts]) for k in range(4))
     x_axis = None if case == "tables_only" else 0
     t_axis = 0 if case.startswith("all") or case == "tables_only" else None
@@ -119,13 +127,15 @@ def test_vmap_and_vmap_of_grad(case, layout):
 
 # --- sharding (8 CPU devices, in a subprocess) ---------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def sharded() -> dict:
     return run_on_8_cpu_devices("tests.jax.test_rope")
 
 
-@pytest.mark.parametrize("case", ["batch", "batch_and_heads", "bhsd_batch_and_heads", "per_seq_batch",
-                                  "sequence", "bhsd_sequence", "shard_map"])
+@pytest.mark.parametrize(
+    "case", ["batch", "batch_and_heads", "bhsd_batch_and_heads", "per_seq_batch", "sequence", "bhsd_sequence", "shard_map"]
+)
 def test_sharding_has_no_collective(sharded, case):
     """x sharded on B, N and / or S (tables replicated, or sharded on B like x): no all-gather,
     all-reduce or any other collective, forward or gradient; y and dx keep x's sharding."""
@@ -170,12 +180,16 @@ def _sharding_main():
         dys = jax.device_put(dy, xs)
         jf, jg = jax.jit(f), jax.jit(g)
         y, grads = jf(*args), jg(*args, dys)
-        diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in ((y, expected[0]),
-                                                                                     (grads[0], expected[1][0])))
-        return {"fwd": count(jf.lower(*args).compile().as_text()),
-                "grad": count(jg.lower(*args, dys).compile().as_text()),
-                "y_sharding_is_x": y.sharding.is_equivalent_to(xs, y.ndim),
-                "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(xs, y.ndim), "max_diff": diff}
+        diff = max(
+            float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in ((y, expected[0]), (grads[0], expected[1][0]))
+        )
+        return {
+            "fwd": count(jf.lower(*args).compile().as_text()),
+            "grad": count(jg.lower(*args, dys).compile().as_text()),
+            "y_sharding_is_x": y.sharding.is_equivalent_to(xs, y.ndim),
+            "dx_sharding_is_x": grads[0].sharding.is_equivalent_to(xs, y.ndim),
+            "max_diff": diff,
+        }
 
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -192,8 +206,10 @@ def _sharding_main():
     x, _, cos, sin = arrays((8, 6, 2, 16), "float32", 16, (6,), "float32")
     xs = NamedSharding(mesh, P("data"))
     y = fj.rope(jax.device_put(x, xs), cos, sin)
-    out["eager"] = {"y_sharding_is_x": y.sharding.is_equivalent_to(xs, y.ndim),
-                    "max_diff": float(np.max(np.abs(np.asarray(y) - np.asarray(fj.rope(x, cos, sin)))))}
+    out["eager"] = {
+        "y_sharding_is_x": y.sharding.is_equivalent_to(xs, y.ndim),
+        "max_diff": float(np.max(np.abs(np.asarray(y) - np.asarray(fj.rope(x, cos, sin))))),
+    }
     print(json.dumps(out))
 
 

@@ -4,6 +4,7 @@ a subprocess: XLA_FLAGS must be set before jax is imported).
 Row-sharded x: no collective in the forward, and in jax.grad only the all-reduce that sums
 dweight/dbias over the row shards. A sharded hidden dim: x (and dy) gathered along it, nothing
 else. Outputs keep x's sharding and match the unsharded result; shard_map too."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ INPUTS: a torch.save'd tuple of arguments; OUTPUTS: where the results are torch.
 fuselet.torch is imported first (it registers the fuselet ops the package calls) unless
 --without-fuselet is given.
 """
+
 from __future__ import annotations
 
 import sys

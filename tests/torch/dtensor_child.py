@@ -6,6 +6,7 @@ the results as one JSON line, last.
 Run by the test as `python -m tests.torch.dtensor_child` with RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT set.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,8 +40,9 @@ class Comms:
 
     def __exit__(self, *exc):
         self.mode.__exit__(*exc)
-        self.counts = {str(op).split(".")[-1] if "." in str(op) else str(op): n
-                       for op, n in self.mode.get_comm_counts().items() if n}
+        self.counts = {
+            str(op).split(".")[-1] if "." in str(op) else str(op): n for op, n in self.mode.get_comm_counts().items() if n
+        }
         return False
 
 
@@ -79,11 +81,11 @@ def forward_backward(fn, args, dargs, grad):
     diffs = [diff(o, r) for o, r in zip(out, out_ref)]
     diffs += [diff(d.grad, a.grad) for a, d in zip(args, dargs) if isinstance(a, torch.Tensor) and a.requires_grad]
     grads = [names(d.grad.placements) for d in dargs if isinstance(d, DTensor) and d.requires_grad]
-    return {"fwd": fwd.counts, "bwd": bwd.counts, "max_diff": max(diffs), "out": names(out[0].placements),
-            "grads": grads}
+    return {"fwd": fwd.counts, "bwd": bwd.counts, "max_diff": max(diffs), "out": names(out[0].placements), "grads": grads}
 
 
 # --- norms: SequenceParallel modules, and a sharded hidden dim --------------------------------
+
 
 def _norm_module(cls, mesh, **kw):
     torch.manual_seed(1)
@@ -108,8 +110,14 @@ def _norm_module(cls, mesh, **kw):
         full = {n: t.redistribute(placements=[Replicate()]) for n, t in grads.items()}
     diffs = [diff(y, ref(x)), diff(xl.grad, xr.grad.chunk(WORLD, 1)[rank])]
     diffs += [diff(full[n], p.grad) for n, p in ref.named_parameters()]
-    return {"fwd": fwd.counts, "bwd": bwd.counts, "reduce": reduce.counts, "out": names(y.placements),
-            "grads": placements, "max_diff": max(diffs)}
+    return {
+        "fwd": fwd.counts,
+        "bwd": bwd.counts,
+        "reduce": reduce.counts,
+        "out": names(y.placements),
+        "grads": placements,
+        "max_diff": max(diffs),
+    }
 
 
 @check
@@ -136,11 +144,11 @@ def rms_norm_hidden_sharded(mesh):
     """x sharded on H (the normalized dim): redistributed, same values."""
     torch.manual_seed(3)
     x, w, g = torch.randn(4, 16), torch.rand(16) + 0.5, torch.randn(4, 16)
-    return forward_backward(ft.rms_norm, [leaf(x), leaf(w)], [dleaf(x, mesh, [Shard(1)]), dleaf(w, mesh, [Replicate()])],
-                            g)
+    return forward_backward(ft.rms_norm, [leaf(x), leaf(w)], [dleaf(x, mesh, [Shard(1)]), dleaf(w, mesh, [Replicate()])], g)
 
 
 # --- MLP: gate / up Linears colwise, swiglu on the local halves, down Linear rowwise ----------
+
 
 class MLP(torch.nn.Module):
     def __init__(self, hidden, ffn):
@@ -191,6 +199,7 @@ def geglu_gated_dim_sharded(mesh):
 
 # --- softmax ---------------------------------------------------------------------------------
 
+
 def _softmax(mesh, placement, causal):
     torch.manual_seed(7)
     x, g = torch.randn(2, 2, 8, 8), torch.randn(2, 2, 8, 8)
@@ -220,15 +229,23 @@ def softmax_keys_sharded(mesh):
 
 # --- rope --------------------------------------------------------------------------------------
 
+
 def _rope(mesh, layout, x_dim, table_placement):
     # S == N: the bshd and bhsd calls have the same shapes and placements, only the layout
     # tells which dim the sequence is (and so whether cos / sin are sharded with it).
     torch.manual_seed(8)
     x, g = torch.randn(2, 4, 4, 8), torch.randn(2, 4, 4, 8)
     cos, sin = torch.randn(4, 6), torch.randn(4, 6)
-    return forward_backward(lambda t, c, s: ft.rope(t, c, s, layout=layout), [leaf(x), cos, sin],
-                            [dleaf(x, mesh, [Shard(x_dim)]), distribute_tensor(cos, mesh, [table_placement]),
-                             distribute_tensor(sin, mesh, [table_placement])], g)
+    return forward_backward(
+        lambda t, c, s: ft.rope(t, c, s, layout=layout),
+        [leaf(x), cos, sin],
+        [
+            dleaf(x, mesh, [Shard(x_dim)]),
+            distribute_tensor(cos, mesh, [table_placement]),
+            distribute_tensor(sin, mesh, [table_placement]),
+        ],
+        g,
+    )
 
 
 @check
@@ -254,6 +271,7 @@ def rope_sequence_sharded_bhsd(mesh):
 
 
 # --- cross-entropy ---------------------------------------------------------------------------
+
 
 def _ce(mesh, logits_placement, reduction, **kw):
     torch.manual_seed(9)
@@ -307,9 +325,15 @@ def cross_entropy_inplace_backward(mesh):
     dloss_s = distribute_tensor(dloss, mesh, [Shard(1)])
     with Comms() as op:
         torch.ops.fuselet.cross_entropy_bwd_(dloss_s, dl2, dt, lse_s, -100, 0.0, 0.0, 0.0)
-    return {"fwd": fwd.counts, "bwd": bwd.counts, "max_diff": max(diff(d.grad, ref.grad), diff(dl2, expected)),
-            "out": names(loss.placements), "op": op.counts, "op_placements": names(dl2.placements),
-            "op_replicated_dloss": op_replicated_dloss}
+    return {
+        "fwd": fwd.counts,
+        "bwd": bwd.counts,
+        "max_diff": max(diff(d.grad, ref.grad), diff(dl2, expected)),
+        "out": names(loss.placements),
+        "op": op.counts,
+        "op_placements": names(dl2.placements),
+        "op_replicated_dloss": op_replicated_dloss,
+    }
 
 
 @check
@@ -325,8 +349,12 @@ def cross_entropy_fwd_bwd(mesh):
         inplace_error = None
     except ValueError as e:
         inplace_error = str(e)
-    return {"fwd": fwd.counts, "max_diff": max(diff(a, b) for a, b in zip(out, ref)), "out": names(out[2].placements),
-            "inplace_error": inplace_error}
+    return {
+        "fwd": fwd.counts,
+        "max_diff": max(diff(a, b) for a, b in zip(out, ref)),
+        "out": names(out[2].placements),
+        "inplace_error": inplace_error,
+    }
 
 
 @check
@@ -337,6 +365,7 @@ def cross_entropy_vocab_sharded(mesh):
 
 # --- fused linear cross-entropy -----------------------------------------------------------------
 
+
 def _flce(mesh, reduction):
     torch.manual_seed(10)
     hidden, weight, bias = torch.randn(16, 8), torch.randn(24, 8) * 0.3, torch.randn(24) * 0.1
@@ -344,10 +373,15 @@ def _flce(mesh, reduction):
     target[:3] = -100
     g = torch.randn(16) if reduction == "none" else torch.tensor(0.75)
     args = [leaf(hidden), leaf(weight), leaf(bias), target]
-    dargs = [dleaf(hidden, mesh, [Shard(0)]), dleaf(weight, mesh, [Replicate()]), dleaf(bias, mesh, [Replicate()]),
-             distribute_tensor(target, mesh, [Shard(0)])]
-    return forward_backward(lambda h, w, b, t: ft.fused_linear_cross_entropy(h, w, t, bias=b, reduction=reduction,
-                                                                             chunk_size=3), args, dargs, g)
+    dargs = [
+        dleaf(hidden, mesh, [Shard(0)]),
+        dleaf(weight, mesh, [Replicate()]),
+        dleaf(bias, mesh, [Replicate()]),
+        distribute_tensor(target, mesh, [Shard(0)]),
+    ]
+    return forward_backward(
+        lambda h, w, b, t: ft.fused_linear_cross_entropy(h, w, t, bias=b, reduction=reduction, chunk_size=3), args, dargs, g
+    )
 
 
 @check

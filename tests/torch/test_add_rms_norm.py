@@ -1,4 +1,5 @@
 """fuselet.torch residual add + RMSNorm against the float64 reference (tests/reference.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -22,6 +23,7 @@ def tensors(shape, dtype, device="cpu", seed=0, requires_grad=False) -> dict:
     def to(v, grad):
         t = torch.from_numpy(v.astype(np.float32)).to(device=device, dtype=getattr(torch, dtype))
         return t.requires_grad_(grad)
+
     return {k: to(v, requires_grad and k in ("x", "residual", "weight")) for k, v in values.items()}
 
 
@@ -102,8 +104,10 @@ def test_opcheck(op, dtype):
     t = tensors((2, 3, 8), dtype)
     _, h, rstd = ops.add_rms_norm_fwd(t["x"], t["residual"], t["weight"], EPS)
     grad = {k: t[k].detach().clone().requires_grad_(True) for k in ("x", "residual", "weight")}
-    args = {"add_rms_norm_fwd": (grad["x"], grad["residual"], grad["weight"], EPS, False),
-            "add_rms_norm_bwd": (t["dy"], t["dresidual_out"], h, t["weight"], rstd, False)}[op]
+    args = {
+        "add_rms_norm_fwd": (grad["x"], grad["residual"], grad["weight"], EPS, False),
+        "add_rms_norm_bwd": (t["dy"], t["dresidual_out"], h, t["weight"], rstd, False),
+    }[op]
     torch.library.opcheck(getattr(ops, op).default, args)
 
 

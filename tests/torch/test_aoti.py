@@ -7,6 +7,7 @@ schemas and kernels, csrc/torch/registration.cpp; the python op fused_linear_cro
 with its python kernel, so a python process). A C++ process without Python (tests/torch/
 aoti_loader.cpp) gets the C++ ops by loading libfuselet_torch.so, but not the python op.
 Needs a C++ compiler (the package is compiled)."""
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,9 @@ from tests.conftest import import_layer
 torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
 ft = import_layer("torch")
 
-pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CXX", "c++")) is None,
-                                reason="AOTInductor compiles C++: no C++ compiler on PATH")
+pytestmark = pytest.mark.skipif(
+    shutil.which(os.environ.get("CXX", "c++")) is None, reason="AOTInductor compiles C++: no C++ compiler on PATH"
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 S, H, HEADS, V = 4, 16, 2, 24
@@ -38,15 +40,15 @@ class Block(torch.nn.Module):
         g = torch.Generator().manual_seed(0)
         self.norm = ft.RMSNorm(H)
         self.ln = ft.LayerNorm(H, bias=False)
-        self.up = torch.nn.Parameter(torch.randn(2 * H, H, generator=g) / H ** 0.5)
-        self.head = torch.nn.Parameter(torch.randn(V, H, generator=g) / H ** 0.5)
+        self.up = torch.nn.Parameter(torch.randn(2 * H, H, generator=g) / H**0.5)
+        self.head = torch.nn.Parameter(torch.randn(V, H, generator=g) / H**0.5)
         with torch.no_grad():
             self.norm.weight.uniform_(0.5, 1.5, generator=g)
 
     def forward(self, x, residual, cos, sin, target):
         h, residual = ft.add_rms_norm(x, residual, self.norm.weight)
         q = ft.rope(h.unflatten(-1, (HEADS, H // HEADS)), cos, sin).flatten(-2)
-        a = ft.softmax(q @ q.transpose(-1, -2), scale=H ** -0.5, causal=True) @ q
+        a = ft.softmax(q @ q.transpose(-1, -2), scale=H**-0.5, causal=True) @ q
         h = ft.layer_norm(a + residual, self.ln.weight) + ft.rms_norm(a, None)
         u = h @ self.up.t()
         h = ft.swiglu(u) + ft.geglu(u, approximate="tanh")
@@ -58,14 +60,25 @@ class Block(torch.nn.Module):
 def inputs(batch: int, seed: int = 0) -> tuple:
     g = torch.Generator().manual_seed(seed)
     angles = torch.rand(S, H // HEADS, generator=g) * 6.0
-    return (torch.randn(batch, S, H, generator=g), torch.randn(batch, S, H, generator=g), angles.cos(), angles.sin(),
-            torch.randint(0, V, (batch, S), generator=g))
+    return (
+        torch.randn(batch, S, H, generator=g),
+        torch.randn(batch, S, H, generator=g),
+        angles.cos(),
+        angles.sin(),
+        torch.randint(0, V, (batch, S), generator=g),
+    )
 
 
 def run_child(*args) -> subprocess.CompletedProcess:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "tests.torch.aoti_child", *map(str, args)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tests.torch.aoti_child", *map(str, args)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +89,12 @@ def package(tmp_path_factory) -> Path:
     ep = torch.export.export(Block().eval(), inputs(2), dynamic_shapes=({0: batch}, {0: batch}, None, None, {0: batch}))
     # The graph holds the fuselet ops themselves (extern kernels in the package), not a decomposition.
     called = {str(n.target) for n in ep.graph.nodes if n.op == "call_function"}
-    assert {"fuselet.add_rms_norm_fwd.default", "fuselet.rope_fwd.default", "fuselet.softmax_fwd.default",
-            "fuselet.fused_linear_cross_entropy_reduced.default"} <= called, called
+    assert {
+        "fuselet.add_rms_norm_fwd.default",
+        "fuselet.rope_fwd.default",
+        "fuselet.softmax_fwd.default",
+        "fuselet.fused_linear_cross_entropy_reduced.default",
+    } <= called, called
     return Path(torch._inductor.aoti_compile_and_package(ep, package_path=str(path)))
 
 
@@ -101,10 +118,22 @@ def cpp_loader(tmp_path_factory) -> Path:
     from torch.utils import cpp_extension
 
     exe = tmp_path_factory.mktemp("loader") / "aoti_loader"
-    cmd = [os.environ.get("CXX", "c++"), "-std=c++17", "-O0", "-w", str(ROOT / "tests/torch/aoti_loader.cpp"), "-o",
-           str(exe), *(f"-I{p}" for p in cpp_extension.include_paths()),
-           *(f"-L{p}" for p in cpp_extension.library_paths()), f"-Wl,-rpath,{cpp_extension.library_paths()[0]}",
-           "-ltorch", "-ltorch_cpu", "-lc10", "-ldl"]
+    cmd = [
+        os.environ.get("CXX", "c++"),
+        "-std=c++17",
+        "-O0",
+        "-w",
+        str(ROOT / "tests/torch/aoti_loader.cpp"),
+        "-o",
+        str(exe),
+        *(f"-I{p}" for p in cpp_extension.include_paths()),
+        *(f"-L{p}" for p in cpp_extension.library_paths()),
+        f"-Wl,-rpath,{cpp_extension.library_paths()[0]}",
+        "-ltorch",
+        "-ltorch_cpu",
+        "-lc10",
+        "-ldl",
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
     return exe
@@ -113,9 +142,16 @@ def cpp_loader(tmp_path_factory) -> Path:
 def test_cpp_loader_without_python(package, cpp_loader):
     """A C++ process (no Python): the C++ ops resolve once libfuselet_torch.so is loaded; the
     python op fused_linear_cross_entropy_* cannot, and torch says so."""
+
     def load(*libraries):
-        return subprocess.run([str(cpp_loader), str(package), *map(str, libraries)], capture_output=True, text=True,
-                              timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+        return subprocess.run(
+            [str(cpp_loader), str(package), *map(str, libraries)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, OMP_NUM_THREADS="1"),
+        )
+
     bare = load()
     assert bare.returncode == 1 and "Could not find schema for fuselet::add_rms_norm_fwd" in bare.stderr, bare.stderr
     with_ops = load(Path(ft.__file__).parent / "libfuselet_torch.so")

@@ -6,6 +6,7 @@ the kernels run as themselves); the batch and sequence sizes change from call to
 dynamic=True: one frame for every shape; dynamic=None (torch's default): the second shape makes
 the frame dynamic, and no shape after it compiles again. Forward and gradients match eager.
 """
+
 from __future__ import annotations
 
 import math
@@ -105,20 +106,24 @@ CASES = {
     "RMSNorm zero_centered": (ft.RMSNorm(H, zero_centered_gamma=True), lambda b, s: [hidden(b, s)]),
     "LayerNorm": (ft.LayerNorm(H), lambda b, s: [hidden(b, s)]),
     "layer_norm no bias": (ft.LayerNorm(H, bias=False), lambda b, s: [hidden(b, s)]),
-    "add_rms_norm": (lambda x, r, w: ft.add_rms_norm(x, r, w, 1e-6),
-                     lambda b, s: [hidden(b, s), hidden(b, s), torch.ones(H, requires_grad=True)]),
+    "add_rms_norm": (
+        lambda x, r, w: ft.add_rms_norm(x, r, w, 1e-6),
+        lambda b, s: [hidden(b, s), hidden(b, s), torch.ones(H, requires_grad=True)],
+    ),
     "swiglu": (ft.swiglu, lambda b, s: [hidden(b, s, 2 * H)]),
     "geglu tanh": (lambda x: ft.geglu(x, approximate="tanh"), lambda b, s: [hidden(b, s, 2 * H)]),
     "softmax attention": (Attention(), lambda b, s: [hidden(b, s), hidden(b, s)]),
     "softmax scale attribute": (ScaledSoftmax(0.125), lambda b, s: [hidden(b, s, s)]),
-    "rope": (lambda x, cos, sin: ft.rope(x, cos, sin),
-             lambda b, s: [torch.randn(b, s, 5, H, requires_grad=True), *rope_tables(s)]),
-    "rope bhsd interleaved": (lambda x, cos, sin: ft.rope(x, cos, sin, layout="bhsd", interleaved=True),
-                              lambda b, s: [torch.randn(b, 5, s, H, requires_grad=True), *rope_tables(s)]),
-    "cross_entropy": (Loss(label_smoothing=0.1, z_loss=1e-4, softcap=30.0),
-                      lambda b, s: [hidden(b, s, V), target(b, s)]),
-    "cross_entropy sum inplace": (Loss(reduction="sum", inplace_backward=True),
-                                  lambda b, s: [hidden(b, s, V), target(b, s)]),
+    "rope": (
+        lambda x, cos, sin: ft.rope(x, cos, sin),
+        lambda b, s: [torch.randn(b, s, 5, H, requires_grad=True), *rope_tables(s)],
+    ),
+    "rope bhsd interleaved": (
+        lambda x, cos, sin: ft.rope(x, cos, sin, layout="bhsd", interleaved=True),
+        lambda b, s: [torch.randn(b, 5, s, H, requires_grad=True), *rope_tables(s)],
+    ),
+    "cross_entropy": (Loss(label_smoothing=0.1, z_loss=1e-4, softcap=30.0), lambda b, s: [hidden(b, s, V), target(b, s)]),
+    "cross_entropy sum inplace": (Loss(reduction="sum", inplace_backward=True), lambda b, s: [hidden(b, s, V), target(b, s)]),
     "cross_entropy none": (Loss(reduction="none"), lambda b, s: [hidden(b, s, V), target(b, s)]),
     "fused_linear_cross_entropy": (LinearLoss(), lambda b, s: [hidden(b, s), target(b, s)]),
 }
@@ -166,6 +171,7 @@ def test_no_graph_break_no_recompile(name, dynamic):
 def test_block_inductor_fullgraph_dynamic():
     """A pre-norm block (attention scores, RoPE, SwiGLU MLP, loss) through Inductor with
     fullgraph=True and dynamic=True: one graph for all sizes, equal to eager."""
+
     class Block(torch.nn.Module):
         def __init__(self):
             super().__init__()

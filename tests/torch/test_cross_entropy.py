@@ -1,6 +1,7 @@
 """fuselet.torch cross_entropy against the float64 reference (tests/reference.py) and
 torch.nn.functional.cross_entropy: options, reductions, ignored tokens, in-place backward,
 the fused fwd_bwd helper, opcheck and torch.compile."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -57,8 +58,9 @@ def check_none(logits, target, dtype, opts, seed=1):
     w = torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(target.shape))).float().to(logits.device)
     (loss * w).sum().backward()
     assert logits.grad.dtype == logits.dtype and not torch.isnan(logits.grad).any()
-    ref.assert_close(f64(logits.grad), ref.cross_entropy_bwd(f64(w), f64(logits), target.cpu().numpy(), **o), dtype,
-                     "out", name="dlogits")
+    ref.assert_close(
+        f64(logits.grad), ref.cross_entropy_bwd(f64(w), f64(logits), target.cpu().numpy(), **o), dtype, "out", name="dlogits"
+    )
 
 
 @pytest.mark.parametrize("target_dtype", [torch.int64, torch.int32], ids=["int64", "int32"])
@@ -88,9 +90,11 @@ def test_weighted_none_with_ignored_tokens():
 
 
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("opts", [{}, {"label_smoothing": 0.1}, {"ignore_index": 4}, {"label_smoothing": 0.3,
-                                                                                      "ignore_index": -100}],
-                         ids=["plain", "label_smoothing", "ignore_inside", "label_smoothing_ignore"])
+@pytest.mark.parametrize(
+    "opts",
+    [{}, {"label_smoothing": 0.1}, {"ignore_index": 4}, {"label_smoothing": 0.3, "ignore_index": -100}],
+    ids=["plain", "label_smoothing", "ignore_inside", "label_smoothing_ignore"],
+)
 def test_matches_torch_functional(reduction, opts):
     logits, target = make((4, 6), 50, "float32", ignore_index=opts.get("ignore_index", -100))
     loss = ft.cross_entropy(logits, target, reduction=reduction, **opts)
@@ -175,10 +179,12 @@ def test_empty_batch(dtype, shape):
 def test_non_contiguous_and_3d(view):
     base, target = make((12,), 16, "float32")
     base = base.detach()
-    x = {"strided_last": lambda a: torch.stack([a, a], -1).reshape(12, 32)[:, ::2],
-         "every_other_row": lambda a: torch.cat([a, a], 1).reshape(24, 16)[::2],
-         "transposed": lambda a: a.t().contiguous().t(),
-         "3d": lambda a: a.view(3, 4, 16)}[view](base)
+    x = {
+        "strided_last": lambda a: torch.stack([a, a], -1).reshape(12, 32)[:, ::2],
+        "every_other_row": lambda a: torch.cat([a, a], 1).reshape(24, 16)[::2],
+        "transposed": lambda a: a.t().contiguous().t(),
+        "3d": lambda a: a.view(3, 4, 16),
+    }[view](base)
     assert torch.equal(x.reshape(12, 16), base)
     t = target.view(x.shape[:-1])
     check_none(x.detach().requires_grad_(True), t, "float32", {"label_smoothing": 0.1})
@@ -229,12 +235,14 @@ def test_opcheck():
     args = (-100, 0.1, 1e-3, 5.0)
     loss, z, lse = ops.cross_entropy_fwd(x, target, *args)
     dloss = torch.randn(2, 3)
-    cases = [(ops.cross_entropy_fwd, (x.clone().requires_grad_(True), target, *args)),
-             (ops.cross_entropy_fwd, (x.float().requires_grad_(True), target.int(), -100, 0.0, 0.0, 0.0)),
-             (ops.cross_entropy_bwd, (dloss, x, target, lse, *args)),
-             (ops.cross_entropy_bwd_, (dloss, x.clone(), target, lse, *args)),
-             (ops.cross_entropy_fwd_bwd, (x, target, *args, 0.5)),
-             (ops.cross_entropy_fwd_bwd_, (x.clone(), target, *args, 0.5))]
+    cases = [
+        (ops.cross_entropy_fwd, (x.clone().requires_grad_(True), target, *args)),
+        (ops.cross_entropy_fwd, (x.float().requires_grad_(True), target.int(), -100, 0.0, 0.0, 0.0)),
+        (ops.cross_entropy_bwd, (dloss, x, target, lse, *args)),
+        (ops.cross_entropy_bwd_, (dloss, x.clone(), target, lse, *args)),
+        (ops.cross_entropy_fwd_bwd, (x, target, *args, 0.5)),
+        (ops.cross_entropy_fwd_bwd_, (x.clone(), target, *args, 0.5)),
+    ]
     for op, a in cases:
         torch.library.opcheck(op.default, a)
 
@@ -248,8 +256,9 @@ def test_torch_compile_fullgraph(inplace):
     target[::4] = -100
 
     def head(h, w):
-        loss, z = ft.cross_entropy(h @ w, target, label_smoothing=0.1, z_loss=1e-3, softcap=30.0,
-                                   return_z_loss=True, inplace_backward=inplace)
+        loss, z = ft.cross_entropy(
+            h @ w, target, label_smoothing=0.1, z_loss=1e-3, softcap=30.0, return_z_loss=True, inplace_backward=inplace
+        )
         return loss, z
 
     def step(fn):
@@ -271,7 +280,7 @@ def test_ignore_index_outside_the_target_dtype():
     """An int32 target cannot hold ignore_index 2**32: every token counts (torch would wrap it to 0)."""
     logits, target = make((6,), 5, "float32", ignore_every=0)
     target[0] = 0
-    loss = ft.cross_entropy(logits, target.int(), ignore_index=2 ** 32)
+    loss = ft.cross_entropy(logits, target.int(), ignore_index=2**32)
     torch.testing.assert_close(loss, F.cross_entropy(logits.detach(), target))
 
 

@@ -5,6 +5,7 @@ with the same op on the unsharded tensors and counts the collectives (CommDebugM
 Rows (every dim but the kernel's last) keep their sharding with no collective, forward and
 backward; weight / bias gradients come out Partial and take one all-reduce each when reduced;
 a sharded last dim (hidden, [gate, up], keys, vocabulary) is gathered, and still matches."""
+
 from __future__ import annotations
 
 import json
@@ -31,11 +32,25 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def results() -> dict:
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), WORLD_SIZE="2",
-               OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    procs = [subprocess.Popen([sys.executable, "-m", "tests.torch.dtensor_child"], cwd=ROOT,
-                              env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    env = dict(
+        os.environ,
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(_free_port()),
+        WORLD_SIZE="2",
+        OMP_NUM_THREADS="1",
+        GLOO_SOCKET_IFNAME="lo",
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.torch.dtensor_child"],
+            cwd=ROOT,
+            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for rank in range(2)
+    ]
     try:
         outs = [p.communicate(timeout=240) for p in procs]
     finally:
@@ -107,16 +122,24 @@ def test_softmax_gathers_keys_and_causal_queries(results, name):
     assert r["fwd"] == {"all_gather_into_tensor": 1} and r["bwd"] == {} and r["out"] == ["R"], r
 
 
-@pytest.mark.parametrize("name, dim", [("rope_sequence_sharded", 1), ("rope_sequence_sharded_replicated_tables", 1),
-                                       ("rope_heads_sharded_bhsd", 1), ("rope_sequence_sharded_bhsd", 2)])
+@pytest.mark.parametrize(
+    "name, dim",
+    [
+        ("rope_sequence_sharded", 1),
+        ("rope_sequence_sharded_replicated_tables", 1),
+        ("rope_heads_sharded_bhsd", 1),
+        ("rope_sequence_sharded_bhsd", 2),
+    ],
+)
 def test_rope_sharded(results, name, dim):
     """Sequence or heads sharded, cos / sin sharded with the sequence or replicated: no collective."""
     r = _get(results, name)
     assert r["fwd"] == {} and r["bwd"] == {} and r["out"] == [f"S({dim})"] and r["grads"] == [[f"S({dim})"]], r
 
 
-@pytest.mark.parametrize("reduction, out, fwd", [("none", "S(1)", {}), ("sum", "P(sum)", {}),
-                                                 ("mean", "P(sum)", {"all_reduce": 1})])
+@pytest.mark.parametrize(
+    "reduction, out, fwd", [("none", "S(1)", {}), ("sum", "P(sum)", {}), ("mean", "P(sum)", {"all_reduce": 1})]
+)
 def test_cross_entropy_sequence_sharded(results, reduction, out, fwd):
     """Tokens sharded: per-token losses stay sharded, a sum is Partial; the mean's token count is
     all-reduced once; dlogits keeps the sharding with no collective."""
@@ -143,8 +166,9 @@ def test_cross_entropy_fwd_bwd(results):
     assert r["inplace_error"].startswith("inplace: expected False for DTensor"), r
 
 
-@pytest.mark.parametrize("reduction, out, fwd", [("none", "S(0)", {}), ("sum", "P(sum)", {}),
-                                                 ("mean", "P(sum)", {"all_reduce": 1})])
+@pytest.mark.parametrize(
+    "reduction, out, fwd", [("none", "S(0)", {}), ("sum", "P(sum)", {}), ("mean", "P(sum)", {"all_reduce": 1})]
+)
 def test_fused_linear_cross_entropy_rows_sharded(results, reduction, out, fwd):
     """hidden / target rows sharded, weight / bias replicated: dhidden sharded, dweight / dbias Partial."""
     r = _get(results, f"fused_linear_cross_entropy_rows_sharded_{reduction}")
@@ -157,16 +181,24 @@ def test_import_registers_every_op(first):
     """Either import order registers a rule for every fuselet op; import fuselet.torch alone
     leaves torch.distributed.tensor unimported."""
     second = "torch.distributed.tensor" if first == "fuselet.torch" else "fuselet.torch"
-    code = (f"import sys, torch, {first}\n"
-            "print('torch.distributed.tensor' in sys.modules)\n"
-            f"import {second}\n"
-            "from torch.distributed.tensor import DTensor\n"
-            "funcs = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
-            "ops = [getattr(torch.ops.fuselet, n.split('::')[1]).default\n"
-            "       for n in torch._C._dispatch_get_all_op_names() if n.startswith('fuselet::')]\n"
-            "print(len(ops), sorted(str(o) for o in ops if o not in funcs))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    code = (
+        f"import sys, torch, {first}\n"
+        "print('torch.distributed.tensor' in sys.modules)\n"
+        f"import {second}\n"
+        "from torch.distributed.tensor import DTensor\n"
+        "funcs = DTensor._op_dispatcher.sharding_propagator.op_strategy_funcs\n"
+        "ops = [getattr(torch.ops.fuselet, n.split('::')[1]).default\n"
+        "       for n in torch._C._dispatch_get_all_op_names() if n.startswith('fuselet::')]\n"
+        "print(len(ops), sorted(str(o) for o in ops if o not in funcs))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     imported, missing = out.stdout.split("\n")[:2]
     assert imported == str(first != "fuselet.torch") and missing == "22 []", out.stdout

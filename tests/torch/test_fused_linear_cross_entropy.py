@@ -1,5 +1,6 @@
 """fuselet.torch.fused_linear_cross_entropy against the float64 reference (tests/reference.py) and
 against fuselet's own cross_entropy of the materialized logits."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,15 +33,17 @@ def inputs(n=37, h=16, v=29, dtype="float32", bias=True, seed=0, device="cpu", l
 
     def t(*shape, scale=1.0):
         return torch.from_numpy(rng.standard_normal(shape) * scale).to(device=device, dtype=dt).requires_grad_(True)
+
     hidden = t(*lead, n, h)
-    weight = t(v, h, scale=h ** -0.5 * 3)
+    weight = t(v, h, scale=h**-0.5 * 3)
     b = t(v) if bias else None
     target = torch.from_numpy(rng.integers(0, v, (*lead, n))).to(device)
     return hidden, weight, b, target
 
 
-def reference(hidden, weight, bias, target, dloss=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0,
-              softcap=None, reduction="mean"):
+def reference(
+    hidden, weight, bias, target, dloss=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="mean"
+):
     """float64 (loss, z, dhidden, dweight, dbias) of cross_entropy(hidden @ weight.T + bias)."""
     h, w = f64(hidden).reshape(-1, hidden.shape[-1]), f64(weight)
     logits = h @ w.T + (0.0 if bias is None else f64(bias))
@@ -151,6 +154,7 @@ def test_autocast_casts_like_linear(compiled):
 
     def fused(h, w, bias, t):
         return ft.fused_linear_cross_entropy(h, w, t, bias=bias, chunk_size=16)
+
     torch._dynamo.reset()
     with torch.autocast("cpu", dtype=torch.bfloat16):
         if compiled:  # the autocast state is traced: no graph break
@@ -189,7 +193,7 @@ def test_chunk_size_rule():
     assert chunk_size_for(4096, 1024, 32768) == 256  # the rule alone: 128; at least MIN_CHUNK
     assert chunk_size_for(16384, 4096, 131072) == 512
     assert chunk_size_for(65536, 1024, 2048) == 32768
-    assert chunk_size_for(3, 16, 29) == 3 and chunk_size_for(1, 8, 10 ** 6) == 1 and chunk_size_for(0, 8, 8) == 1
+    assert chunk_size_for(3, 16, 29) == 3 and chunk_size_for(1, 8, 10**6) == 1 and chunk_size_for(0, 8, 8) == 1
 
 
 def test_torch_compile_fullgraph():
@@ -218,14 +222,17 @@ def test_opcheck(op):
         torch.library.opcheck(torch.ops.fuselet.fused_linear_cross_entropy_none.default, args)
 
 
-@pytest.mark.parametrize("case, exc, message", [
-    ("weight_dtype", TypeError, "weight: expected dtype float32 (the dtype of hidden), got bfloat16"),
-    ("weight_shape", ValueError, "weight: expected shape [V, 16]"),
-    ("bias_shape", ValueError, "bias: expected shape (29,) (V, the rows of weight), got (28,)"),
-    ("target_shape", ValueError, "target: expected shape (37,)"),
-    ("chunk", ValueError, "chunk_size: expected None or an int >= 1 (tokens per chunk), got 0"),
-    ("hidden_type", TypeError, "hidden: expected a torch.Tensor, got list"),
-])
+@pytest.mark.parametrize(
+    "case, exc, message",
+    [
+        ("weight_dtype", TypeError, "weight: expected dtype float32 (the dtype of hidden), got bfloat16"),
+        ("weight_shape", ValueError, "weight: expected shape [V, 16]"),
+        ("bias_shape", ValueError, "bias: expected shape (29,) (V, the rows of weight), got (28,)"),
+        ("target_shape", ValueError, "target: expected shape (37,)"),
+        ("chunk", ValueError, "chunk_size: expected None or an int >= 1 (tokens per chunk), got 0"),
+        ("hidden_type", TypeError, "hidden: expected a torch.Tensor, got list"),
+    ],
+)
 def test_bad_input(case, exc, message):
     hidden, weight, bias, target = inputs()
     kw = {"bias": bias}

@@ -1,4 +1,5 @@
 """fuselet.torch SwiGLU / GeGLU against the float64 reference (tests/reference.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,6 +32,7 @@ def tensors(shape, dtype, device="cpu", seed=0) -> dict:
 
     def to(v):
         return torch.from_numpy(v.astype(np.float32)).to(device=device, dtype=getattr(torch, dtype))
+
     return {"x": to(a["x"]).requires_grad_(True), "dy": to(b["dy"])}
 
 
@@ -64,9 +66,11 @@ def test_large_and_tiny_gates(glu):
 def test_non_contiguous(glu, view):
     t = tensors((16, 12), "float32")
     base = t["x"].detach()
-    x = {"strided_last": lambda a: torch.stack([a, a], -1).reshape(16, 48)[:, ::2],
-         "every_other_row": lambda a: torch.cat([a, a], 1).reshape(32, 24)[::2],
-         "transposed": lambda a: a.t().contiguous().t()}[view](base)
+    x = {
+        "strided_last": lambda a: torch.stack([a, a], -1).reshape(16, 48)[:, ::2],
+        "every_other_row": lambda a: torch.cat([a, a], 1).reshape(32, 24)[::2],
+        "transposed": lambda a: a.t().contiguous().t(),
+    }[view](base)
     assert not x.is_contiguous() and torch.equal(x, base)
     check(glu, x.detach().requires_grad_(True), t["dy"], "float32")
 
@@ -84,9 +88,13 @@ def test_empty_batch(glu, dtype, shape):
 def test_opcheck(dtype):
     t = tensors((2, 3, 8), dtype)
     x, dy = t["x"].detach(), t["dy"]
-    cases = [(ops.swiglu_fwd, (x.clone().requires_grad_(True),)), (ops.swiglu_bwd, (dy, x)),
-             (ops.geglu_fwd, (x.clone().requires_grad_(True), "none")), (ops.geglu_fwd, (x, "tanh")),
-             (ops.geglu_bwd, (dy, x, "tanh"))]
+    cases = [
+        (ops.swiglu_fwd, (x.clone().requires_grad_(True),)),
+        (ops.swiglu_bwd, (dy, x)),
+        (ops.geglu_fwd, (x.clone().requires_grad_(True), "none")),
+        (ops.geglu_fwd, (x, "tanh")),
+        (ops.geglu_bwd, (dy, x, "tanh")),
+    ]
     for op, args in cases:
         torch.library.opcheck(op.default, args)
 

@@ -1,6 +1,7 @@
 """What each fuselet.torch op saves for the backward (saved_tensors_hooks, counted by
 benchmarks/bench_memory.py): the exact saved set per op, no more new bytes than the unfused
 expression it replaces, and the table of docs/ops.md equal to what the measurement gives."""
+
 from __future__ import annotations
 
 import pytest
@@ -27,8 +28,13 @@ def expected(dt: str) -> dict:
     """op -> what fuselet saves, (owner, shape, dtype) in the order saved; "output": one of its outputs."""
     return {
         "rms_norm": [("x", (ROWS, H), dt), ("weight", (H,), dt), ("new", (ROWS,), F32)],  # x, weight, rstd
-        "layer_norm": [("x", (ROWS, H), dt), ("weight", (H,), dt), ("bias", (H,), dt),
-                       ("new", (ROWS,), F32), ("new", (ROWS,), F32)],  # + mean, rstd
+        "layer_norm": [
+            ("x", (ROWS, H), dt),
+            ("weight", (H,), dt),
+            ("bias", (H,), dt),
+            ("new", (ROWS,), F32),
+            ("new", (ROWS,), F32),
+        ],  # + mean, rstd
         # residual_out (its own second output, not x or residual), weight, rstd
         "add_rms_norm": [("output", (ROWS, H), dt), ("weight", (H,), dt), ("new", (ROWS,), F32)],
         "swiglu": [("x", (ROWS, 2 * H), dt)],  # x only: the backward recomputes silu(gate)
@@ -37,13 +43,21 @@ def expected(dt: str) -> dict:
         "softmax causal": [("output", bm.SOFTMAX, dt)],  # the mask is recomputed, not kept
         "rope": [("cos", (S, D), dt), ("sin", (S, D), dt)],  # the tables only, nothing of x
         # logits, target, a float32 lse per token, and the mean's count of tokens (a scalar)
-        "cross_entropy": [("logits", (bm.TOKENS, bm.VOCAB), dt), ("target", (bm.TOKENS,), "int64"),
-                          ("new", (bm.TOKENS,), F32), ("new", (), "int64")],
+        "cross_entropy": [
+            ("logits", (bm.TOKENS, bm.VOCAB), dt),
+            ("target", (bm.TOKENS,), "int64"),
+            ("new", (bm.TOKENS,), F32),
+            ("new", (), "int64"),
+        ],
         # the gradients, computed in the forward: dhidden, dweight and an empty stand-in for dbias
         "fused_linear_cross_entropy mean": [("new", (N, HID), dt), ("new", (V, HID), dt), ("new", (0,), dt)],
         # the inputs and a float32 lse per token; the backward recomputes the logits chunk by chunk
-        "fused_linear_cross_entropy none": [("hidden", (N, HID), dt), ("weight", (V, HID), dt), ("target", (N,), "int64"),
-                                            ("new", (N,), F32)],
+        "fused_linear_cross_entropy none": [
+            ("hidden", (N, HID), dt),
+            ("weight", (V, HID), dt),
+            ("target", (N,), "int64"),
+            ("new", (N,), F32),
+        ],
     }
 
 
@@ -79,13 +93,24 @@ def test_unfused_figures(cases):
     bfloat16, a float32 copy of x instead of x), the GLUs the activation of the gate, F.cross_entropy its
     [tokens, V] log-probs (not the logits)."""
     got = by_op(cases)
-    assert described(got[("rms_norm", F32)].unfused) == [("x", (ROWS, H), F32), ("new", (ROWS, 1), F32),
-                                                          ("weight", (H,), F32), ("new", (ROWS, H), F32)]
-    assert described(got[("rms_norm", "bfloat16")].unfused) == [("new", (ROWS, H), F32), ("new", (ROWS, 1), F32),
-                                                                ("weight", (H,), "bfloat16"), ("new", (ROWS, H), F32)]
+    assert described(got[("rms_norm", F32)].unfused) == [
+        ("x", (ROWS, H), F32),
+        ("new", (ROWS, 1), F32),
+        ("weight", (H,), F32),
+        ("new", (ROWS, H), F32),
+    ]
+    assert described(got[("rms_norm", "bfloat16")].unfused) == [
+        ("new", (ROWS, H), F32),
+        ("new", (ROWS, 1), F32),
+        ("weight", (H,), "bfloat16"),
+        ("new", (ROWS, H), F32),
+    ]
     assert ("new", (ROWS, H), F32) in described(got[("swiglu", F32)].unfused)
-    assert described(got[("cross_entropy", F32)].unfused) == [("new", (bm.TOKENS, bm.VOCAB), F32),
-                                                              ("target", (bm.TOKENS,), "int64"), ("new", (), F32)]
+    assert described(got[("cross_entropy", F32)].unfused) == [
+        ("new", (bm.TOKENS, bm.VOCAB), F32),
+        ("target", (bm.TOKENS,), "int64"),
+        ("new", (), F32),
+    ]
 
 
 def test_docs_table_matches(cases):

@@ -1,4 +1,5 @@
 """fuselet.torch RMSNorm / LayerNorm against the float64 reference (tests/reference.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,9 +19,11 @@ EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5}
 
 def tensors(shape, dtype, device="cpu", seed=0, requires_grad=False) -> dict:
     """x, weight, bias, dy of `shape` in `dtype` (the values of ref.make_inputs)."""
+
     def to(a):
         t = torch.from_numpy(a.astype(np.float32)).to(device=device, dtype=getattr(torch, dtype))
         return t.requires_grad_(requires_grad)
+
     return {k: to(v) for k, v in ref.make_inputs(shape, dtype, seed).items()}
 
 
@@ -59,6 +62,7 @@ def check_grads(norm, t, dy, dtype):
 
 # --- values -------------------------------------------------------------------------------
 
+
 def test_forward(norm, dtype, shape, torch_device):
     t = tensors(shape, dtype, torch_device)
     y = forward(norm, t)
@@ -88,8 +92,13 @@ def test_statistics(norm, dtype, shape):
 
 
 @settings(max_examples=25, deadline=None, database=None)
-@given(hidden=st.integers(1, 5000), rows=st.integers(0, 40), eps=st.floats(1e-8, 1.0),
-       scale=st.sampled_from([1e-3, 1.0, 1e3]), seed=st.integers(0, 2**31))
+@given(
+    hidden=st.integers(1, 5000),
+    rows=st.integers(0, 40),
+    eps=st.floats(1e-8, 1.0),
+    scale=st.sampled_from([1e-3, 1.0, 1e3]),
+    seed=st.integers(0, 2**31),
+)
 def test_rms_norm_float32_random(hidden, rows, eps, scale, seed):
     x = np.random.default_rng(seed).standard_normal((rows, hidden)).astype(np.float32) * np.float32(scale)
     w = np.random.default_rng(seed + 1).standard_normal(hidden).astype(np.float32)
@@ -146,11 +155,13 @@ VARIANT_SHAPES = [(5, 127), (2, 3, 1030)]
 
 def variant_tensors(shape, dtype, variant, device="cpu", requires_grad=False, norm="layer_norm") -> dict:
     """ref.variant_inputs as tensors: absent parameters are None (and RMSNorm has no bias)."""
+
     def to(a):
         if a is None:
             return None
         dt = torch.float32 if a.dtype == np.float32 else getattr(torch, dtype)
         return torch.from_numpy(a.astype(np.float32)).to(device=device, dtype=dt).requires_grad_(requires_grad)
+
     t = {k: to(v) for k, v in ref.variant_inputs(shape, dtype, variant).items()}
     if norm == "rms_norm":
         t["bias"] = None
@@ -221,9 +232,11 @@ def test_module_variants():
     assert [n for n, _ in ft.LayerNorm(8, bias=False).named_parameters()] == ["weight"]
     assert list(ft.LayerNorm(8, elementwise_affine=False).parameters()) == []
     assert list(ft.RMSNorm(8, elementwise_affine=False).parameters()) == []
-    for cls, ref_module in ((ft.LayerNorm, torch.nn.LayerNorm(8, bias=False)),
-                            (ft.LayerNorm, torch.nn.LayerNorm(8, elementwise_affine=False)),
-                            (ft.RMSNorm, torch.nn.RMSNorm(8, elementwise_affine=False))):
+    for cls, ref_module in (
+        (ft.LayerNorm, torch.nn.LayerNorm(8, bias=False)),
+        (ft.LayerNorm, torch.nn.LayerNorm(8, elementwise_affine=False)),
+        (ft.RMSNorm, torch.nn.RMSNorm(8, elementwise_affine=False)),
+    ):
         kwargs = {"elementwise_affine": ref_module.elementwise_affine}
         if cls is ft.LayerNorm:
             kwargs["bias"] = ref_module.bias is not None
@@ -245,8 +258,12 @@ def test_module_variants():
 def test_export_module_variants():
     """torch.export of the modules without bias, without affine parameters, zero-centered."""
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(16, 32), ft.LayerNorm(32, bias=False),
-                                ft.RMSNorm(32, zero_centered_gamma=True), ft.LayerNorm(32, elementwise_affine=False))
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32),
+        ft.LayerNorm(32, bias=False),
+        ft.RMSNorm(32, zero_centered_gamma=True),
+        ft.LayerNorm(32, elementwise_affine=False),
+    )
     with torch.no_grad():
         model[2].weight.add_(0.1 * torch.randn(32))
     x = torch.randn(4, 16)
@@ -265,6 +282,7 @@ def test_module_mixed_precision():
 
 
 # --- modules ------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("cls", ["RMSNorm", "LayerNorm"])
 def test_module(cls, dtype):
@@ -287,6 +305,7 @@ def test_module(cls, dtype):
 
 
 # --- torch.library integration --------------------------------------------------------------
+
 
 def op_cases(dtype, variant=None):
     t = tensors((2, 3, 8), dtype) if variant is None else variant_tensors((2, 3, 8), dtype, variant)
@@ -342,18 +361,24 @@ def test_torch_compile_fullgraph():
 
 # --- CUDA graphs ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("torch_device", ["cuda"], indirect=True)
 @pytest.mark.parametrize("variant", [None, "float32_params", "zero_centered"])
 @pytest.mark.parametrize("hidden", [127, 1024, 8192])
 def test_cuda_graph_capture_replay(norm, variant, hidden, torch_device):
     """Forward and backward ops captured in a torch.cuda.CUDAGraph and replayed on new inputs
     give exactly the eager results (the kernels are deterministic)."""
+
     def make(seed):
-        t = (tensors((64, hidden), "bfloat16", torch_device) if variant is None
-             else variant_tensors((64, hidden), "bfloat16", variant, torch_device, norm=norm))
+        t = (
+            tensors((64, hidden), "bfloat16", torch_device)
+            if variant is None
+            else variant_tensors((64, hidden), "bfloat16", variant, torch_device, norm=norm)
+        )
         if seed:  # new activations, same parameters
             t["x"], t["dy"] = t["x"] * 0.5 + seed, t["dy"] * 2
         return t
+
     zc = variant is not None and ref.VARIANTS[variant][3]
 
     def step(t):

@@ -1,6 +1,7 @@
 """ONNX export of fuselet ops (python/fuselet/torch/onnx.py): modules exported with the dynamo
 exporter (translations()) and the TorchScript one (register_torchscript()), checked with
 onnx.checker and run in onnxruntime at shapes other than the traced ones, against eager."""
+
 from __future__ import annotations
 
 import io
@@ -36,9 +37,16 @@ class Norms(torch.nn.Module):
 
     def forward(self, x, residual):
         y, residual_out = ft.add_rms_norm(x, residual, self.w, eps=1e-5)
-        return (ft.rms_norm(x, self.w), ft.rms_norm(x), ft.rms_norm(x, self.b, zero_centered_gamma=True),
-                ft.layer_norm(x, self.w, self.b), ft.layer_norm(x), ft.layer_norm(x, self.b, zero_centered_gamma=True),
-                y, residual_out)
+        return (
+            ft.rms_norm(x, self.w),
+            ft.rms_norm(x),
+            ft.rms_norm(x, self.b, zero_centered_gamma=True),
+            ft.layer_norm(x, self.w, self.b),
+            ft.layer_norm(x),
+            ft.layer_norm(x, self.b, zero_centered_gamma=True),
+            y,
+            residual_out,
+        )
 
 
 class Glu(torch.nn.Module):
@@ -56,8 +64,12 @@ class Rope(torch.nn.Module):
     def forward(self, x, cos, sin, cos_b, sin_b):
         """x [B, S, N, D]; cos / sin [S, R < D]; cos_b / sin_b [B, S, D]."""
         xt = x.transpose(1, 2)  # [B, N, S, D]
-        return (ft.rope(x, cos, sin), ft.rope(x, cos, sin, interleaved=True),
-                ft.rope(xt, cos_b, sin_b, layout="bhsd"), ft.rope(xt, cos, sin, layout="bhsd", interleaved=True))
+        return (
+            ft.rope(x, cos, sin),
+            ft.rope(x, cos, sin, interleaved=True),
+            ft.rope(xt, cos_b, sin_b, layout="bhsd"),
+            ft.rope(xt, cos, sin, layout="bhsd", interleaved=True),
+        )
 
 
 class CrossEntropy(torch.nn.Module):
@@ -66,14 +78,16 @@ class CrossEntropy(torch.nn.Module):
         self.head, self.bias = _param(V, H, seed=2), _param(V, seed=3)
 
     def forward(self, logits, target, hidden):
-        return (ft.cross_entropy(logits, target, reduction="none"),
-                ft.cross_entropy(logits, target.clamp(min=0).int(), ignore_index=3, label_smoothing=0.1, z_loss=1e-2, softcap=4.0,
-                                 reduction="none"),
-                ft.cross_entropy(logits, target),  # the mean over the non-ignored tokens, in torch ops
-                ft.fused_linear_cross_entropy(hidden, self.head, target, bias=self.bias, label_smoothing=0.2,
-                                              reduction="none"),
-                ft.fused_linear_cross_entropy(hidden, self.head, target, z_loss=1e-2, softcap=3.0),
-                ft.fused_linear_cross_entropy(hidden, self.head, target, bias=self.bias, reduction="sum"))
+        return (
+            ft.cross_entropy(logits, target, reduction="none"),
+            ft.cross_entropy(
+                logits, target.clamp(min=0).int(), ignore_index=3, label_smoothing=0.1, z_loss=1e-2, softcap=4.0, reduction="none"
+            ),
+            ft.cross_entropy(logits, target),  # the mean over the non-ignored tokens, in torch ops
+            ft.fused_linear_cross_entropy(hidden, self.head, target, bias=self.bias, label_smoothing=0.2, reduction="none"),
+            ft.fused_linear_cross_entropy(hidden, self.head, target, z_loss=1e-2, softcap=3.0),
+            ft.fused_linear_cross_entropy(hidden, self.head, target, bias=self.bias, reduction="sum"),
+        )
 
 
 class Gradients(torch.nn.Module):
@@ -85,10 +99,11 @@ class Gradients(torch.nn.Module):
 
     def forward(self, logits, target, hidden):
         flat, t = hidden.flatten(0, 1), target.flatten()
-        return (*ft.cross_entropy.fwd_bwd(logits, target, label_smoothing=0.1, z_loss=1e-2, softcap=4.0,
-                                          grad_scale=0.5),
-                *ops.fused_linear_cross_entropy_reduced(flat, self.head, self.bias, t, -100, 0.1, 1e-2, 4.0, True, 4),
-                *ops.fused_linear_cross_entropy_reduced(flat, self.head, None, t, -100, 0.0, 0.0, 0.0, False, 4))
+        return (
+            *ft.cross_entropy.fwd_bwd(logits, target, label_smoothing=0.1, z_loss=1e-2, softcap=4.0, grad_scale=0.5),
+            *ops.fused_linear_cross_entropy_reduced(flat, self.head, self.bias, t, -100, 0.1, 1e-2, 4.0, True, 4),
+            *ops.fused_linear_cross_entropy_reduced(flat, self.head, None, t, -100, 0.0, 0.0, 0.0, False, 4),
+        )
 
 
 def _target(b, s, seed):
@@ -105,20 +120,28 @@ def _tables(*shape, seed):
 
 # case -> (module, inputs(batch, seq, seed), dims: per input {dim: name} (dynamic batch "b" / sequence "s"))
 CASES = {
-    "norms": (Norms, lambda b, s, seed: (torch.randn(b, s, H) * 2 + 0.5, torch.randn(b, s, H)),
-              [{0: "b", 1: "s"}] * 2),
+    "norms": (Norms, lambda b, s, seed: (torch.randn(b, s, H) * 2 + 0.5, torch.randn(b, s, H)), [{0: "b", 1: "s"}] * 2),
     "glu": (Glu, lambda b, s, seed: (torch.randn(b, s, 2 * H) * 2,), [{0: "b", 1: "s"}]),
-    "softmax": (Softmax, lambda b, s, seed: (torch.randn(b, s, V) * 3, torch.randn(b, 2, s, s + 3) * 3,
-                                             torch.randn(b, s + 3, s) * 3),
-                [{0: "b", 1: "s"}, {0: "b", 2: "s", 3: "s3"}, {0: "b", 1: "s3", 2: "s"}]),
-    "rope": (Rope, lambda b, s, seed: (torch.randn(b, s, 2, H), *_tables(s, H - 4, seed=seed),
-                                       *_tables(b, s, H, seed=seed + 1)),
-             [{0: "b", 1: "s"}, {0: "s"}, {0: "s"}, {0: "b", 1: "s"}, {0: "b", 1: "s"}]),
-    "cross_entropy": (CrossEntropy, lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed),
-                                                       torch.randn(b, s, H)),
-                      [{0: "b", 1: "s"}] * 3),
-    "gradients": (Gradients, lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed), torch.randn(b, s, H)),
-                  [{0: "b", 1: "s"}] * 3),
+    "softmax": (
+        Softmax,
+        lambda b, s, seed: (torch.randn(b, s, V) * 3, torch.randn(b, 2, s, s + 3) * 3, torch.randn(b, s + 3, s) * 3),
+        [{0: "b", 1: "s"}, {0: "b", 2: "s", 3: "s3"}, {0: "b", 1: "s3", 2: "s"}],
+    ),
+    "rope": (
+        Rope,
+        lambda b, s, seed: (torch.randn(b, s, 2, H), *_tables(s, H - 4, seed=seed), *_tables(b, s, H, seed=seed + 1)),
+        [{0: "b", 1: "s"}, {0: "s"}, {0: "s"}, {0: "b", 1: "s"}, {0: "b", 1: "s"}],
+    ),
+    "cross_entropy": (
+        CrossEntropy,
+        lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed), torch.randn(b, s, H)),
+        [{0: "b", 1: "s"}] * 3,
+    ),
+    "gradients": (
+        Gradients,
+        lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed), torch.randn(b, s, H)),
+        [{0: "b", 1: "s"}] * 3,
+    ),
 }
 TRACED, RUN = (2, 3), (3, 5)  # (batch, seq) exported with, and run with
 
@@ -135,10 +158,18 @@ def _module(case, dtype=torch.float32):
 def export_dynamo(case, opset, dtype=torch.float32):
     _, _, dims = CASES[case]
     names = {}
-    dynamic = tuple({d: names.setdefault(n, torch.export.Dim(n, min=2) if n != "s3" else 3 + names["s"])
-                     for d, n in spec.items()} for spec in dims)
-    program = torch.onnx.export(_module(case, dtype), _inputs(case, TRACED, 0, dtype), dynamo=True, opset_version=opset,
-                                dynamic_shapes=dynamic, custom_translation_table=fonnx.translations(opset))
+    dynamic = tuple(
+        {d: names.setdefault(n, torch.export.Dim(n, min=2) if n != "s3" else 3 + names["s"]) for d, n in spec.items()}
+        for spec in dims
+    )
+    program = torch.onnx.export(
+        _module(case, dtype),
+        _inputs(case, TRACED, 0, dtype),
+        dynamo=True,
+        opset_version=opset,
+        dynamic_shapes=dynamic,
+        custom_translation_table=fonnx.translations(opset),
+    )
     return program.model_proto
 
 
@@ -147,8 +178,15 @@ def export_torchscript(case, opset):
     fonnx.register_torchscript()
     names = [f"in{i}" for i in range(len(dims))]
     f = io.BytesIO()
-    torch.onnx.export(_module(case), _inputs(case, TRACED, 0), f, dynamo=False, opset_version=opset,
-                      input_names=names, dynamic_axes={n: {d: v for d, v in spec.items()} for n, spec in zip(names, dims)})
+    torch.onnx.export(
+        _module(case),
+        _inputs(case, TRACED, 0),
+        f,
+        dynamo=False,
+        opset_version=opset,
+        input_names=names,
+        dynamic_axes={n: {d: v for d, v in spec.items()} for n, spec in zip(names, dims)},
+    )
     return onnx.load_from_string(f.getvalue())
 
 
@@ -171,8 +209,7 @@ def check_against_eager(case, model, dtype=torch.float32):
     for i, (g, e) in enumerate(zip(got, expected)):
         e = e.numpy()
         assert g.shape == e.shape and g.dtype == e.dtype, (case, i)
-        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol,
-                                   err_msg=f"{case} output {i}")
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol, err_msg=f"{case} output {i}")
 
 
 def op_types(model) -> set:
@@ -209,8 +246,7 @@ def test_torchscript_export_matches_eager(case):
 
 def test_every_fuselet_op_is_in_the_table():
     """A new op without a translation (or a stated reason) fails here, not in a user's export."""
-    registered = {n.removeprefix("fuselet::") for n in torch._C._dispatch_get_all_op_names()
-                  if n.startswith("fuselet::")}
+    registered = {n.removeprefix("fuselet::") for n in torch._C._dispatch_get_all_op_names() if n.startswith("fuselet::")}
     table = fonnx.translations()
     assert {op.name().removeprefix("fuselet::") for op in table} == registered
 
@@ -222,8 +258,9 @@ class SoftmaxGradient(torch.nn.Module):
 
 def test_op_without_translation_says_why():
     with pytest.raises(Exception, match="fuselet::softmax_bwd has no ONNX translation: a backward op"):
-        torch.onnx.export(SoftmaxGradient(), (torch.randn(4, V), torch.rand(4, V)), dynamo=True,
-                          custom_translation_table=fonnx.translations())
+        torch.onnx.export(
+            SoftmaxGradient(), (torch.randn(4, V), torch.rand(4, V)), dynamo=True, custom_translation_table=fonnx.translations()
+        )
 
 
 @pytest.mark.parametrize("opset", [17, "23", True])
@@ -235,6 +272,11 @@ def test_bad_opset_version(opset):
 
 def test_importing_fuselet_torch_needs_no_onnx():
     code = "import sys, fuselet.torch, fuselet.torch.onnx; print(sorted({'onnx', 'onnxscript'} & set(sys.modules)))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                          env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr[-2000:]

@@ -1,4 +1,5 @@
 """fuselet.torch rope against the float64 reference (tests/reference.py) and transformers."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,10 +28,13 @@ def tensors(shape, dtype, rotary, table_shape, table_dtype, device="cpu", seed=0
 
     def t(a, dt):
         return torch.from_numpy(np.asarray(a, np.float32)).to(device=device, dtype=dt)
-    return {"x": t(rng.standard_normal(shape) * 2 + 0.3, getattr(torch, dtype)).requires_grad_(True),
-            "dy": t(rng.standard_normal(shape), getattr(torch, dtype)),
-            "cos": t(rng.uniform(-1.5, 1.5, (*table_shape, rotary)), tdt),
-            "sin": t(rng.uniform(-1.5, 1.5, (*table_shape, rotary)), tdt)}
+
+    return {
+        "x": t(rng.standard_normal(shape) * 2 + 0.3, getattr(torch, dtype)).requires_grad_(True),
+        "dy": t(rng.standard_normal(shape), getattr(torch, dtype)),
+        "cos": t(rng.uniform(-1.5, 1.5, (*table_shape, rotary)), tdt),
+        "sin": t(rng.uniform(-1.5, 1.5, (*table_shape, rotary)), tdt),
+    }
 
 
 def f64(t) -> np.ndarray:
@@ -154,7 +158,7 @@ def test_reference_backward_is_the_transpose():
 
 
 def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2 :]
     return torch.cat((-x2, x1), dim=-1)
 
 
@@ -178,8 +182,9 @@ def test_matches_the_unfused_expressions():
 def test_matches_transformers_llama(dtype):
     """transformers' own apply_rotary_pos_emb (LLaMA) on q, k [B, N, S, D], cos / sin [B, S, D]
     from its rotary embedding, and its gradient."""
-    pytest.importorskip("transformers", reason="transformers is not installed: the comparison with its "
-                                               "apply_rotary_pos_emb cannot run here")
+    pytest.importorskip(
+        "transformers", reason="transformers is not installed: the comparison with its apply_rotary_pos_emb cannot run here"
+    )
     from transformers import LlamaConfig
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
@@ -206,11 +211,13 @@ def test_matches_transformers_llama(dtype):
 def test_opcheck(dtype):
     t = tensors((2, 3, 4, 8), dtype, 6, (2, 3), "float32")
     x = t["x"].detach()
-    for op, args in [(ops.rope_fwd, (x.clone().requires_grad_(True), t["cos"], t["sin"], False, True)),
-                     (ops.rope_fwd, (x.clone().requires_grad_(True), t["cos"][0], t["sin"][0], False, False)),
-                     (ops.rope_fwd, (x.transpose(1, 2).requires_grad_(True), t["cos"], t["sin"], True, False)),
-                     (ops.rope_bwd, (t["dy"], t["cos"], t["sin"], False, True)),
-                     (ops.rope_bwd, (t["dy"].transpose(1, 2), t["cos"][0], t["sin"][0], True, False))]:
+    for op, args in [
+        (ops.rope_fwd, (x.clone().requires_grad_(True), t["cos"], t["sin"], False, True)),
+        (ops.rope_fwd, (x.clone().requires_grad_(True), t["cos"][0], t["sin"][0], False, False)),
+        (ops.rope_fwd, (x.transpose(1, 2).requires_grad_(True), t["cos"], t["sin"], True, False)),
+        (ops.rope_bwd, (t["dy"], t["cos"], t["sin"], False, True)),
+        (ops.rope_bwd, (t["dy"].transpose(1, 2), t["cos"][0], t["sin"][0], True, False)),
+    ]:
         torch.library.opcheck(op.default, args)
 
 

@@ -1,4 +1,5 @@
 """fuselet.torch softmax against the float64 reference (tests/reference.py)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,6 +21,7 @@ def tensors(shape, dtype, device="cpu", seed=0) -> dict:
 
     def to(v):
         return torch.from_numpy(v.astype(np.float32)).to(device=device, dtype=getattr(torch, dtype))
+
     return {"x": to(a["x"]).requires_grad_(True), "dy": to(a["dy"])}
 
 
@@ -68,9 +70,11 @@ def test_large_values_and_negative_scale():
 @pytest.mark.parametrize("view", ["transposed", "every_other_row", "strided_last"])
 def test_non_contiguous(view):
     base = tensors((12, 16), "float32")["x"].detach()
-    x = {"strided_last": lambda a: torch.stack([a, a], -1).reshape(12, 32)[:, ::2],
-         "every_other_row": lambda a: torch.cat([a, a], 1).reshape(24, 16)[::2],
-         "transposed": lambda a: a.t().contiguous().t()}[view](base)
+    x = {
+        "strided_last": lambda a: torch.stack([a, a], -1).reshape(12, 32)[:, ::2],
+        "every_other_row": lambda a: torch.cat([a, a], 1).reshape(24, 16)[::2],
+        "transposed": lambda a: a.t().contiguous().t(),
+    }[view](base)
     assert not x.is_contiguous() and torch.equal(x, base)
     check(x.detach().requires_grad_(True), torch.randn(12, 16), "float32", 0.5, True)
 
@@ -89,9 +93,11 @@ def test_opcheck(dtype):
     t = tensors((2, 3, 5, 8), dtype)
     x = t["x"].detach()
     y = ops.softmax_fwd(x, 0.5, True)
-    for op, args in [(ops.softmax_fwd, (x.clone().requires_grad_(True), 0.5, True)),
-                     (ops.softmax_fwd, (x.clone().requires_grad_(True), 1.0, False)),
-                     (ops.softmax_bwd, (t["dy"], y, 0.5))]:
+    for op, args in [
+        (ops.softmax_fwd, (x.clone().requires_grad_(True), 0.5, True)),
+        (ops.softmax_fwd, (x.clone().requires_grad_(True), 1.0, False)),
+        (ops.softmax_bwd, (t["dy"], y, 0.5)),
+    ]:
         torch.library.opcheck(op.default, args)
 
 
@@ -101,7 +107,7 @@ def test_torch_compile_fullgraph():
     q0, k0, v0 = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
 
     def attention(q, k, v):
-        return ft.softmax(q @ k.transpose(-1, -2), scale=8 ** -0.5, causal=True) @ v
+        return ft.softmax(q @ k.transpose(-1, -2), scale=8**-0.5, causal=True) @ v
 
     def step(fn):
         q = q0.clone().requires_grad_(True)
@@ -114,6 +120,5 @@ def test_torch_compile_fullgraph():
     compiled = step(torch.compile(attention, fullgraph=True))
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    reference = torch.nn.functional.scaled_dot_product_attention(q0, k0, v0, attn_mask=torch.from_numpy(
-        ref.causal_mask(5, 7)))
+    reference = torch.nn.functional.scaled_dot_product_attention(q0, k0, v0, attn_mask=torch.from_numpy(ref.causal_mask(5, 7)))
     torch.testing.assert_close(eager[0], reference, rtol=1e-5, atol=1e-5)

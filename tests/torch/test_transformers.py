@@ -1,5 +1,6 @@
 """fuselet.torch.transformers.fuse on tiny transformers models built from their configs (no
 download): the fused instance against an unfused deep copy of itself, per family and dtype."""
+
 from __future__ import annotations
 
 import copy
@@ -18,8 +19,15 @@ torch = pytest.importorskip("torch", reason="torch is not installed in this envi
 transformers = pytest.importorskip("transformers", reason="transformers is not installed in this environment")
 ft = import_layer("torch")
 
-SMALL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=256, max_position_embeddings=64)
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=256,
+    max_position_embeddings=64,
+)
 FAMILIES = {
     "llama": ("LlamaConfig", "LlamaForCausalLM", {}),
     "mistral": ("MistralConfig", "MistralForCausalLM", {}),
@@ -90,8 +98,11 @@ def test_matches_unfused(family, dtype):
     # every norm (Qwen3's q_norm / k_norm included), MLP and attention, and the LM head's loss
     kinds = {type(m).__name__.removeprefix(type(fused).__name__.removesuffix("ForCausalLM")) for m in swapped}
     assert kinds == {"RMSNorm", "MLP", "Attention", "ForCausalLM"}, kinds
-    unswapped = [n for n, m in fused.named_modules() if type(m).__name__.endswith(("RMSNorm", "MLP", "Attention"))
-                 and "forward" not in vars(m)]
+    unswapped = [
+        n
+        for n, m in fused.named_modules()
+        if type(m).__name__.endswith(("RMSNorm", "MLP", "Attention")) and "forward" not in vars(m)
+    ]
     assert unswapped == []
     assert_same_training_step(fused, plain, dtype)
 
@@ -157,8 +168,7 @@ def test_loss_options_match_transformers():
     fused = ft.transformers.fuse(copy.deepcopy(plain))
     input_ids, labels = batch()
     unshifted = labels.flip(-1)  # any targets: shift_labels is used as given
-    for kwargs in ({"labels": labels, "shift_labels": unshifted},
-                   {"labels": labels, "num_items_in_batch": torch.tensor(7)}):
+    for kwargs in ({"labels": labels, "shift_labels": unshifted}, {"labels": labels, "num_items_in_batch": torch.tensor(7)}):
         got, want = fused(input_ids=input_ids, **kwargs).loss, plain(input_ids=input_ids, **kwargs).loss
         ref.assert_close(f64(got), f64(want), "float32", "reduce", rows=B * S, name=str(list(kwargs)))
     as_tuple = fused(input_ids=input_ids, labels=labels, return_dict=False)
@@ -206,14 +216,21 @@ def test_flags_choose_the_swaps():
     model = ft.transformers.fuse(tiny("llama"), rms_norm=False, swiglu=True, rope=False, loss=False)
     assert {type(m).__name__ for m in model.modules() if "forward" in vars(m)} == {"LlamaMLP"}
     ft.transformers.fuse(model)  # fusing again adds the rest, keeps the MLPs'
-    assert {type(m).__name__ for m in model.modules() if "forward" in vars(m)} == \
-        {"LlamaMLP", "LlamaRMSNorm", "LlamaAttention", "LlamaForCausalLM"}
+    assert {type(m).__name__ for m in model.modules() if "forward" in vars(m)} == {
+        "LlamaMLP",
+        "LlamaRMSNorm",
+        "LlamaAttention",
+        "LlamaForCausalLM",
+    }
 
 
 def test_bad_input():
     gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64))
-    with pytest.raises(ValueError, match=r"GPT2LMHeadModel \(model_type 'gpt2'\).*llama, mistral, qwen2, qwen3, "
-                                         r"gemma, gemma2"):
+    with pytest.raises(
+        ValueError,
+        match=r"GPT2LMHeadModel \(model_type 'gpt2'\).*llama, mistral, qwen2, qwen3, "
+        r"gemma, gemma2",
+    ):
         ft.transformers.fuse(gpt2)
     with pytest.raises(TypeError, match="model: expected a transformers PreTrainedModel"):
         ft.transformers.fuse("llama")

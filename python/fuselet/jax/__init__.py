@@ -5,6 +5,7 @@ kernels run on XLA's stream. Importing registers every FFI target (no JAX backen
 so jax.distributed.initialize() may follow); fuselet.jax.export.disabled_checks() is what
 jax.export needs.
 """
+
 from fuselet.jax._load import load as _load_library
 
 BUILD_INFO = _load_library()
@@ -17,5 +18,16 @@ from fuselet.jax.norm import add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.jax.rope import rope  # noqa: E402
 from fuselet.jax.softmax import softmax  # noqa: E402
 
-__all__ = ["BUILD_INFO", "add_rms_norm", "cross_entropy", "export", "fused_linear_cross_entropy", "geglu", "layer_norm",
-           "rms_norm", "rope", "softmax", "swiglu"]
+__all__ = [
+    "BUILD_INFO",
+    "add_rms_norm",
+    "cross_entropy",
+    "export",
+    "fused_linear_cross_entropy",
+    "geglu",
+    "layer_norm",
+    "rms_norm",
+    "rope",
+    "softmax",
+    "swiglu",
+]

@@ -3,6 +3,7 @@
 row_op(op, in_kinds, out_kinds, args, fold, workspace=False, **attrs) is how every op family
 calls its FFI targets.
 """
+
 from __future__ import annotations
 
 import functools
@@ -38,11 +39,13 @@ def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tupl
     """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...).
     With `workspace`, the call has one more (uint8) output, its workspace, dropped here.
     aliases: see _call."""
+
     def call(*args):
         outs = _sharding.out_types(args, in_kinds, out_kinds)
         if workspace:
             outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
-        return tuple(_call(op, outs, *args, aliases=aliases, **dict(attrs)))[:len(out_kinds)]
+        return tuple(_call(op, outs, *args, aliases=aliases, **dict(attrs)))[: len(out_kinds)]
+
     return _sharding.row_partitioned(call, in_kinds, out_kinds, core_dims)
 
 

@@ -6,6 +6,7 @@ initializes no JAX backend (jaxlib queues a target until the platform's client i
 so jax.distributed.initialize() may still follow the import. CUDA handlers are registered
 where the CUDA kernels were built; they run only where JAX finds a GPU.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -16,9 +17,23 @@ from fuselet import _core, _guard
 
 LIBRARY_NAME = "libfuselet_jax.so"
 # The ops of csrc/jax (FUSELET_JAX_HANDLERS): target fuselet_<op>, symbols fuselet_jax_<op>_{cpu,cuda}.
-OPS = ("rms_norm_fwd", "rms_norm_bwd", "layer_norm_fwd", "layer_norm_bwd", "add_rms_norm_fwd", "add_rms_norm_bwd",
-       "glu_fwd", "glu_bwd", "softmax_fwd", "softmax_bwd", "rope_fwd", "rope_bwd",
-       "cross_entropy_fwd", "cross_entropy_bwd", "cross_entropy_fwd_bwd")
+OPS = (
+    "rms_norm_fwd",
+    "rms_norm_bwd",
+    "layer_norm_fwd",
+    "layer_norm_bwd",
+    "add_rms_norm_fwd",
+    "add_rms_norm_bwd",
+    "glu_fwd",
+    "glu_bwd",
+    "softmax_fwd",
+    "softmax_bwd",
+    "rope_fwd",
+    "rope_bwd",
+    "cross_entropy_fwd",
+    "cross_entropy_bwd",
+    "cross_entropy_fwd_bwd",
+)
 TARGETS = tuple(f"fuselet_{op}" for op in OPS)
 _lib = None
 
@@ -26,8 +41,10 @@ _lib = None
 def _install_hint(built: dict | None) -> str:
     if built is None:
         return "pip install jax"
-    return (f"pip install 'jax[cpu]=={built['jaxlib_version']}' (any jaxlib whose XLA FFI API is "
-            f"{'.'.join(map(str, built['ffi_api']))} or newer works), or with conda: conda install fuselet-jax")
+    return (
+        f"pip install 'jax[cpu]=={built['jaxlib_version']}' (any jaxlib whose XLA FFI API is "
+        f"{'.'.join(map(str, built['ffi_api']))} or newer works), or with conda: conda install fuselet-jax"
+    )
 
 
 def load() -> dict:
@@ -45,13 +62,16 @@ def load() -> dict:
     if built is None or not (where / LIBRARY_NAME).exists():
         raise ImportError(
             "fuselet.jax: this fuselet was built without its JAX extension (looked in "
-            + ", ".join(map(str, _core.layer_candidates("jax"))) + "). Fix: "
+            + ", ".join(map(str, _core.layer_candidates("jax")))
+            + "). Fix: "
             "FUSELET_FRAMEWORK=jax pip install --no-build-isolation --force-reinstall <fuselet source>, "
             "or conda install fuselet-jax."
         )
     running = _guard.running_jaxlib()
-    fix = (f"install the fuselet-jax build for your jaxlib (conda install fuselet-jax), rebuild against it "
-           f"(pip install --no-build-isolation --force-reinstall <fuselet source>), or {_install_hint(built)}")
+    fix = (
+        f"install the fuselet-jax build for your jaxlib (conda install fuselet-jax), rebuild against it "
+        f"(pip install --no-build-isolation --force-reinstall <fuselet source>), or {_install_hint(built)}"
+    )
     _guard.enforce("jax", built, running, _guard.jax_mismatches(built, running), fix)
     _lib = ctypes.CDLL(str(where / LIBRARY_NAME))
     _register(bool(built.get("cuda_kernels")))
@@ -65,8 +85,7 @@ def _register(cuda_kernels: bool) -> None:
     for op, name in zip(OPS, TARGETS):
         jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cpu")), platform="cpu")
         if cuda_kernels:
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cuda")),
-                                        platform="CUDA")
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(_lib, f"fuselet_jax_{op}_cuda")), platform="CUDA")
 
 
 def cuda_targets(cuda_kernels: bool) -> bool:

@@ -13,6 +13,7 @@ So any sharding of the rows runs with no collective but the psum of the paramete
 gradients, and a sharded H is gathered for that dimension only. Inside a shard_map over
 every mesh axis the call runs as is (each device already holds its rows).
 """
+
 from __future__ import annotations
 
 import jax
@@ -28,9 +29,11 @@ def out_types(args, in_kinds, out_kinds) -> tuple:
     the k-th PARAM_SUM like the k-th PARAM input."""
     x = args[in_kinds.index(ROWS)]
     params = iter([a for a, k in zip(args, in_kinds) if k == PARAM])
-    types = {ROWS: lambda: jax.ShapeDtypeStruct(x.shape, x.dtype),
-             HALF: lambda: jax.ShapeDtypeStruct((*x.shape[:-1], x.shape[-1] // 2), x.dtype),
-             STATS: lambda: jax.ShapeDtypeStruct(x.shape[:-1], jax.numpy.float32)}
+    types = {
+        ROWS: lambda: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        HALF: lambda: jax.ShapeDtypeStruct((*x.shape[:-1], x.shape[-1] // 2), x.dtype),
+        STATS: lambda: jax.ShapeDtypeStruct(x.shape[:-1], jax.numpy.float32),
+    }
     out = []
     for kind in out_kinds:
         if kind == PARAM_SUM:
@@ -45,7 +48,7 @@ def _row_spec(sharding, ndim: int, core_dims: int = 1) -> tuple:
     """The partition spec of the leading (row) dims of an [..., H] operand: all but the last
     `core_dims` dims (2 where the kernel reads the second-to-last dim too: causal softmax)."""
     spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
-    return (spec + (None,) * ndim)[:ndim - core_dims]
+    return (spec + (None,) * ndim)[: ndim - core_dims]
 
 
 def _spec(kind: str, rows: tuple, core_dims: int = 1) -> P:
@@ -65,6 +68,7 @@ def _rule(in_kinds, out_kinds, core_dims=1):
     """The Shardy rule: row factors r0.. pass through, H ("h"), the half width ("f"), a core
     query dim ("q", core_dims=2) and absent parameters ("z") need replication. PARAM_SUM
     results drop the row factors (their psum is in partition)."""
+
     def rule(mesh, value_types, result_types):
         ndim = len(value_types[in_kinds.index(ROWS)].shape)
         hidden = value_types[in_kinds.index(ROWS)].shape[-1]
@@ -86,6 +90,7 @@ def _rule(in_kinds, out_kinds, core_dims=1):
         used = rule.replace(",", " ").split()
         # In order of first appearance: Shardy wants them sorted by factor index.
         return rule, {"need_replication_factors": tuple(f for f in dict.fromkeys(used) if f in ("h", "f", "q", "z"))}
+
     return rule
 
 
@@ -110,13 +115,12 @@ def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple, core_dims: int = 1):
 
         def per_shard(*args):
             results = fn(*args)
-            return tuple(jax.lax.psum(r, axes) if k == PARAM_SUM and axes else r
-                         for r, k in zip(results, out_kinds))
+            return tuple(jax.lax.psum(r, axes) if k == PARAM_SUM and axes else r for r, k in zip(results, out_kinds))
+
         return mesh, per_shard, outs, ins
 
     wrapped = custom_partitioning(fn)
-    wrapped.def_partition(partition, infer_sharding_from_operands=infer,
-                          sharding_rule=_rule(in_kinds, out_kinds, core_dims))
+    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=_rule(in_kinds, out_kinds, core_dims))
     return wrapped
 
 

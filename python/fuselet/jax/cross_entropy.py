@@ -10,6 +10,7 @@ backward. fwd_bwd's dlogits may reuse the logits' buffer (input_output_aliases).
 ("mean" over the non-ignored tokens, "sum", "none") is one jnp.sum over the per-token values:
 with row-sharded logits, one all-reduce.
 """
+
 from __future__ import annotations
 
 import functools
@@ -24,13 +25,16 @@ from fuselet.jax._sharding import ROWS, STATS
 
 
 def _attrs(ignore_index, label_smoothing, z_loss, softcap) -> dict:
-    return {"ignore_index": np.int64(ignore_index), "label_smoothing": np.float32(label_smoothing),
-            "z_loss": np.float32(z_loss), "softcap": np.float32(softcap)}
+    return {
+        "ignore_index": np.int64(ignore_index),
+        "label_smoothing": np.float32(label_smoothing),
+        "z_loss": np.float32(z_loss),
+        "softcap": np.float32(softcap),
+    }
 
 
 def _fwd_call(logits, target, options):
-    return row_op("cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True,
-                  **_attrs(*options))
+    return row_op("cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True, **_attrs(*options))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -55,8 +59,9 @@ def _per_token_bwd(options, res, cts):
 
 
 def _bwd_call(dloss, logits, target, lse, options):
-    return row_op("cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True,
-                  **_attrs(*options))[0]
+    return row_op(
+        "cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True, **_attrs(*options)
+    )[0]
 
 
 _per_token.defvjp(_per_token_fwd, _per_token_bwd)
@@ -92,14 +97,32 @@ def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduc
     for name, a in (("logits", logits), ("target", target)):
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
             raise TypeError(f"{name}: expected a jax.Array, got {type(a).__name__}")
-    check_cross_entropy_args(tuple(logits.shape), jnp.dtype(logits.dtype).name, tuple(target.shape),
-                             jnp.dtype(target.dtype).name, ignore_index, label_smoothing, z_loss, softcap, reduction,
-                             return_z_loss)
+    check_cross_entropy_args(
+        tuple(logits.shape),
+        jnp.dtype(logits.dtype).name,
+        tuple(target.shape),
+        jnp.dtype(target.dtype).name,
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        reduction,
+        return_z_loss,
+    )
     return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
 
 
-def cross_entropy(logits, target, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-                  softcap: float | None = None, reduction: str = "mean", return_z_loss: bool = False):
+def cross_entropy(
+    logits,
+    target,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+):
     """Cross-entropy of logits [..., V] against target (logits.shape[:-1]), reduced by `reduction`.
 
     z_loss adds z_loss * lse^2 per token; softcap first maps the logits to softcap * tanh(logits /
@@ -125,19 +148,35 @@ def _target_errors(target, call):
         message = str(exc)
         if "fuselet: target: element" not in message:
             raise
-        raise ValueError(message[message.index("fuselet: target: element"):].splitlines()[0]) from None
+        raise ValueError(message[message.index("fuselet: target: element") :].splitlines()[0]) from None
 
 
 def _fwd_bwd(logits, target, options, grad_scale):
-    return row_op("cross_entropy_fwd_bwd", (ROWS, STATS), (STATS, STATS, ROWS), (logits, target), True,
-                  aliases=((0, 2),), grad_scale=np.float32(grad_scale), **_attrs(*options))
+    return row_op(
+        "cross_entropy_fwd_bwd",
+        (ROWS, STATS),
+        (STATS, STATS, ROWS),
+        (logits, target),
+        True,
+        aliases=((0, 2),),
+        grad_scale=np.float32(grad_scale),
+        **_attrs(*options),
+    )
 
 
 _fwd_bwd_jit = jax.jit(_fwd_bwd, static_argnums=(2, 3))
 
 
-def fwd_bwd(logits, target, *, ignore_index: int = -100, label_smoothing: float = 0.0, z_loss: float = 0.0,
-            softcap: float | None = None, grad_scale: float = 1.0):
+def fwd_bwd(
+    logits,
+    target,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    grad_scale: float = 1.0,
+):
     """(loss, z, dlogits) in one pass over the logits, no custom_vjp: the per-token float32 loss
     and z-loss part (target's shape, 0 where ignored) and dlogits = grad_scale * d loss_token /
     d logits in logits' dtype, written into the logits' buffer where XLA can (logits made in the

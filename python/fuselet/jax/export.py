@@ -19,6 +19,7 @@ sees a GPU. A jit over a mesh of several devices cannot be exported (jax.export 
 custom_partitioning callbacks of the exporting process); a shard_map over every mesh axis
 can, since inside it the FFI calls run as they are.
 """
+
 from __future__ import annotations
 
 import jax

@@ -9,6 +9,7 @@ time. With reduction "mean" / "sum" the gradients are computed in the forward (c
 residuals: dhidden, dweight, dbias); with "none" the backward recomputes each chunk's logits
 from hidden, weight and the per-token lse.
 """
+
 from __future__ import annotations
 
 import functools
@@ -61,6 +62,7 @@ def _scaled(a, scale, dtype):
 
 # --- reduction "mean" / "sum": gradients in the forward --------------------------------------
 
+
 def _reduced_fwd(h, w, b, t, opts, chunk, mean):
     def body(carry, xs):
         h_i, t_i = xs
@@ -87,6 +89,7 @@ _reduced.defvjp(_reduced_fwd, _reduced_bwd)
 
 
 # --- reduction "none": the backward recomputes the logits ------------------------------------
+
 
 def _per_token_fwd(h, w, b, t, opts, chunk):
     def body(carry, xs):
@@ -127,9 +130,20 @@ def _loss(h, w, b, t, opts, chunk, reduction):
 _loss_jit = jax.jit(_loss, static_argnums=(4, 5, 6))
 
 
-def fused_linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_index: int = -100,
-                               label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-                               reduction: str = "mean", return_z_loss: bool = False, chunk_size: int | None = None):
+def fused_linear_cross_entropy(
+    hidden,
+    weight,
+    target,
+    *,
+    bias=None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+    chunk_size: int | None = None,
+):
     """cross_entropy(hidden @ weight.T + bias, target, ...) without materializing the logits.
 
     hidden [..., H], weight [V, H], bias [V] or None, all of one dtype (float32, float16 or
@@ -138,17 +152,29 @@ def fused_linear_cross_entropy(hidden, weight, target, *, bias=None, ignore_inde
     float32 loss (target's shape for reduction="none"), and with return_z_loss=True (loss, z)."""
     for name, a in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
         if not (hasattr(a, "shape") and hasattr(a, "dtype")) and not (name == "bias" and a is None):
-            raise TypeError(f"{name}: expected a jax.Array{' or None' if name == 'bias' else ''}, "
-                            f"got {type(a).__name__}")
-    facts = {n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name)
-             for n, a in (("hidden", hidden), ("weight", weight), ("bias", bias))}
+            raise TypeError(f"{name}: expected a jax.Array{' or None' if name == 'bias' else ''}, got {type(a).__name__}")
+    facts = {
+        n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name)
+        for n, a in (("hidden", hidden), ("weight", weight), ("bias", bias))
+    }
     check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
-    opts = options(tuple(target.shape), jnp.dtype(target.dtype).name, weight.shape[0], facts["hidden"][1],
-                   ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    opts = options(
+        tuple(target.shape),
+        jnp.dtype(target.dtype).name,
+        weight.shape[0],
+        facts["hidden"][1],
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        reduction,
+        return_z_loss,
+    )
     shape, h_dim = target.shape, hidden.shape[-1]
     chunk = chunk_size or chunk_size_for(math.prod(shape), h_dim, weight.shape[0])
-    loss, z = _target_errors(target, lambda: _loss_jit(hidden.reshape(-1, h_dim), weight, bias,
-                                                           target.reshape(-1), opts, chunk, reduction))
+    loss, z = _target_errors(
+        target, lambda: _loss_jit(hidden.reshape(-1, h_dim), weight, bias, target.reshape(-1), opts, chunk, reduction)
+    )
     if reduction == "none":
         loss, z = loss.reshape(shape), z.reshape(shape)
     return (loss, jax.lax.stop_gradient(z)) if return_z_loss else loss

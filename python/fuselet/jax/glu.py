@@ -4,6 +4,7 @@ Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up]; y [
 x's dtype (float32, float16 or bfloat16; the math runs in float32). Leading dims of x keep
 their sharding; a sharded last dim is gathered.
 """
+
 from __future__ import annotations
 
 import functools

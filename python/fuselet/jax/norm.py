@@ -7,6 +7,7 @@ zero_centered_gamma=True scales by (1 + weight).
 
 An absent parameter reaches the FFI handlers as an array with no elements.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,14 +35,21 @@ def _flags(zero_centered_gamma: bool) -> np.int32:
 
 # --- RMSNorm -----------------------------------------------------------------------------
 
+
 def _rms_fwd_call(x, weight, eps, flags):
-    return _row_op("rms_norm_fwd", (ROWS, PARAM), (ROWS, STATS), (x, _param(weight, x)), True,
-                   eps=np.float32(eps), flags=flags)
+    return _row_op("rms_norm_fwd", (ROWS, PARAM), (ROWS, STATS), (x, _param(weight, x)), True, eps=np.float32(eps), flags=flags)
 
 
 def _rms_bwd_call(dy, x, weight, rstd, flags):
-    return _row_op("rms_norm_bwd", (ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM), (dy, x, _param(weight, x), rstd),
-                   False, workspace=True, flags=flags)
+    return _row_op(
+        "rms_norm_bwd",
+        (ROWS, ROWS, PARAM, STATS),
+        (ROWS, PARAM_SUM),
+        (dy, x, _param(weight, x), rstd),
+        False,
+        workspace=True,
+        flags=flags,
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3))
@@ -76,14 +84,29 @@ def rms_norm(x, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = Fals
 
 # --- LayerNorm ---------------------------------------------------------------------------
 
+
 def _layer_fwd_call(x, weight, bias, eps, flags):
-    return _row_op("layer_norm_fwd", (ROWS, PARAM, PARAM), (ROWS, STATS, STATS), (x, _param(weight, x), _param(bias, x)),
-                   True, eps=np.float32(eps), flags=flags)
+    return _row_op(
+        "layer_norm_fwd",
+        (ROWS, PARAM, PARAM),
+        (ROWS, STATS, STATS),
+        (x, _param(weight, x), _param(bias, x)),
+        True,
+        eps=np.float32(eps),
+        flags=flags,
+    )
 
 
 def _layer_bwd_call(dy, x, weight, bias, mean, rstd, flags):
-    return _row_op("layer_norm_bwd", (ROWS, ROWS, PARAM, PARAM, STATS, STATS), (ROWS, PARAM_SUM, PARAM_SUM),
-                   (dy, x, _param(weight, x), _param(bias, x), mean, rstd), False, workspace=True, flags=flags)
+    return _row_op(
+        "layer_norm_bwd",
+        (ROWS, ROWS, PARAM, PARAM, STATS, STATS),
+        (ROWS, PARAM_SUM, PARAM_SUM),
+        (dy, x, _param(weight, x), _param(bias, x), mean, rstd),
+        False,
+        workspace=True,
+        flags=flags,
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -119,15 +142,29 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma
 
 # --- residual add + RMSNorm --------------------------------------------------------------
 
+
 def _add_rms_fwd_call(x, residual, weight, eps, flags):
-    return _row_op("add_rms_norm_fwd", (ROWS, ROWS, PARAM), (ROWS, ROWS, STATS), (x, residual, _param(weight, x)),
-                   True, eps=np.float32(eps), flags=flags)
+    return _row_op(
+        "add_rms_norm_fwd",
+        (ROWS, ROWS, PARAM),
+        (ROWS, ROWS, STATS),
+        (x, residual, _param(weight, x)),
+        True,
+        eps=np.float32(eps),
+        flags=flags,
+    )
 
 
 def _add_rms_bwd_call(dy, dresidual_out, residual_out, weight, rstd, flags):
-    return _row_op("add_rms_norm_bwd", (ROWS, ROWS, ROWS, PARAM, STATS), (ROWS, PARAM_SUM),
-                   (dy, dresidual_out, residual_out, _param(weight, residual_out), rstd), False, workspace=True,
-                   flags=flags)
+    return _row_op(
+        "add_rms_norm_bwd",
+        (ROWS, ROWS, ROWS, PARAM, STATS),
+        (ROWS, PARAM_SUM),
+        (dy, dresidual_out, residual_out, _param(weight, residual_out), rstd),
+        False,
+        workspace=True,
+        flags=flags,
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4))
@@ -158,8 +195,7 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, zero_centered_gamm
     _check(x, eps, zero_centered_gamma, weight=weight)
     if not hasattr(residual, "shape") or not hasattr(residual, "dtype"):
         raise TypeError(f"residual: expected a jax.Array, got {type(residual).__name__}")
-    check_like_x("residual", tuple(residual.shape), jnp.dtype(residual.dtype).name, tuple(x.shape),
-                 jnp.dtype(x.dtype).name)
+    check_like_x("residual", tuple(residual.shape), jnp.dtype(residual.dtype).name, tuple(x.shape), jnp.dtype(x.dtype).name)
     axes = _sharding.varying_axes(x, residual)
     return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
@@ -168,17 +204,25 @@ def _check(x, eps, zero_centered_gamma, **params) -> None:
     arrays = {"x": x, **{n: a for n, a in params.items() if a is not None}}
     for name, a in arrays.items():
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise TypeError(f"{name}: expected a jax.Array{'' if name == 'x' else ' or None'}, "
-                            f"got {type(a).__name__}")
-    check_norm_args(tuple(x.shape), jnp.dtype(x.dtype).name,
-                    {n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name) for n, a in params.items()},
-                    eps, zero_centered_gamma)
+            raise TypeError(f"{name}: expected a jax.Array{'' if name == 'x' else ' or None'}, got {type(a).__name__}")
+    check_norm_args(
+        tuple(x.shape),
+        jnp.dtype(x.dtype).name,
+        {n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name) for n, a in params.items()},
+        eps,
+        zero_centered_gamma,
+    )
     # Committed arrays only: JAX places uncommitted ones (jnp.ones(H)) where the others are, as
     # for its own ops; a weight on one device with x sharded over eight is the common case.
-    devices = {n: a.devices() for n, a in arrays.items()
-               if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) and a.committed}
+    devices = {
+        n: a.devices()
+        for n, a in arrays.items()
+        if isinstance(a, jax.Array) and not isinstance(a, jax.core.Tracer) and a.committed
+    }
     if "x" in devices:
         for name, devs in devices.items():
             if devs != devices["x"]:
-                raise ValueError(f"{name}: expected an array on {sorted(map(str, devices['x']))} (the devices of x), "
-                                 f"got {sorted(map(str, devs))}")
+                raise ValueError(
+                    f"{name}: expected an array on {sorted(map(str, devices['x']))} (the devices of x), "
+                    f"got {sorted(map(str, devs))}"
+                )

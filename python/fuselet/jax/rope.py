@@ -13,6 +13,7 @@ tables), replicated along R: a replicated table is sliced in place, a table shar
 other way is resharded (it, not x). vmap folds the mapped dim into B (the tables are
 broadcast over it where they are not mapped themselves): one kernel call, no loop.
 """
+
 from __future__ import annotations
 
 import functools
@@ -89,11 +90,11 @@ def _batched(fn):
         if not in_batched[1] and not in_batched[2] and cos.ndim == 2:
             tables = (cos, sin)  # shared by every sequence of every mapped example
         else:
-            tables = tuple(t if b else jnp.broadcast_to(t, (axis_size, *t.shape))
-                           for t, b in zip((cos, sin), in_batched[1:]))
+            tables = tuple(t if b else jnp.broadcast_to(t, (axis_size, *t.shape)) for t, b in zip((cos, sin), in_batched[1:]))
             if has_b:  # [V, B, S, R], or [V, S, R] shared over B
-                tables = tuple(t if t.ndim == 4 else jnp.broadcast_to(t[:, None], (axis_size, x.shape[1], *t.shape[1:]))
-                               for t in tables)
+                tables = tuple(
+                    t if t.ndim == 4 else jnp.broadcast_to(t[:, None], (axis_size, x.shape[1], *t.shape[1:])) for t in tables
+                )
                 tables = tuple(t.reshape(-1, *t.shape[2:]) for t in tables)
         out = fn(x.reshape(-1, *x.shape[2:]) if has_b else x, *tables)
         return out.reshape(x.shape), True
@@ -131,8 +132,16 @@ def rope(x, cos, sin, *, layout: str = "bshd", interleaved: bool = False):
     for name, a in (("x", x), ("cos", cos), ("sin", sin)):
         if not hasattr(a, "shape") or not hasattr(a, "dtype"):
             raise TypeError(f"{name}: expected a jax.Array, got {type(a).__name__}")
-    check_rope_args(tuple(x.shape), jnp.dtype(x.dtype).name, tuple(cos.shape), jnp.dtype(cos.dtype).name,
-                    tuple(sin.shape), jnp.dtype(sin.dtype).name, layout, interleaved)
+    check_rope_args(
+        tuple(x.shape),
+        jnp.dtype(x.dtype).name,
+        tuple(cos.shape),
+        jnp.dtype(cos.dtype).name,
+        tuple(sin.shape),
+        jnp.dtype(sin.dtype).name,
+        layout,
+        interleaved,
+    )
     flags = (BHSD if layout == "bhsd" else 0) | (INTERLEAVED if interleaved else 0)
     axes = _sharding.varying_axes(x)
     return _rope_jit(x, _sharding.vary_like(axes, cos), _sharding.vary_like(axes, sin), flags)

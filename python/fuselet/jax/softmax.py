@@ -5,6 +5,7 @@ dim of x [..., K]; causal=True takes x [..., Q, K] and masks key j for query i w
 j > i + (K - Q) (bottom-right aligned); a fully masked row is zeros. y has x's dtype. The
 leading dims keep their sharding (with causal=True, all but Q and K).
 """
+
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,16 @@ CAUSAL = 1  # FUSELET_SOFTMAX_CAUSAL of fuselet/softmax.h
 
 
 def _fwd_call(x, scale, causal):
-    return row_op("softmax_fwd", (ROWS,), (ROWS,), (x,), True, core_dims=2 if causal else 1,
-                  scale=np.float32(scale), flags=np.int32(CAUSAL if causal else 0))[0]
+    return row_op(
+        "softmax_fwd",
+        (ROWS,),
+        (ROWS,),
+        (x,),
+        True,
+        core_dims=2 if causal else 1,
+        scale=np.float32(scale),
+        flags=np.int32(CAUSAL if causal else 0),
+    )[0]
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1, 2))

@@ -4,6 +4,7 @@ Works with autograd, torch.compile(fullgraph=True) and fake tensors; CUDA tensor
 the current CUDA stream. torch.export and AOTInductor packages keep the ops as calls by name:
 import fuselet.torch before torch._inductor.aoti_load_package. ONNX export: fuselet.torch.onnx.
 """
+
 from fuselet.torch._load import load as _load_library
 
 BUILD_INFO = _load_library()
@@ -19,5 +20,18 @@ from fuselet.torch.softmax import softmax  # noqa: E402
 
 _install_sharding()  # DTensor sharding rules of every op, once torch.distributed.tensor is imported
 
-__all__ = ["BUILD_INFO", "LayerNorm", "RMSNorm", "add_rms_norm", "cross_entropy", "fused_linear_cross_entropy",
-           "geglu", "layer_norm", "rms_norm", "rope", "softmax", "swiglu", "transformers"]
+__all__ = [
+    "BUILD_INFO",
+    "LayerNorm",
+    "RMSNorm",
+    "add_rms_norm",
+    "cross_entropy",
+    "fused_linear_cross_entropy",
+    "geglu",
+    "layer_norm",
+    "rms_norm",
+    "rope",
+    "softmax",
+    "swiglu",
+    "transformers",
+]

@@ -17,6 +17,7 @@ Registration happens when torch.distributed.tensor is imported (at once if it al
 `import fuselet.torch` does not import DTensor (about a second of import time) and works where
 torch.distributed is unavailable.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -38,11 +39,13 @@ def sharding(*names: str, static_argnum: int | None = None):
     documented to key on the non-tensor arguments from RuntimeSchemaInfo.static_argnum on, and
     register_sharding sets that to the first int argument; a bool flag is declared here so the
     cache keys on it by contract (torch 2.13's cache key held it in the tests either way)."""
+
     def declare(fn):
         _RULES.append((names, fn, static_argnum))
         if _registered:
             _register(names, fn, static_argnum)
         return fn
+
     return declare
 
 
@@ -111,9 +114,11 @@ def is_dtensor(t) -> bool:
 
 # --- placement lists shared by the op files' rules ------------------------------------------
 
+
 def placements():
     """(Replicate, Shard, Partial) of torch.distributed.tensor (imported only by the rules)."""
     from torch.distributed.tensor import Partial, Replicate, Shard
+
     return Replicate, Shard, Partial
 
 

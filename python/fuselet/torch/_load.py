@@ -1,4 +1,5 @@
 """Load the fuselet torch op library, after checking it matches the running torch."""
+
 from __future__ import annotations
 
 import sys
@@ -13,8 +14,10 @@ def _install_hint(built: dict | None) -> str:
         return "pip install torch"
     version = built["version"].split("+")[0]
     flavor = f"cuda{built['cuda'].replace('.', '')}" if built["cuda"] else "cpu"
-    return (f"pip install torch=={version} (the {flavor} build), or with conda: "
-            f"conda install fuselet-torch, which brings the matching pytorch")
+    return (
+        f"pip install torch=={version} (the {flavor} build), or with conda: "
+        f"conda install fuselet-torch, which brings the matching pytorch"
+    )
 
 
 def import_torch(built: dict | None):
@@ -36,13 +39,16 @@ def load() -> dict:
     if built is None or not (where / LIBRARY_NAME).exists():
         raise ImportError(
             "fuselet.torch: this fuselet was built without its PyTorch extension (looked in "
-            + ", ".join(map(str, _core.layer_candidates("torch"))) + "). Fix: "
+            + ", ".join(map(str, _core.layer_candidates("torch")))
+            + "). Fix: "
             "FUSELET_FRAMEWORK=torch pip install --no-build-isolation --force-reinstall <fuselet source>, "
             "or conda install fuselet-torch."
         )
-    fix = (f"install the fuselet-torch build for your torch (conda install fuselet-torch), or rebuild "
-           f"against it: pip install --no-build-isolation --force-reinstall <fuselet source>; "
-           f"or go back to the torch it was built for: {_install_hint(built)}")
+    fix = (
+        f"install the fuselet-torch build for your torch (conda install fuselet-torch), or rebuild "
+        f"against it: pip install --no-build-isolation --force-reinstall <fuselet source>; "
+        f"or go back to the torch it was built for: {_install_hint(built)}"
+    )
     running = _guard.running_torch()
     _guard.enforce("torch", built, running, _guard.torch_mismatches(built, running), fix)
     torch.ops.load_library(str(where / LIBRARY_NAME))

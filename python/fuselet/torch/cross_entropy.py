@@ -7,6 +7,7 @@ s = softcap * tanh(logits / softcap) with a softcap, else the logits. Ignored to
 no gradient. Losses are float32; the forward keeps only a float32 lse per token for the backward.
 The reduction ("mean" over the non-ignored tokens, "sum", "none") runs here, around the op.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,14 +22,23 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none",
-           return_z_loss=False) -> tuple:
+def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none", return_z_loss=False) -> tuple:
     """Checks the arguments; the op's scalar arguments (softcap None -> 0.0)."""
     for name, t in (("logits", logits), ("target", target)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    check_cross_entropy_args(tuple(logits.shape), _dtype(logits), tuple(target.shape), _dtype(target), ignore_index,
-                             label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    check_cross_entropy_args(
+        tuple(logits.shape),
+        _dtype(logits),
+        tuple(target.shape),
+        _dtype(target),
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        reduction,
+        return_z_loss,
+    )
     if target.device != logits.device:
         raise ValueError(f"target: expected a tensor on {logits.device} (the device of logits), got {target.device}")
     return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
@@ -46,9 +56,18 @@ def _reduce(v: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction:
     return total / (target != ignore_index).sum().clamp(min=1)  # 0 tokens: 0, not NaN
 
 
-def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100,
-                  label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-                  reduction: str = "mean", return_z_loss: bool = False, inplace_backward: bool = False):
+def cross_entropy(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+    inplace_backward: bool = False,
+):
     """Cross-entropy of logits [..., V] against target (logits.shape[:-1]), reduced by `reduction`.
 
     z_loss adds z_loss * lse^2 per token; softcap first maps the logits to softcap * tanh(logits /
@@ -68,9 +87,17 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: i
     return loss, _reduce(z.detach(), target, args[0], reduction)
 
 
-def fwd_bwd(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -100, label_smoothing: float = 0.0,
-            z_loss: float = 0.0, softcap: float | None = None, grad_scale: float = 1.0,
-            inplace: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def fwd_bwd(
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    grad_scale: float = 1.0,
+    inplace: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dlogits) in one pass, no autograd: the per-token float32 loss and z-loss part
     (target's shape, 0 where ignored) and dlogits = grad_scale * d loss_token / d logits in
     logits' dtype. inplace=True writes dlogits into logits and returns logits as dlogits."""
@@ -79,8 +106,10 @@ def fwd_bwd(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -
     if inplace and (is_dtensor(logits) or is_dtensor(target)):
         # DTensor runs an op whose name ends in "_" as an in-place op that returns its first
         # argument; cross_entropy_fwd_bwd_ returns (loss, z) (torch 2.13).
-        raise ValueError("inplace: expected False for DTensor logits / target (DTensor cannot run the "
-                         "in-place fwd_bwd op); inplace=False returns the same (loss, z, dlogits)")
+        raise ValueError(
+            "inplace: expected False for DTensor logits / target (DTensor cannot run the "
+            "in-place fwd_bwd op); inplace=False returns the same (loss, z, dlogits)"
+        )
     if inplace:
         loss, z = ops.cross_entropy_fwd_bwd_(logits, target, *args, float(grad_scale))
         return loss, z, logits
@@ -88,6 +117,7 @@ def fwd_bwd(logits: torch.Tensor, target: torch.Tensor, *, ignore_index: int = -
 
 
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
+
 
 def _tokens(logits):
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
@@ -123,6 +153,7 @@ def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale
 # The per-token outputs are sharded like the tokens; a "sum" / "mean" over sharded tokens is
 # then Partial (sum) and reduced by DTensor when needed.
 
+
 @sharding("cross_entropy_fwd")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap):
     return rowwise([(logits, "rows"), (target, "rows"), *scalars(4)], ["rows"] * 3)
@@ -140,8 +171,10 @@ def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap
     strategies = rowwise([(dloss, "rows"), (logits, "rows"), (target, "rows"), (lse, "rows"), *scalars(4)], [])
     kept = [s for s in strategies if s[1][1] in logits.placements]
     if not kept:
-        raise ValueError(f"logits: the in-place backward needs logits sharded on token dims or replicated, "
-                         f"got placements {tuple(logits.placements)}")
+        raise ValueError(
+            f"logits: the in-place backward needs logits sharded on token dims or replicated, "
+            f"got placements {tuple(logits.placements)}"
+        )
     return kept
 
 
@@ -158,6 +191,7 @@ def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale
 
 
 # --- autograd: the gradient of logits only, through the per-token loss ------------------
+
 
 def _setup(ctx, inputs, output):
     logits, target, *ctx.options = inputs

@@ -17,6 +17,7 @@ One [chunk, V] buffer holds each chunk's logits and then its dlogits; dweight / 
 accumulated in float32 (per vocabulary block, so that no [V, H] temporary of the matmul's dtype
 is needed) and returned in the parameters' dtypes.
 """
+
 from __future__ import annotations
 
 import torch
@@ -75,11 +76,9 @@ class _Accumulator:
         self.weight, self.bias = weight, bias
         vocab, hidden = weight.shape
         self.rows = [(v0, min(vocab, v0 + _VOCAB_BLOCK)) for v0 in range(0, vocab, _VOCAB_BLOCK)]
-        self.blocks = [torch.zeros((v1 - v0, hidden), dtype=torch.float32, device=weight.device)
-                       for v0, v1 in self.rows]
+        self.blocks = [torch.zeros((v1 - v0, hidden), dtype=torch.float32, device=weight.device) for v0, v1 in self.rows]
         self.dbias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=weight.device)
-        self.tmp = None if weight.dtype == torch.float32 else \
-            weight.new_empty((min(vocab, _VOCAB_BLOCK), hidden))
+        self.tmp = None if weight.dtype == torch.float32 else weight.new_empty((min(vocab, _VOCAB_BLOCK), hidden))
 
     def add(self, dlogits, h):
         for (v0, v1), block in zip(self.rows, self.blocks):
@@ -100,9 +99,18 @@ class _Accumulator:
 
 
 @torch.library.custom_op("fuselet::fused_linear_cross_entropy_reduced", mutates_args=())
-def _reduced(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
-             ignore_index: int, label_smoothing: float, z_loss: float, softcap: float, mean: bool,
-             chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _reduced(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    ignore_index: int,
+    label_smoothing: float,
+    z_loss: float,
+    softcap: float,
+    mean: bool,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
     n, chunk_size = hidden.shape[0], _resolve(chunk_size, hidden, weight)
     scale = 1.0 / int(_counted(target, ignore_index)) if mean else 1.0
@@ -113,8 +121,7 @@ def _reduced(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     for a, b in _chunks(n, chunk_size):
         h = hidden[a:b]
         logits = logits_of(h)
-        loss_c, z_c = ops.cross_entropy_fwd_bwd_(logits, target[a:b], ignore_index, label_smoothing, z_loss,
-                                                 softcap, scale)
+        loss_c, z_c = ops.cross_entropy_fwd_bwd_(logits, target[a:b], ignore_index, label_smoothing, z_loss, softcap, scale)
         loss += loss_c.sum()
         z += z_c.sum()
         torch.mm(logits, weight, out=dhidden[a:b])  # logits now holds dlogits
@@ -141,25 +148,44 @@ def _reduced_backward(ctx, dloss, _dz, _dh, _dw, _db):
     if dloss is None:  # only z (no gradient) or the gradient outputs were used
         return (None,) * 10
     dhidden, dweight, dbias = ctx.saved_tensors
-    return (dhidden * dloss.to(dhidden.dtype), dweight * dloss.to(dweight.dtype),
-            dbias * dloss.to(dbias.dtype) if ctx.has_bias else None, None, None, None, None, None, None, None)
+    return (
+        dhidden * dloss.to(dhidden.dtype),
+        dweight * dloss.to(dweight.dtype),
+        dbias * dloss.to(dbias.dtype) if ctx.has_bias else None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 _reduced.register_autograd(_reduced_backward, setup_context=_reduced_setup)
 
 
 @torch.library.custom_op("fuselet::fused_linear_cross_entropy_none", mutates_args=())
-def _per_token(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor,
-               ignore_index: int, label_smoothing: float, z_loss: float, softcap: float,
-               chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _per_token(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    ignore_index: int,
+    label_smoothing: float,
+    z_loss: float,
+    softcap: float,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, lse): float32 per token of hidden [N, H]."""
     n = hidden.shape[0]
     out = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
     chunk_size = _resolve(chunk_size, hidden, weight)
     logits_of = _Logits(hidden, weight, bias, chunk_size)
     for a, b in _chunks(n, chunk_size):
-        for o, r in zip(out, ops.cross_entropy_fwd(logits_of(hidden[a:b]), target[a:b], ignore_index,
-                                                   label_smoothing, z_loss, softcap)):
+        for o, r in zip(
+            out, ops.cross_entropy_fwd(logits_of(hidden[a:b]), target[a:b], ignore_index, label_smoothing, z_loss, softcap)
+        ):
             o[a:b] = r
     return tuple(out)
 
@@ -170,10 +196,19 @@ def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softc
 
 
 @torch.library.custom_op("fuselet::fused_linear_cross_entropy_none_bwd", mutates_args=())
-def _per_token_bwd(dloss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                   target: torch.Tensor, lse: torch.Tensor, ignore_index: int, label_smoothing: float,
-                   z_loss: float, softcap: float,
-                   chunk_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _per_token_bwd(
+    dloss: torch.Tensor,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    target: torch.Tensor,
+    lse: torch.Tensor,
+    ignore_index: int,
+    label_smoothing: float,
+    z_loss: float,
+    softcap: float,
+    chunk_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dhidden, dweight, dbias) from the per-token upstream gradient dloss [N] (logits recomputed)."""
     dloss = dloss.to(torch.float32).contiguous()
     dhidden = torch.empty_like(hidden)
@@ -182,8 +217,7 @@ def _per_token_bwd(dloss: torch.Tensor, hidden: torch.Tensor, weight: torch.Tens
     for a, b in _chunks(hidden.shape[0], chunk_size):
         h = hidden[a:b]
         logits = logits_of(h)
-        ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], ignore_index, label_smoothing, z_loss,
-                               softcap)
+        ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], ignore_index, label_smoothing, z_loss, softcap)
         torch.mm(logits, weight, out=dhidden[a:b])
         acc.add(logits, h)
     logits = logits_of = None
@@ -219,22 +253,27 @@ _per_token.register_autograd(_per_token_backward, setup_context=_per_token_setup
 # summed loss and dweight / dbias are Partial. The mean's scale (1 / the number of counted
 # tokens) needs every shard's count: on DTensor inputs the wrapper takes the sum and divides.
 
+
 @sharding("fused_linear_cross_entropy_reduced")
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
-    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *scalars(6)],
-                   [("sum", hidden), ("sum", hidden), "rows", ("sum", weight), ("sum", bias)], skip=(0,) if mean else ())
+    return rowwise(
+        [(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *scalars(6)],
+        [("sum", hidden), ("sum", hidden), "rows", ("sum", weight), ("sum", bias)],
+        skip=(0,) if mean else (),
+    )
 
 
 @sharding("fused_linear_cross_entropy_none")
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
-    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *scalars(5)],
-                   ["rows"] * 3)
+    return rowwise([(hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), *scalars(5)], ["rows"] * 3)
 
 
 @sharding("fused_linear_cross_entropy_none_bwd")
 def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
-    return rowwise([(dloss, "rows"), (hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"),
-                    (lse, "rows"), *scalars(5)], ["rows", ("sum", weight), ("sum", bias)])
+    return rowwise(
+        [(dloss, "rows"), (hidden, "rows"), (weight, "param"), (bias, "param"), (target, "rows"), (lse, "rows"), *scalars(5)],
+        ["rows", ("sum", weight), ("sum", bias)],
+    )
 
 
 def _dtensor_mean(h2, weight, bias, t1, opts, chunk):
@@ -244,11 +283,20 @@ def _dtensor_mean(h2, weight, bias, t1, opts, chunk):
     return loss / count, z / count
 
 
-def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor, *,
-                               bias: torch.Tensor | None = None, ignore_index: int = -100,
-                               label_smoothing: float = 0.0, z_loss: float = 0.0, softcap: float | None = None,
-                               reduction: str = "mean", return_z_loss: bool = False,
-                               chunk_size: int | None = None):
+def fused_linear_cross_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    ignore_index: int = -100,
+    label_smoothing: float = 0.0,
+    z_loss: float = 0.0,
+    softcap: float | None = None,
+    reduction: str = "mean",
+    return_z_loss: bool = False,
+    chunk_size: int | None = None,
+):
     """cross_entropy(hidden @ weight.T + bias, target, ...) without materializing the logits.
 
     hidden [..., H], weight [V, H] (torch.nn.Linear's layout), bias [V] or None, all of one dtype
@@ -262,20 +310,30 @@ def fused_linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, targe
     math either way), and their gradients flow back in their own dtypes."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
         if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
-            raise TypeError(f"{name}: expected a torch.Tensor{' or None' if name == 'bias' else ''}, "
-                            f"got {type(t).__name__}")
+            raise TypeError(f"{name}: expected a torch.Tensor{' or None' if name == 'bias' else ''}, got {type(t).__name__}")
     if hidden.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(hidden.device.type):
         low = torch.get_autocast_dtype(hidden.device.type)
-        hidden, weight, bias = (t.to(low) if t is not None and t.is_floating_point() else t
-                                for t in (hidden, weight, bias))
-    facts = {n: None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
-             for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))}
+        hidden, weight, bias = (t.to(low) if t is not None and t.is_floating_point() else t for t in (hidden, weight, bias))
+    facts = {
+        n: None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+        for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))
+    }
     check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
     for name, t in (("weight", weight), ("bias", bias), ("target", target)):
         if t is not None and t.device != hidden.device:
             raise ValueError(f"{name}: expected a tensor on {hidden.device} (the device of hidden), got {t.device}")
-    opts = options(tuple(target.shape), str(target.dtype).removeprefix("torch."), weight.shape[0], facts["hidden"][1],
-                   ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
+    opts = options(
+        tuple(target.shape),
+        str(target.dtype).removeprefix("torch."),
+        weight.shape[0],
+        facts["hidden"][1],
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        softcap,
+        reduction,
+        return_z_loss,
+    )
     shape, h_dim = target.shape, hidden.shape[-1]
     h2 = hidden.reshape(-1, h_dim).contiguous()
     t1 = target.reshape(-1).contiguous()

@@ -3,6 +3,7 @@
 Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up]; y [..., F] has
 x's dtype (float32, float16 or bfloat16; the math runs in float32).
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,6 +35,7 @@ def geglu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
 
 # --- fake (meta) implementations ----------------------------------------------------------
 
+
 def _half(x):
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
@@ -61,6 +63,7 @@ def _(dy, x, approximate="none"):
 # --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding; the [gate, up] dim
 # is whole (a Shard(-1) of it would pair gate and up columns of different ranks).
 
+
 @sharding("swiglu_fwd")
 def _(x):
     return rowwise([(x, "rows")], ["rows"])
@@ -82,6 +85,7 @@ def _(dy, x, approximate="none"):
 
 
 # --- autograd: the backward of each forward op is itself a registered op ----------------
+
 
 def _swiglu_setup(ctx, inputs, output):
     ctx.save_for_backward(inputs[0])

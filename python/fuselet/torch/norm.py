@@ -5,6 +5,7 @@ float16 or bfloat16; weight and bias are optional (None) and in x's dtype or flo
 math runs in float32, y has x's dtype, each parameter's gradient its parameter's dtype).
 zero_centered_gamma=True scales by (1 + weight).
 """
+
 from __future__ import annotations
 
 import torch
@@ -22,18 +23,22 @@ def _dtype(t: torch.Tensor) -> str:
 def _check(x, eps, zero_centered_gamma, **params) -> None:
     for name, t in {"x": x, **params}.items():
         if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor{'' if name == 'x' else ' or None'}, "
-                            f"got {type(t).__name__}")
-    check_norm_args(tuple(x.shape), _dtype(x),
-                    {n: None if t is None else (tuple(t.shape), _dtype(t)) for n, t in params.items()}, eps,
-                    zero_centered_gamma)
+            raise TypeError(f"{name}: expected a torch.Tensor{'' if name == 'x' else ' or None'}, got {type(t).__name__}")
+    check_norm_args(
+        tuple(x.shape),
+        _dtype(x),
+        {n: None if t is None else (tuple(t.shape), _dtype(t)) for n, t in params.items()},
+        eps,
+        zero_centered_gamma,
+    )
     for name, t in params.items():
         if t is not None and t.device != x.device:
             raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
-             zero_centered_gamma: bool = False) -> torch.Tensor:
+def rms_norm(
+    x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6, zero_centered_gamma: bool = False
+) -> torch.Tensor:
     """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H].
 
     weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
@@ -41,8 +46,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1
     return ops.rms_norm_fwd(x, weight, float(eps), zero_centered_gamma)[0]
 
 
-def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None,
-               eps: float = 1e-5, zero_centered_gamma: bool = False) -> torch.Tensor:
+def layer_norm(
+    x: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    eps: float = 1e-5,
+    zero_centered_gamma: bool = False,
+) -> torch.Tensor:
     """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H].
 
     weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
@@ -50,8 +60,13 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor | None = None, bias: torch.
     return ops.layer_norm_fwd(x, weight, bias, float(eps), zero_centered_gamma)[0]
 
 
-def add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor | None = None, eps: float = 1e-6,
-                 zero_centered_gamma: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def add_rms_norm(
+    x: torch.Tensor,
+    residual: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    zero_centered_gamma: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
 
     The pre-norm transformer step in one pass; residual has x's shape and dtype."""
@@ -85,8 +100,15 @@ class RMSNorm(torch.nn.Module):
     """torch.nn.RMSNorm's arguments (eps defaults to 1e-6 here), plus zero_centered_gamma:
     weight starts at 0 and the scale is (1 + weight)."""
 
-    def __init__(self, hidden: int, eps: float = 1e-6, elementwise_affine: bool = True,
-                 zero_centered_gamma: bool = False, device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        eps: float = 1e-6,
+        elementwise_affine: bool = True,
+        zero_centered_gamma: bool = False,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         self.hidden, self.eps, self.zero_centered_gamma = hidden, eps, zero_centered_gamma
         _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
@@ -102,8 +124,16 @@ class LayerNorm(torch.nn.Module):
     """torch.nn.LayerNorm's arguments (elementwise_affine, bias), plus zero_centered_gamma:
     weight starts at 0 and the scale is (1 + weight)."""
 
-    def __init__(self, hidden: int, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
-                 zero_centered_gamma: bool = False, device=None, dtype=None):
+    def __init__(
+        self,
+        hidden: int,
+        eps: float = 1e-5,
+        elementwise_affine: bool = True,
+        bias: bool = True,
+        zero_centered_gamma: bool = False,
+        device=None,
+        dtype=None,
+    ):
         super().__init__()
         self.hidden, self.eps, self.zero_centered_gamma = hidden, eps, zero_centered_gamma
         _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
@@ -117,6 +147,7 @@ class LayerNorm(torch.nn.Module):
 
 
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
+
 
 def _rows(x):
     return x.new_empty(x.shape[:-1], dtype=torch.float32)
@@ -161,6 +192,7 @@ def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
 # --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding, H is whole --------
 # weight / bias replicated; dweight / dbias Partial (each rank sums its rows' share).
 
+
 @sharding("rms_norm_fwd")
 def _(x, weight, eps, zero_centered_gamma=False):
     return rowwise([(x, "rows"), (weight, "param"), (eps, None), (zero_centered_gamma, None)], ["rows", "rows"])
@@ -168,35 +200,58 @@ def _(x, weight, eps, zero_centered_gamma=False):
 
 @sharding("rms_norm_bwd")
 def _(dy, x, weight, rstd, zero_centered_gamma=False):
-    return rowwise([(dy, "rows"), (x, "rows"), (weight, "param"), (rstd, "rows"), (zero_centered_gamma, None)],
-                   ["rows", ("sum", weight)])
+    return rowwise(
+        [(dy, "rows"), (x, "rows"), (weight, "param"), (rstd, "rows"), (zero_centered_gamma, None)], ["rows", ("sum", weight)]
+    )
 
 
 @sharding("add_rms_norm_fwd")
 def _(x, residual, weight, eps, zero_centered_gamma=False):
-    return rowwise([(x, "rows"), (residual, "rows"), (weight, "param"), (eps, None), (zero_centered_gamma, None)],
-                   ["rows", "rows", "rows"])
+    return rowwise(
+        [(x, "rows"), (residual, "rows"), (weight, "param"), (eps, None), (zero_centered_gamma, None)], ["rows", "rows", "rows"]
+    )
 
 
 @sharding("add_rms_norm_bwd")
 def _(dy, dresidual_out, residual_out, weight, rstd, zero_centered_gamma=False):
-    return rowwise([(dy, "rows"), (dresidual_out, "rows"), (residual_out, "rows"), (weight, "param"),
-                    (rstd, "rows"), (zero_centered_gamma, None)], ["rows", ("sum", weight)])
+    return rowwise(
+        [
+            (dy, "rows"),
+            (dresidual_out, "rows"),
+            (residual_out, "rows"),
+            (weight, "param"),
+            (rstd, "rows"),
+            (zero_centered_gamma, None),
+        ],
+        ["rows", ("sum", weight)],
+    )
 
 
 @sharding("layer_norm_fwd")
 def _(x, weight, bias, eps, zero_centered_gamma=False):
-    return rowwise([(x, "rows"), (weight, "param"), (bias, "param"), (eps, None), (zero_centered_gamma, None)],
-                   ["rows", "rows", "rows"])
+    return rowwise(
+        [(x, "rows"), (weight, "param"), (bias, "param"), (eps, None), (zero_centered_gamma, None)], ["rows", "rows", "rows"]
+    )
 
 
 @sharding("layer_norm_bwd")
 def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
-    return rowwise([(dy, "rows"), (x, "rows"), (weight, "param"), (bias, "param"), (mean, "rows"), (rstd, "rows"),
-                    (zero_centered_gamma, None)], ["rows", ("sum", weight), ("sum", bias)])
+    return rowwise(
+        [
+            (dy, "rows"),
+            (x, "rows"),
+            (weight, "param"),
+            (bias, "param"),
+            (mean, "rows"),
+            (rstd, "rows"),
+            (zero_centered_gamma, None),
+        ],
+        ["rows", ("sum", weight), ("sum", bias)],
+    )
 
 
 # --- autograd: the backward of each forward op is itself a registered op ----------------
+
 
 def _rms_setup(ctx, inputs, output):
     x, weight, _, ctx.zero_centered_gamma = inputs

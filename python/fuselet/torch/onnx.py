@@ -23,6 +23,7 @@ node fails with a KeyError on the op's name first.)
 onnxscript is imported when translations() is called: importing fuselet.torch needs neither it
 nor onnx.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -38,6 +39,7 @@ _FLOAT, _INT64 = 1, 7  # onnx.TensorProto element types
 
 
 # --- the math, once, against a small builder (one for each exporter) --------------------
+
 
 def _f32(b, x):
     """x as float32 (a traced value's type may be unknown: then a Cast, a no-op on float32)."""
@@ -72,8 +74,14 @@ def _rms(b, x, weight, eps, zero_centered_gamma, like=None):
     rstd = b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean_sq, b.const(float(eps), _FLOAT))))
     scale = _scale(b, weight, zero_centered_gamma)
     if b.opset >= 23:
-        y = b.op("RMSNormalization", xf, _ones_of_last_dim(b, xf) if scale is None else scale, axis=-1,
-                 epsilon=float(eps), stash_type=_FLOAT)
+        y = b.op(
+            "RMSNormalization",
+            xf,
+            _ones_of_last_dim(b, xf) if scale is None else scale,
+            axis=-1,
+            epsilon=float(eps),
+            stash_type=_FLOAT,
+        )
     else:
         y = b.op("Mul", xf, rstd)
         y = y if scale is None else b.op("Mul", y, scale)
@@ -195,8 +203,9 @@ def _dlogits(b, ce, label_smoothing, z_loss, softcap, scale):
     s, lse = ce["s"], b.op("Unsqueeze", ce["lse_raw"], _axes(b, -1))
     vocab = b.op("Squeeze", b.op("Shape", s, start=-1), _axes(b, 0))
     zero_i, one_i = b.const(0, _INT64), b.const(1, _INT64)
-    onehot = b.op("Cast", b.op("Equal", b.op("Range", zero_i, vocab, one_i),
-                               b.op("Unsqueeze", ce["target"], _axes(b, -1))), to=_FLOAT)
+    onehot = b.op(
+        "Cast", b.op("Equal", b.op("Range", zero_i, vocab, one_i), b.op("Unsqueeze", ce["target"], _axes(b, -1))), to=_FLOAT
+    )
     p = b.op("Exp", b.op("Sub", s, lse))
     ds = b.op("Mul", p, b.op("Add", one, b.op("Mul", lse, b.const(2.0 * float(z_loss), _FLOAT))))
     ds = b.op("Sub", ds, b.op("Mul", onehot, b.const(1.0 - float(label_smoothing), _FLOAT)))
@@ -227,20 +236,18 @@ def _matmul_logits(b, hidden, weight, bias):
     return logits if bias is None else b.op("Add", logits, bias)
 
 
-def fused_linear_cross_entropy_none(b, hidden, weight, bias, target, ignore_index, label_smoothing, z_loss,
-                                    softcap, chunk_size):
+def fused_linear_cross_entropy_none(b, hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
     """The per-token op with its logits materialized (no chunks: ONNX runtimes plan their own memory)."""
-    return cross_entropy_fwd(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, label_smoothing,
-                             z_loss, softcap)
+    return cross_entropy_fwd(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, label_smoothing, z_loss, softcap)
 
 
-def fused_linear_cross_entropy_reduced(b, hidden, weight, bias, target, ignore_index, label_smoothing, z_loss,
-                                       softcap, mean, chunk_size):
+def fused_linear_cross_entropy_reduced(
+    b, hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size
+):
     """(loss, z, dhidden, dweight, dbias) of the mean (or sum) loss over hidden [N, H]. The op returns
     its gradients with the loss, so they are written out too; a graph that uses only the loss loses
     them to the exporter's dead-code removal."""
-    ce = _cross_entropy(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, label_smoothing, z_loss,
-                        softcap)
+    ce = _cross_entropy(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, label_smoothing, z_loss, softcap)
     one = b.const(1.0, _FLOAT)
     scale = one
     if mean:
@@ -258,27 +265,42 @@ def fused_linear_cross_entropy_reduced(b, hidden, weight, bias, target, ignore_i
 
 
 # The forward ops with a translation; their arguments come from the registered schemas.
-_OPS = {fn.__name__: fn for fn in (rms_norm_fwd, add_rms_norm_fwd, layer_norm_fwd, swiglu_fwd, geglu_fwd,
-                                   softmax_fwd, rope_fwd, cross_entropy_fwd, cross_entropy_fwd_bwd,
-                                   fused_linear_cross_entropy_none,
-                                   fused_linear_cross_entropy_reduced)}
+_OPS = {
+    fn.__name__: fn
+    for fn in (
+        rms_norm_fwd,
+        add_rms_norm_fwd,
+        layer_norm_fwd,
+        swiglu_fwd,
+        geglu_fwd,
+        softmax_fwd,
+        rope_fwd,
+        cross_entropy_fwd,
+        cross_entropy_fwd_bwd,
+        fused_linear_cross_entropy_none,
+        fused_linear_cross_entropy_reduced,
+    )
+}
 
 
 # The other ops: exporting a model that calls one fails with the reason, not a lookup miss.
 _BACKWARD = "a backward op: export runs the forward only (export the model for inference)"
 _UNSUPPORTED = {
-    **{f"{stem}_bwd": _BACKWARD for stem in ("rms_norm", "layer_norm", "add_rms_norm", "swiglu", "geglu",
-                                             "softmax", "rope", "cross_entropy")},
+    **{
+        f"{stem}_bwd": _BACKWARD
+        for stem in ("rms_norm", "layer_norm", "add_rms_norm", "swiglu", "geglu", "softmax", "rope", "cross_entropy")
+    },
     "cross_entropy_bwd_": _BACKWARD,
     "fused_linear_cross_entropy_none_bwd": _BACKWARD,
     "cross_entropy_fwd_bwd_": "it writes the gradient into the logits (cross_entropy.fwd_bwd(inplace=True), a "
-                              "training helper): call fuselet.torch.cross_entropy in the exported model",
+    "training helper): call fuselet.torch.cross_entropy in the exported model",
 }
 
 
 def _unsupported(name):
     def fail(b, *args):
         raise NotImplementedError(f"fuselet::{name} has no ONNX translation: {_UNSUPPORTED[name]}")
+
     fail.__name__ = name
     return fail
 
@@ -302,6 +324,7 @@ def _arguments(name):
 
 # --- torch.onnx.export(dynamo=True): onnxscript ---------------------------------------
 
+
 class _Script:
     """The builder over onnxscript's tracing: b.op("Mul", a, c) records a node of `opset`."""
 
@@ -324,6 +347,7 @@ class _Script:
 
     def const(self, value, elem_type):
         import numpy as np
+
         dtype = np.float32 if elem_type == _FLOAT else np.int64
         return self._ops.Constant(value=self.ir.tensor(np.array(value, dtype=dtype)))
 
@@ -337,8 +361,11 @@ def _script_function(name, math_fn, opset_version):
 
     params, annotations = [], {}
     for arg, kind, default, _ in _arguments(name):
-        params.append(inspect.Parameter(arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default,
-                                        **({} if kind is None else {"annotation": kind})))
+        params.append(
+            inspect.Parameter(
+                arg, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, **({} if kind is None else {"annotation": kind})
+            )
+        )
         if kind is not None:
             annotations[arg] = kind
     sig = inspect.Signature(params)
@@ -350,8 +377,7 @@ def _script_function(name, math_fn, opset_version):
 
 def _check_opset(opset_version) -> None:
     if not isinstance(opset_version, int) or isinstance(opset_version, bool) or opset_version < 18:
-        raise ValueError(f"opset_version: expected an int >= 18 (the ONNX opset the translations need), "
-                         f"got {opset_version!r}")
+        raise ValueError(f"opset_version: expected an int >= 18 (the ONNX opset the translations need), got {opset_version!r}")
 
 
 def _table() -> dict:
@@ -372,6 +398,7 @@ def translations(opset_version: int | None = None) -> dict:
 
 # --- torch.onnx.export(dynamo=False): TorchScript symbolics -----------------------------
 
+
 class _Graph:
     """The builder over a TorchScript GraphContext: attributes get g.op's type suffixes."""
 
@@ -389,6 +416,7 @@ class _Graph:
 
     def elem_type(self, v):
         from torch.onnx import JitScalarType
+
         return int(JitScalarType.from_value(v).onnx_type())
 
     def tensor(self, values, elem_type):
@@ -412,6 +440,7 @@ def _symbolic(name, math_fn):
             else:
                 values.append(kind(symbolic_helper._maybe_get_const(v, codes[kind])))
         return math_fn(_Graph(g), *values)
+
     return symbolic
 
 

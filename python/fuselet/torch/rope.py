@@ -7,6 +7,7 @@ sin are [S, R] or [B, S, R], float32 or x's dtype. The first R features of each 
 GPT-J), the rest pass through. y has x's shape and dtype. x is read in place through its
 strides (a transposed view needs no copy). Only x gets a gradient; cos and sin get None.
 """
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,9 @@ def _dtype(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
-def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "bshd",
-         interleaved: bool = False) -> torch.Tensor:
+def rope(
+    x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str = "bshd", interleaved: bool = False
+) -> torch.Tensor:
     """y[..., i] = x[..., i] * cos[i] + rot(x)[..., i] * sin[i] for i < R; x[..., i] beyond."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         if not isinstance(t, torch.Tensor):
@@ -30,8 +32,7 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, layout: str =
     for name, t in (("cos", cos), ("sin", sin)):
         if t.device != x.device:
             raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
-    check_rope_args(tuple(x.shape), _dtype(x), tuple(cos.shape), _dtype(cos), tuple(sin.shape), _dtype(sin),
-                    layout, interleaved)
+    check_rope_args(tuple(x.shape), _dtype(x), tuple(cos.shape), _dtype(cos), tuple(sin.shape), _dtype(sin), layout, interleaved)
     return ops.rope_fwd(x, cos, sin, layout == "bhsd", interleaved)
 
 
@@ -48,6 +49,7 @@ def _(dy, cos, sin, bhsd=False, interleaved=False):
 # --- DTensor sharding (fuselet.torch._dtensor): x's batch, sequence and head dims keep their
 # sharding; cos / sin follow x's batch and sequence sharding and are replicated otherwise; the
 # head dim D (rotated pairs) is whole. Which dim of x is the sequence depends on bhsd.
+
 
 def _rope_sharding(x, cos, bhsd):
     Replicate, Shard, _ = placements()

@@ -4,6 +4,7 @@ Math and shapes: csrc/core/include/fuselet/softmax.h. y = softmax(scale * x) ove
 dim of x [..., K]; causal=True takes x [..., Q, K] and masks key j for query i when
 j > i + (K - Q) (bottom-right aligned); a fully masked row is zeros. y has x's dtype.
 """
+
 from __future__ import annotations
 
 import torch
@@ -34,6 +35,7 @@ def _(dy, y, scale=1.0):
 
 # --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding, K is whole; with
 # causal=True the queries (dim -2) are whole too (the mask reads each query's position).
+
 
 @sharding("softmax_fwd", static_argnum=1)
 def _(x, scale=1.0, causal=False):

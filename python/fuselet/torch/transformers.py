@@ -28,6 +28,7 @@ A module whose inputs fuselet does not take (a Llama norm weight of another dtyp
 cos table of another batch, a LoRA-wrapped projection...) falls back to transformers' code for
 that call or is left as it was. transformers is imported only when fuse() is called.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,13 +56,14 @@ FAMILIES = {
 
 def _family(model):
     if not isinstance(model, torch.nn.Module):
-        raise TypeError(f"model: expected a transformers PreTrainedModel (a torch.nn.Module), "
-                        f"got {type(model).__name__}")
+        raise TypeError(f"model: expected a transformers PreTrainedModel (a torch.nn.Module), got {type(model).__name__}")
     supported = ", ".join(FAMILIES)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type not in FAMILIES:
-        raise ValueError(f"model: {type(model).__name__} (model_type {model_type!r}) is not supported by "
-                         f"fuselet.torch.transformers.fuse; supported model types: {supported}")
+        raise ValueError(
+            f"model: {type(model).__name__} (model_type {model_type!r}) is not supported by "
+            f"fuselet.torch.transformers.fuse; supported model types: {supported}"
+        )
     stem, prefix, gemma = FAMILIES[model_type]
     modeling = importlib.import_module(f"transformers.models.{stem}.modeling_{stem}")
     return modeling, prefix, gemma
@@ -78,6 +80,7 @@ def _own_forward(module, fn) -> bool:
 
 # --- RMSNorm ---------------------------------------------------------------------------------
 
+
 def _llama_norm_forward(self, x):
     w = self.weight
     if not isinstance(x, torch.Tensor) or w.dtype != x.dtype:  # transformers' output would be promoted
@@ -93,6 +96,7 @@ def _gemma_norm_forward(self, x):
 
 
 # --- gated MLP -------------------------------------------------------------------------------
+
 
 def _glu_of(act):
     """The fuselet GLU for a transformers activation module, or None."""
@@ -125,6 +129,7 @@ def _mlp_forward(self, x):
 
 
 # --- rotary embedding ------------------------------------------------------------------------
+
 
 def _fused_rotary(original):
     """apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1) through ft.rope, `original` otherwise."""
@@ -207,26 +212,34 @@ def _fused_loss_forward(self, signature, output_cls, args, kwargs):
     ignore_index = -100 if ignore_index is None else ignore_index
     logits_to_keep = bound.get("logits_to_keep", 0)
     if not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
-        raise ValueError(f"logits_to_keep: the fused loss needs every position (0) when labels are given, "
-                         f"got {logits_to_keep!r}")
-    outputs = self.model(**{k: bound.get(k) for k in ("input_ids", "attention_mask", "position_ids", "cache",
-                                                      "inputs_embeds", "use_cache")}, **extra)
+        raise ValueError(f"logits_to_keep: the fused loss needs every position (0) when labels are given, got {logits_to_keep!r}")
+    outputs = self.model(
+        **{k: bound.get(k) for k in ("input_ids", "attention_mask", "position_ids", "cache", "inputs_embeds", "use_cache")},
+        **extra,
+    )
     hidden = outputs.last_hidden_state
     if shift_labels is None:  # tokens < n predict n
         shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
     lm_head = self.lm_head
-    loss = fused_linear_cross_entropy(hidden, lm_head.weight, shift_labels.to(hidden.device), bias=lm_head.bias,
-                                      ignore_index=ignore_index,
-                                      softcap=getattr(self.config, "final_logit_softcapping", None),
-                                      reduction="mean" if num_items is None else "sum")
+    loss = fused_linear_cross_entropy(
+        hidden,
+        lm_head.weight,
+        shift_labels.to(hidden.device),
+        bias=lm_head.bias,
+        ignore_index=ignore_index,
+        softcap=getattr(self.config, "final_logit_softcapping", None),
+        reduction="mean" if num_items is None else "sum",
+    )
     if num_items is not None:
         loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
-    out = output_cls(loss=loss, logits=None, cache=outputs.cache, hidden_states=outputs.hidden_states,
-                     attentions=outputs.attentions)
+    out = output_cls(
+        loss=loss, logits=None, cache=outputs.cache, hidden_states=outputs.hidden_states, attentions=outputs.attentions
+    )
     return out if return_dict else out.to_tuple()
 
 
 # --- fuse ------------------------------------------------------------------------------------
+
 
 def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, loss: bool = True):
     """Swap fuselet's ops into this transformers model instance (Llama, Mistral, Qwen2, Qwen3,

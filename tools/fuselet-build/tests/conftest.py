@@ -1,4 +1,5 @@
 """Fixtures of fuselet-build's tests: the fuselet tree it packages, and the CLI as a user runs it."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,14 @@ def cli():
     root = paths.root()
 
     def run(*args, env=None, timeout=3600, cwd=None) -> subprocess.CompletedProcess:
-        proc = subprocess.run([sys.executable, "-m", "fuselet_build", *args], capture_output=True, text=True,
-                              cwd=cwd or root, env={**os.environ, "FUSELET_ROOT": str(root), **(env or {})}, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, "-m", "fuselet_build", *args],
+            capture_output=True,
+            text=True,
+            cwd=cwd or root,
+            env={**os.environ, "FUSELET_ROOT": str(root), **(env or {})},
+            timeout=timeout,
+        )
         print(proc.stdout[-6000:], proc.stderr[-6000:], sep="\n")
         return proc
 

@@ -2,6 +2,7 @@
 channel stays consistent (every package its index lists is there, complete and tested; nothing
 untested is served) and the next run completes. A recipe of seconds (tests/tiny) stands in for
 fuselet's."""
+
 from __future__ import annotations
 
 import json
@@ -20,21 +21,33 @@ from fuselet_build.failpoints import ENV as KILL_AT
 TINY = Path(__file__).parent / "tiny"
 
 
-def run_build(out: Path, chan: Path, tmp: Path, *select: str, kill_at: str = "",
-              fill: Path | None = None) -> subprocess.CompletedProcess:
+def run_build(
+    out: Path, chan: Path, tmp: Path, *select: str, kill_at: str = "", fill: Path | None = None
+) -> subprocess.CompletedProcess:
     """fuselet-build build of tests/tiny into `out`; `kill_at`: where it is SIGKILLed (by the
     recipe's own build or test script, or by a failpoint of fuselet-build); `fill`: a mount
     point whose free space tiny's build script takes."""
     pidfile = tmp / "pid"
-    env = {**os.environ, "TINY_KILL_AT": "", "TINY_KILL_PIDFILE": str(pidfile), KILL_AT: "",
-           "TINY_FILL_DISK": str(fill or "")}
+    env = {**os.environ, "TINY_KILL_AT": "", "TINY_KILL_PIDFILE": str(pidfile), KILL_AT: "", "TINY_FILL_DISK": str(fill or "")}
     if kill_at in ("compile", "test"):
         env["TINY_KILL_AT"] = kill_at
     elif kill_at:
         env[KILL_AT] = kill_at
-    args = [sys.executable, "-m", "fuselet_build", "build", "--recipe", str(TINY / "recipe.yaml"),
-            "--variants", str(TINY / "variants.yaml"), "--output", str(out), "--offline-channel", str(chan),
-            *(f"--select={s}" for s in select)]
+    args = [
+        sys.executable,
+        "-m",
+        "fuselet_build",
+        "build",
+        "--recipe",
+        str(TINY / "recipe.yaml"),
+        "--variants",
+        str(TINY / "variants.yaml"),
+        "--output",
+        str(out),
+        "--offline-channel",
+        str(chan),
+        *(f"--select={s}" for s in select),
+    ]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     pidfile.write_text(str(proc.pid))
     stdout, stderr = proc.communicate(timeout=600)
@@ -106,7 +119,7 @@ def test_a_build_killed_leaves_the_channel_consistent_and_the_next_run_completes
     proc = run_build(out, chan, tmp_path, "beta_", kill_at=kill_at)
     assert proc.returncode == -signal.SIGKILL, (proc.returncode, proc.stdout[-2000:], proc.stderr[-2000:])
     after = state(out)
-    assert after["index"] == before["index"]              # clients see the index of before the run
+    assert after["index"] == before["index"]  # clients see the index of before the run
     assert_consistent(out)
     if kill_at in ("compile", "test", "publish"):
         # the new package was never in the channel (killed during its tests: only in .staging)
@@ -138,8 +151,7 @@ def small_disk(tmp_path):
     it starts), taking memory only for what is written to it."""
     disk = tmp_path / "disk"
     disk.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2200m", "tmpfs", str(disk)], capture_output=True,
-                          text=True)
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2200m", "tmpfs", str(disk)], capture_output=True, text=True)
     if proc.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs to fill here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
     try:
@@ -186,11 +198,11 @@ def test_the_index_is_stale_when_a_package_file_changed_under_the_same_name(one_
     assert channel.index_is_stale(out)
     channel.index(out)
     assert not channel.index_is_stale(out)
-    with pkg.open("ab") as f:                         # another size, mtime made old again
+    with pkg.open("ab") as f:  # another size, mtime made old again
         f.write(b"\0")
     os.utime(pkg, (0, 0))
     assert channel.index_is_stale(out)
-    pkg.unlink()                                      # listed, not there
+    pkg.unlink()  # listed, not there
     assert channel.index_is_stale(out)
 
 
@@ -211,10 +223,11 @@ def test_the_recipe_takes_the_compiler_launcher_from_the_environment(monkeypatch
     monkeypatch.delenv("FUSELET_COMPILER_LAUNCHER")
     monkeypatch.delenv("SCCACHE_SERVER_PORT")
     plain = render()
-    assert set(with_launcher) == set(plain)                      # the same packages, the same hashes
-    compiled = [k for k in plain if k.startswith(("fuselet-torch-", "fuselet-jax-"))]   # (the core: staging)
+    assert set(with_launcher) == set(plain)  # the same packages, the same hashes
+    compiled = [k for k in plain if k.startswith(("fuselet-torch-", "fuselet-jax-"))]  # (the core: staging)
     assert compiled
     for key in compiled:
-        assert with_launcher[key] == {f"CMAKE_{lang}_COMPILER_LAUNCHER": "/opt/cache/bin/sccache"
-                                      for lang in ("C", "CXX", "CUDA")} | {"SCCACHE_SERVER_PORT": "4321"}
+        assert with_launcher[key] == {
+            f"CMAKE_{lang}_COMPILER_LAUNCHER": "/opt/cache/bin/sccache" for lang in ("C", "CXX", "CUDA")
+        } | {"SCCACHE_SERVER_PORT": "4321"}
         assert not any(plain[key].get(f"CMAKE_{lang}_COMPILER_LAUNCHER") for lang in ("C", "CXX", "CUDA"))

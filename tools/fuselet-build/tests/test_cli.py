@@ -1,4 +1,5 @@
 """`fuselet-build` as a user runs it: matrix output, and clear errors for bad input."""
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ def test_matrix_json_is_one_entry_per_build_job(cli):
     assert proc.returncode == 0, proc.stderr
     jobs = json.loads(proc.stdout)
     ids = [j["id"] for j in jobs]
-    assert len(ids) == len(set(ids)) and len(ids) == 3 + 1 + 6 + 4   # no python axis in the framework packages
+    assert len(ids) == len(set(ids)) and len(ids) == 3 + 1 + 6 + 4  # no python axis in the framework packages
     assert {j["name"] for j in jobs} == {"libfuselet", "fuselet", "fuselet-torch", "fuselet-jax"}
     assert all(j["subdir"] in ("linux-64", "noarch") for j in jobs)
 
@@ -63,8 +64,7 @@ def test_select_matching_nothing_is_a_clear_error(cli, tmp_path):
     chan = tmp_path / "chan"
     (chan / "noarch").mkdir(parents=True)
     (chan / "noarch" / "repodata.json").write_text('{"packages": {}}')
-    proc = cli("build", "--offline-channel", str(chan), "--output", str(tmp_path / "out"),
-                         "--select", "no-such-package")
+    proc = cli("build", "--offline-channel", str(chan), "--output", str(tmp_path / "out"), "--select", "no-such-package")
     assert proc.returncode == 2
     assert "--select" in proc.stderr and "matches none" in proc.stderr
 
@@ -98,7 +98,7 @@ def test_one_build_per_output_folder_and_a_killed_holder_frees_it(cli, tmp_path)
     from fuselet_build.errors import UserError
     from fuselet_build.lock import folder_lock
 
-    with folder_lock(out, "fuselet-build build", UserError):     # the dead holder's lock is gone
+    with folder_lock(out, "fuselet-build build", UserError):  # the dead holder's lock is gone
         pass
 
 

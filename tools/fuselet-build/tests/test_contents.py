@@ -1,4 +1,5 @@
 """fuselet_build.contents and the channel's file modes, on small real files (no build needed)."""
+
 from __future__ import annotations
 
 import shutil
@@ -27,7 +28,7 @@ def test_elf_needed_reads_the_dynamic_section(tmp_path):
     shared_library(tmp_path, "dep")
     lib = shared_library(tmp_path, "top", ["dep"])
     assert "libdep.so" in contents.elf_needed(lib)
-    assert contents.elf_needed(tmp_path / "top.c") is None      # not an ELF file
+    assert contents.elf_needed(tmp_path / "top.c") is None  # not an ELF file
 
 
 @needs_cc
@@ -43,9 +44,9 @@ def test_linkage_names_what_no_dependency_provides(tmp_path):
     assert problems == ["lib/libtop.so needs libdep.so, which no run dependency provides"]
     env = tmp_path / "env"
     (env / "lib").mkdir(parents=True)
-    shutil.copy(build / "libdep.so", env / "lib")                # a run dependency installed it
+    shutil.copy(build / "libdep.so", env / "lib")  # a run dependency installed it
     assert contents.linkage_problems(pkg, env) == []
-    (pkg / "lib" / "libdep.so").symlink_to("libtop.so")          # or the package itself
+    (pkg / "lib" / "libdep.so").symlink_to("libtop.so")  # or the package itself
     assert contents.linkage_problems(pkg, None) == []
 
 
@@ -71,7 +72,7 @@ def test_indexing_makes_packages_and_index_readable_by_everyone(tmp_path):
     (chan / "linux-64").mkdir(parents=True)
     pkg = chan / "linux-64" / Path(out.path).name
     shutil.move(out.path, pkg)
-    pkg.chmod(0o600)                                             # as rattler-build writes its packages
+    pkg.chmod(0o600)  # as rattler-build writes its packages
     channel.index(chan)
     for path in [pkg, *(chan / sub / "repodata.json" for sub in channel.SUBDIRS)]:
         assert path.stat().st_mode & 0o444 == 0o444, (path, oct(path.stat().st_mode))
@@ -100,7 +101,8 @@ def test_verify_refuses_a_framework_package_tied_to_one_python(tmp_path):
     shutil.copy(shared_library(tmp_path, "clean"), pkg / "lib" / "fuselet" / "torch" / "libfuselet_torch.so")
     assert verify.python_free_problems(pkg, ["pytorch >=2.13.0,<2.14.0a0", "libfuselet ==0.2.0 cpu_h0_0"], job) == []
     assert verify.python_free_problems(pkg, ["python >=3.11,<3.12.0a0"], job) == [
-        "depends on python >=3.11,<3.12.0a0: the package would be tied to one Python"]
+        "depends on python >=3.11,<3.12.0a0: the package would be tied to one Python"
+    ]
     (pkg / "lib" / "python3.11" / "site-packages").mkdir(parents=True)
     (pkg / "lib" / "python3.11" / "site-packages" / "x.py").write_text("")
     assert verify.python_free_problems(pkg, [], job) == ["lib/python3.11/site-packages/x.py is under a Python folder"]
@@ -109,4 +111,4 @@ def test_verify_refuses_a_framework_package_tied_to_one_python(tmp_path):
     shutil.copy(shared_library(tmp_path, "ext", ["python3"]), pkg / "lib" / "fuselet" / "torch" / "libext.so")
     assert verify.python_free_problems(pkg, [], job) == ["lib/fuselet/torch/libext.so links libpython3.so"]
     other = matrix.Job("fuselet", "0.2.0", "pyh0000000_0", "noarch", {})
-    assert verify.python_free_problems(pkg, ["python >=3.10"], other) == []     # the noarch package may
+    assert verify.python_free_problems(pkg, ["python >=3.10"], other) == []  # the noarch package may

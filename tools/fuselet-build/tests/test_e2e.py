@@ -5,6 +5,7 @@ Slow the first time (seed + every variant compiled); later runs reuse build/offl
 and output/ (the build skips packages that exist). FUSELET_SKIP_PACKAGE_BUILD=1 uses what is
 already in output/ without building.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,9 +23,10 @@ CHANNELS = [str(OUTPUT), str(OFFLINE)]
 
 
 HAS_NVCC = shutil.which("nvcc") is not None
-needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="no nvcc on PATH: the CUDA variants of offline.yaml "
-                                                     "(torch 2.14.1 cuda130) cannot be built here")
-CPU_SELECT = [] if HAS_NVCC else ["-cpu_", "-pyh"]   # without nvcc: the CPU packages only
+needs_nvcc = pytest.mark.skipif(
+    not HAS_NVCC, reason="no nvcc on PATH: the CUDA variants of offline.yaml (torch 2.14.1 cuda130) cannot be built here"
+)
+CPU_SELECT = [] if HAS_NVCC else ["-cpu_", "-pyh"]  # without nvcc: the CPU packages only
 CPU_ONLY = [f"--select={s}" for s in CPU_SELECT]
 
 
@@ -72,7 +74,9 @@ def torch213_env(built, tmp_path_factory):
 
 
 def test_fuselet_torch_installs_with_torch_213_and_matches_the_reference(torch213_env):
-    proc = run(torch213_env, """
+    proc = run(
+        torch213_env,
+        """
 import numpy as np, torch, fuselet.torch as ft
 rng = np.random.default_rng(0)
 x, w = rng.standard_normal((8, 129)), rng.standard_normal(129)
@@ -80,22 +84,23 @@ y = ft.rms_norm(torch.from_numpy(x).float(), torch.from_numpy(w).float(), 1e-6).
 ref = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
 assert np.abs(y - ref).max() < 1e-5 * (1 + np.abs(ref).max()), np.abs(y - ref).max()
 print(torch.__version__)
-""")
+""",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("2.13.0")
 
 
 @needs_nvcc
 def test_solver_refuses_the_213_build_with_torch_2141(built):
-    virtual = channel.virtual_packages("13.0")     # torch 2.14.1 is a CUDA build: the same __cuda for both
+    virtual = channel.virtual_packages("13.0")  # torch 2.14.1 is a CUDA build: the same __cuda for both
     with pytest.raises(Exception) as err:
-        channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.14.1", "python 3.11.*"], CHANNELS,
-                      virtual_packages=virtual)
+        channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.14.1", "python 3.11.*"], CHANNELS, virtual_packages=virtual)
     message = str(err.value)
     assert "pytorch" in message and "fuselet-torch" in message, message
     # the positive control: with its own torch the same solve succeeds
-    solved = channel.solve(["fuselet-torch * cpu_torch213*", "pytorch ==2.13.0", "python 3.11.*"], CHANNELS,
-                           virtual_packages=virtual)
+    solved = channel.solve(
+        ["fuselet-torch * cpu_torch213*", "pytorch ==2.13.0", "python 3.11.*"], CHANNELS, virtual_packages=virtual
+    )
     versions = {r.name.normalized: str(r.version) for r in solved}
     assert versions["pytorch"] == "2.13.0" and "fuselet-torch" in versions, versions
 
@@ -132,6 +137,7 @@ def test_unsolvable_variant_names_the_missing_package(built, cli, tmp_path):
 
 # --- what conda-forge would check -------------------------------------------------------------
 
+
 def test_packages_and_index_are_readable_by_everyone(built):
     for name in built:
         path = OUTPUT / ("noarch" if name.startswith("fuselet-0") else "linux-64") / name
@@ -158,21 +164,25 @@ def test_linkage_is_checked_against_the_installed_run_dependencies(built, torch2
 
     pkg = next(p for p in built if p.startswith("fuselet-torch-") and "_torch213_" in p)
     ps.extract(OUTPUT / "linux-64" / pkg, tmp_path / "pkg")
-    alone = contents.linkage_problems(tmp_path / "pkg", None)   # torch and libfuselet come from dependencies
+    alone = contents.linkage_problems(tmp_path / "pkg", None)  # torch and libfuselet come from dependencies
     assert any("libtorch_cpu.so" in p for p in alone) and any("libfuselet.so" in p for p in alone), alone
     assert contents.linkage_problems(tmp_path / "pkg", torch213_env) == []
 
 
 def test_the_python_package_is_seen_by_pip_and_importlib_metadata(torch213_env):
     """fuselet (noarch) carries the dist-info; fuselet-torch holds no Python, so none."""
-    proc = run(torch213_env, "import importlib.metadata as m; print(m.version('fuselet'), "
-                             "[d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('fuselet')])")
+    proc = run(
+        torch213_env,
+        "import importlib.metadata as m; print(m.version('fuselet'), "
+        "[d.metadata['Name'] for d in m.distributions() if d.metadata['Name'].startswith('fuselet')])",
+    )
     assert proc.returncode == 0, proc.stderr
     version = paths.version()
     assert proc.stdout.strip() == f"{version} ['fuselet']", proc.stdout
 
 
 # --- one framework package for every python -------------------------------------------------------
+
 
 def _installed(prefix: Path, name: str) -> str:
     """The file name (name-version-build) of the package `name` installed in `prefix`."""
@@ -186,28 +196,43 @@ def _channel_pythons(name: str) -> set[str]:
     import re
 
     data = json.loads((OFFLINE / "linux-64" / "repodata.json").read_text())["packages.conda"]
-    return {m.group(1) for r in data.values() if r["name"] == name for d in r["depends"]
-            if (m := re.match(r"python >=(\d+\.\d+),", d))}
+    return {
+        m.group(1)
+        for r in data.values()
+        if r["name"] == name
+        for d in r["depends"]
+        if (m := re.match(r"python >=(\d+\.\d+),", d))
+    }
 
 
 # framework -> (its conda framework package, the fuselet package spec, the __cuda it needs, code)
 CROSS_PYTHON = {
-    "fuselet-jax": ("jaxlib", "fuselet-jax * cpu_ffi03*", None, """
+    "fuselet-jax": (
+        "jaxlib",
+        "fuselet-jax * cpu_ffi03*",
+        None,
+        """
 import sys, jax.numpy as jnp, fuselet.jax as fj
 x = jnp.arange(12.0).reshape(3, 4)
 ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
 assert float(jnp.abs(fj.rms_norm(x, jnp.ones(4)) - ref).max()) < 1e-5
 print(sys.version_info[:2])
-"""),
+""",
+    ),
     # PyPI has a CPU torch for the running python only: the channel's torch for 3.11 and 3.12 is
     # the CUDA 13.0 build (one libtorch, Python-free nvidia-* packages); its CPU ops run here.
-    "fuselet-torch": ("pytorch", "fuselet-torch * cuda130_torch214*", "13.0", """
+    "fuselet-torch": (
+        "pytorch",
+        "fuselet-torch * cuda130_torch214*",
+        "13.0",
+        """
 import sys, torch, fuselet.torch as ft
 x = torch.arange(12.0).reshape(3, 4)
 assert torch.allclose(ft.rms_norm(x, torch.ones(4)), torch.nn.functional.rms_norm(x, (4,), eps=1e-6), atol=1e-5)
 assert torch.version.cuda == "13.0", torch.version.cuda
 print(sys.version_info[:2])
-"""),
+""",
+    ),
 }
 
 
@@ -230,7 +255,7 @@ def test_one_framework_package_serves_two_pythons(built, name, tmp_path_factory)
         if cuda:
             libraries.add(_installed(prefix, "libtorch"))
     assert len(installed) == 1, installed
-    assert len(libraries) <= 1, libraries      # and one libtorch under both pythons' pytorch
+    assert len(libraries) <= 1, libraries  # and one libtorch under both pythons' pytorch
 
 
 @pytest.mark.parametrize("name", sorted(CROSS_PYTHON))
@@ -252,9 +277,11 @@ def test_the_guard_reads_the_conda_layout_before_loading(built, tmp_path_factory
     prefix = env_with(tmp_path_factory, "guard-conda", ["fuselet-torch * cpu_torch213*", "python 3.11.*"])
     info_path = prefix / "lib" / "fuselet" / "torch" / "_build_info.json"
     info = json.loads(info_path.read_text())
-    info_path.unlink()   # installed as a hard link into the package cache: replace, never edit in place
+    info_path.unlink()  # installed as a hard link into the package cache: replace, never edit in place
     info_path.write_text(json.dumps({**info, "version": "2.12.0+cpu"}))
-    proc = run(prefix, """
+    proc = run(
+        prefix,
+        """
 import fuselet, sys
 try:
     import fuselet.torch
@@ -262,11 +289,12 @@ except ImportError as e:
     print(type(e).__name__, e)
 print("mapped" if "libfuselet_torch.so" in open("/proc/self/maps").read() else "not mapped")
 fuselet.info()
-""")
+""",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("FuseletABIError fuselet.torch was built against torch 2.12.0+cpu"), proc.stdout
     assert "found torch 2.13.0" in proc.stdout and "\nnot mapped\n" in proc.stdout, proc.stdout
-    assert str(prefix / "lib" / "fuselet" / "torch") in proc.stdout     # fuselet.info() names where it found it
+    assert str(prefix / "lib" / "fuselet" / "torch") in proc.stdout  # fuselet.info() names where it found it
 
 
 @needs_nvcc
@@ -274,20 +302,26 @@ fuselet.info()
 def test_the_solver_keeps_fuselet_jax_with_a_jaxlib_of_its_flavor(built, fuselet_flavor, jaxlib_flavor):
     """A CPU fuselet-jax registers no CUDA handlers; a CUDA one needs a CUDA jaxlib."""
     with pytest.raises(Exception) as err:
-        channel.solve([f"fuselet-jax * {fuselet_flavor}_ffi03*", f"jaxlib * {jaxlib_flavor}*", "python 3.11.*"],
-                      CHANNELS, virtual_packages=channel.virtual_packages("13.0"))
+        channel.solve(
+            [f"fuselet-jax * {fuselet_flavor}_ffi03*", f"jaxlib * {jaxlib_flavor}*", "python 3.11.*"],
+            CHANNELS,
+            virtual_packages=channel.virtual_packages("13.0"),
+        )
     assert "jaxlib" in str(err.value), str(err.value)
     # and with its own flavor it solves
-    channel.solve([f"fuselet-jax * {fuselet_flavor}_ffi03*", "python 3.11.*"], CHANNELS,
-                  virtual_packages=channel.virtual_packages("13.0"))
+    channel.solve(
+        [f"fuselet-jax * {fuselet_flavor}_ffi03*", "python 3.11.*"], CHANNELS, virtual_packages=channel.virtual_packages("13.0")
+    )
 
 
 def _channel_jaxlibs() -> list[str]:
     import json
 
     data = json.loads((OFFLINE / "linux-64" / "repodata.json").read_text())
-    return sorted({r["version"] for r in data.get("packages.conda", {}).values() if r["name"] == "jaxlib"},
-                  key=lambda v: tuple(map(int, v.split("."))))
+    return sorted(
+        {r["version"] for r in data.get("packages.conda", {}).values() if r["name"] == "jaxlib"},
+        key=lambda v: tuple(map(int, v.split("."))),
+    )
 
 
 @pytest.mark.parametrize("jaxlib", _channel_jaxlibs() if (OFFLINE / "linux-64" / "repodata.json").exists() else [])
@@ -299,16 +333,20 @@ def test_the_oldest_ffi_level_runs_on_every_jaxlib_of_its_range(built, jaxlib, t
     below = str(yaml.safe_load((ROOT / "variants/offline.yaml").read_text())["jaxlib_below"][0])
     if tuple(map(int, jaxlib.split("."))) >= tuple(map(int, below.split("."))):
         pytest.skip(f"jaxlib {jaxlib} is outside the range fuselet-jax accepts (< {below})")
-    prefix = env_with(tmp_path_factory, f"jaxlib-{jaxlib}", ["fuselet-jax * cpu_ffi02*", f"jaxlib =={jaxlib} cpu*",
-                                                             "python 3.11.*"])
-    proc = run(prefix, """
+    prefix = env_with(
+        tmp_path_factory, f"jaxlib-{jaxlib}", ["fuselet-jax * cpu_ffi02*", f"jaxlib =={jaxlib} cpu*", "python 3.11.*"]
+    )
+    proc = run(
+        prefix,
+        """
 import jax, jaxlib, jax.numpy as jnp, fuselet.jax as fj
 x = jnp.arange(12.0).reshape(3, 4)
 y = fj.rms_norm(x, jnp.ones(4))
 ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
 assert float(jnp.abs(y - ref).max()) < 1e-5
 print(jaxlib.__version__)
-""")
+""",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip() == jaxlib
 
@@ -326,8 +364,11 @@ def test_the_solver_installs_the_build_made_for_the_users_jaxlib(built, jaxlib, 
 
     below = str(yaml.safe_load((ROOT / "variants/offline.yaml").read_text())["jaxlib_below"][0])
     cuda = "None" if flavor == "cpu" else "13.0"
-    builds = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
-              if j.name == "fuselet-jax" and j.variant["cuda_compiler_version"] == cuda]
+    builds = [
+        j
+        for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+        if j.name == "fuselet-jax" and j.variant["cuda_compiler_version"] == cuda
+    ]
     fits = [j for j in builds if _version(str(j.variant["jaxlib"])) <= _version(jaxlib) < _version(below)]
     specs = ["fuselet-jax", f"jaxlib =={jaxlib} {'cpu' if flavor == 'cpu' else 'cuda'}*", "python 3.11.*"]
     if not fits:
@@ -335,8 +376,7 @@ def test_the_solver_installs_the_build_made_for_the_users_jaxlib(built, jaxlib, 
             channel.solve(specs, CHANNELS, virtual_packages=channel.virtual_packages("13.0"))
         return
     expected = max(fits, key=lambda j: _version(str(j.variant["jaxlib"])))
-    solved = {r.name.normalized: r for r in channel.solve(specs, CHANNELS,
-                                                           virtual_packages=channel.virtual_packages("13.0"))}
+    solved = {r.name.normalized: r for r in channel.solve(specs, CHANNELS, virtual_packages=channel.virtual_packages("13.0"))}
     assert str(solved["fuselet-jax"].build) == expected.build_string, (jaxlib, [j.build_string for j in fits])
 
 
@@ -344,9 +384,11 @@ def test_an_unpinned_install_takes_the_newest_ffi_level_and_its_jaxlib(built):
     """No jaxlib asked for: the newest jaxlib of the channel, with the build compiled against it."""
     solved = {r.name.normalized: r for r in channel.solve(["fuselet-jax", "python 3.11.*"], CHANNELS)}
     newest = max(_channel_jaxlibs(), key=_version)
-    (made_for_it,) = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
-                      if j.name == "fuselet-jax" and j.variant["cuda_compiler_version"] == "None"
-                      and str(j.variant["jaxlib"]) == newest]
+    (made_for_it,) = [
+        j
+        for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+        if j.name == "fuselet-jax" and j.variant["cuda_compiler_version"] == "None" and str(j.variant["jaxlib"]) == newest
+    ]
     assert str(solved["jaxlib"].version) == newest
     assert str(solved["fuselet-jax"].build) == made_for_it.build_string
 
@@ -386,6 +428,7 @@ def test_the_channel_has_more_than_one_python(built, python, tmp_path_factory):
 
 # --- verify fails on what it exists to catch ---------------------------------------------------------
 
+
 def _torch213_job():
     jobs = matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
     return next(j for j in jobs if j.name == "fuselet-torch" and j.build_string.startswith("cpu_torch213_"))
@@ -414,8 +457,10 @@ def test_verify_names_doctored_provenance(built, tmp_path):
     assert problems == [] and info["version"].startswith("2.13.")
     path = dest / "lib" / "fuselet" / "torch" / "_build_info.json"
     path.write_text(json.dumps({**info, "version": "2.14.1", "cuda": "13.0"}))
-    assert verify.provenance(dest, job)[1] == ["built against torch 2.14.1, variant says pytorch 2.13",
-                                               "built against torch CUDA 13.0, variant says cuda None"]
+    assert verify.provenance(dest, job)[1] == [
+        "built against torch 2.14.1, variant says pytorch 2.13",
+        "built against torch CUDA 13.0, variant says cuda None",
+    ]
     path.unlink()
     assert verify.provenance(dest, job)[1] == ["no lib/fuselet/torch/_build_info.json in the package"]
 
@@ -429,7 +474,7 @@ def test_verify_names_a_smoke_op_that_computes_garbage(built, tmp_path):
     assert problems == [] and verify.smoke(job, prefix, tmp_path) == []
     norm = next(prefix.glob("lib/python3.11/site-packages/fuselet/torch/norm.py"))
     text = norm.read_text()
-    norm.unlink()     # a hard link into the package cache: replace it, never edit it in place
+    norm.unlink()  # a hard link into the package cache: replace it, never edit it in place
     norm.write_text(text + "\n_rms_norm_right = rms_norm\nrms_norm = lambda *a, **k: 2 * _rms_norm_right(*a, **k)\n")
     (problem,) = verify.smoke(job, prefix, tmp_path)
     assert problem.startswith(f"smoke test failed in {prefix}: AssertionError: rms_norm mismatch"), problem
@@ -438,34 +483,45 @@ def test_verify_names_a_smoke_op_that_computes_garbage(built, tmp_path):
 def test_verify_reports_a_damaged_package_and_goes_on(built, cli, tmp_path):
     """A truncated package is a failed row naming the file and the fix; the others are checked."""
     out = tmp_path / "out"
-    jobs = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
-            if j.name in ("fuselet", "fuselet-torch") and (j.subdir == "noarch" or "cpu_torch213_" in j.build_string)]
+    jobs = [
+        j
+        for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+        if j.name in ("fuselet", "fuselet-torch") and (j.subdir == "noarch" or "cpu_torch213_" in j.build_string)
+    ]
     for job in jobs:
         src = build.existing_package(OUTPUT, job)
         (out / job.subdir).mkdir(parents=True, exist_ok=True)
         shutil.copy(src, out / job.subdir / src.name)
-    shutil.copy(OUTPUT / build.MANIFEST, out / build.MANIFEST)    # what build recorded of them
+    shutil.copy(OUTPUT / build.MANIFEST, out / build.MANIFEST)  # what build recorded of them
     torch_pkg = next(out.glob("linux-64/fuselet-torch-*.conda"))
-    torch_pkg.write_bytes(torch_pkg.read_bytes()[:4096])      # an interrupted copy
+    torch_pkg.write_bytes(torch_pkg.read_bytes()[:4096])  # an interrupted copy
     select = [f"--select={j.key}" for j in jobs]
     proc = cli("verify", "--no-install", "--output", str(out), *select)
     assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr
     from fuselet_build import verify
 
-    checks = {c.job.name: c for c in verify.verify(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS], out, CHANNELS,
-                                                    install=False, select=[j.key for j in jobs])}
-    assert checks["fuselet"].ok, checks["fuselet"].problems                 # the others are still checked
+    checks = {
+        c.job.name: c
+        for c in verify.verify(
+            ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS], out, CHANNELS, install=False, select=[j.key for j in jobs]
+        )
+    }
+    assert checks["fuselet"].ok, checks["fuselet"].problems  # the others are still checked
     (problem,) = checks["fuselet-torch"].problems
     assert problem.startswith(f"cannot read {torch_pkg}: ") and problem.endswith(
-        "delete it and run `fuselet-build build` again"), problem
+        "delete it and run `fuselet-build build` again"
+    ), problem
 
 
 def test_build_skips_only_what_it_built_and_tested(built, cli, tmp_path):
     """A package counts as built when the manifest has it with the same sha256 and sources:
     a copied-in valid pair is skipped; a truncated one is made again, with the reason."""
     out = tmp_path / "out"
-    jobs = [j for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
-            if j.name == "fuselet" or (j.name == "libfuselet" and j.build_string.startswith("cpu_"))]
+    jobs = [
+        j
+        for j in matrix.jobs(ROOT / paths.RECIPE, [ROOT / paths.OFFLINE_VARIANTS])
+        if j.name == "fuselet" or (j.name == "libfuselet" and j.build_string.startswith("cpu_"))
+    ]
     for job in jobs:
         src = build.existing_package(OUTPUT, job)
         (out / job.subdir).mkdir(parents=True, exist_ok=True)
@@ -479,7 +535,7 @@ def test_build_skips_only_what_it_built_and_tested(built, cli, tmp_path):
     assert proc.returncode == 0 and proc.stdout.count(" exists ") == 2, proc.stdout[-3000:]
     noarch = next(j for j in jobs if j.name == "fuselet")
     pkg = build.existing_package(out, noarch)
-    pkg.write_bytes(pkg.read_bytes()[:2048])                      # truncated by an interrupted copy
+    pkg.write_bytes(pkg.read_bytes()[:2048])  # truncated by an interrupted copy
     assert build.package_state(out, noarch, source)[1] == "the file changed since it was built (sha256 differs)"
     proc = cli("build", "--output", str(out), *select, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:]

@@ -1,6 +1,7 @@
 """`fuselet-build env create`: an environment from the built channel without conda. Bad input is
 an error naming the argument (exit 2, no traceback); one real environment is made from output/
 and the offline channel and its python runs an op."""
+
 from __future__ import annotations
 
 import os
@@ -87,15 +88,15 @@ def test_env_create_installs_fuselet_jax_and_its_python_runs_an_op(cli, tmp_path
         pytest.skip(f"no built channel in {OUTPUT} and {OFFLINE}: run `make packages`")
     prefix = tmp_path / "env"
     start = time.monotonic()
-    proc = cli("env", "create", str(prefix), "fuselet-jax", "python 3.11.*", "-c", str(OUTPUT), "-c", str(OFFLINE),
-               timeout=600)
+    proc = cli("env", "create", str(prefix), "fuselet-jax", "python 3.11.*", "-c", str(OUTPUT), "-c", str(OFFLINE), timeout=600)
     print(f"env create took {time.monotonic() - start:.1f} s")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "==> installing " in proc.stderr and f"created {prefix} in " in proc.stdout, proc.stdout + proc.stderr
     assert f'{prefix}/bin/python -c "import fuselet; fuselet.info()"' in proc.stdout, proc.stdout
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    run = subprocess.run([str(prefix / "bin" / "python"), "-c", JAX_OP], capture_output=True, text=True,
-                         timeout=300, env=env, cwd=tmp_path)
+    run = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", JAX_OP], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr[-3000:]
     # an existing environment is installed into, its packages kept
     proc = cli("env", "create", str(prefix), "iniconfig", "-c", str(OUTPUT), "-c", str(OFFLINE), timeout=600)

@@ -6,6 +6,7 @@ build strings, the conda file layout of a wheel, the activation scripts, the fai
 One slow end-to-end test seeds a CPU-only channel (or reuses FUSELET_OFFLINE_CHANNEL when it
 points at a seeded channel) and runs torch from an environment made from it alone.
 """
+
 from __future__ import annotations
 
 import errno
@@ -32,17 +33,31 @@ ROOT = paths.root()
 T = wheels.Target(python=(3, 11))
 
 
-def make_wheel(tmp: Path, name: str, version: str, *, requires=(), tag="py3-none-any", files=None,
-               entry_points: str = "", purelib: bool = True) -> Path:
+def make_wheel(
+    tmp: Path,
+    name: str,
+    version: str,
+    *,
+    requires=(),
+    tag="py3-none-any",
+    files=None,
+    entry_points: str = "",
+    purelib: bool = True,
+) -> Path:
     """A small wheel file written with zipfile (no network, no build backend)."""
     dist = f"{name.replace('-', '_')}-{version}"
     path = tmp / f"{dist}-{tag}.whl"
-    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", "Summary: test wheel",
-            "License: MIT", "Requires-Python: >=3.9"] + [f"Requires-Dist: {r}" for r in requires]
+    meta = [
+        "Metadata-Version: 2.1",
+        f"Name: {name}",
+        f"Version: {version}",
+        "Summary: test wheel",
+        "License: MIT",
+        "Requires-Python: >=3.9",
+    ] + [f"Requires-Dist: {r}" for r in requires]
     with zipfile.ZipFile(path, "w") as zf:
         zf.writestr(f"{dist}.dist-info/METADATA", "\n".join(meta) + "\n")
-        zf.writestr(f"{dist}.dist-info/WHEEL",
-                    f"Wheel-Version: 1.0\nRoot-Is-Purelib: {str(purelib).lower()}\nTag: {tag}\n")
+        zf.writestr(f"{dist}.dist-info/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: {str(purelib).lower()}\nTag: {tag}\n")
         zf.writestr(f"{dist}.dist-info/RECORD", "")
         if entry_points:
             zf.writestr(f"{dist}.dist-info/entry_points.txt", entry_points)
@@ -55,16 +70,20 @@ def make_wheel(tmp: Path, name: str, version: str, *, requires=(), tag="py3-none
 
 # --- specs, names, markers, extras ---------------------------------------------------------
 
-@pytest.mark.parametrize("pep440, conda", [
-    (">=1.4.2,<14", ">=1.4.2,<14"),
-    ("~=3.8.0", ">=3.8.0,3.8.*"),
-    ("~=2.1", ">=2.1,2.*"),
-    ("==13.1.1.3.*", "13.1.1.3.*"),
-    ("==2.13.0+cpu", "==2.13.0"),
-    ("!=1.2.*", "!=1.2.*"),
-    ("===1.0", "==1.0"),
-    ("", ""),
-])
+
+@pytest.mark.parametrize(
+    "pep440, conda",
+    [
+        (">=1.4.2,<14", ">=1.4.2,<14"),
+        ("~=3.8.0", ">=3.8.0,3.8.*"),
+        ("~=2.1", ">=2.1,2.*"),
+        ("==13.1.1.3.*", "13.1.1.3.*"),
+        ("==2.13.0+cpu", "==2.13.0"),
+        ("!=1.2.*", "!=1.2.*"),
+        ("===1.0", "==1.0"),
+        ("", ""),
+    ],
+)
 def test_pep440_specifiers_become_conda_match_specs(pep440, conda):
     assert wheels.conda_spec(pep440) == conda
 
@@ -79,27 +98,58 @@ def test_names_follow_conda_forge():
 
 
 def test_depends_evaluate_markers_drop_extras_and_rename(tmp_path):
-    whl = make_wheel(tmp_path, "demo", "1.0", requires=[
-        "torch>=2.13", "typing-extensions>=4.10", "numpy; python_version >= '3.10'",
-        "tomli; python_version < '3.11'", "pywin32; sys_platform == 'win32'",
-        "pytest; extra == 'test'", "sympy>=1.13,<1.15", "sympy!=1.13.1",
-        "nvidia-nccl-cu13==2.30.7; platform_system == 'Linux' and platform_machine == 'x86_64'"])
+    whl = make_wheel(
+        tmp_path,
+        "demo",
+        "1.0",
+        requires=[
+            "torch>=2.13",
+            "typing-extensions>=4.10",
+            "numpy; python_version >= '3.10'",
+            "tomli; python_version < '3.11'",
+            "pywin32; sys_platform == 'win32'",
+            "pytest; extra == 'test'",
+            "sympy>=1.13,<1.15",
+            "sympy!=1.13.1",
+            "nvidia-nccl-cu13==2.30.7; platform_system == 'Linux' and platform_machine == 'x86_64'",
+        ],
+    )
     info = wheels.read_wheel(whl)
     deps = wheels.conda_depends(info, T)
-    assert deps == ["pytorch >=2.13", "typing_extensions >=4.10", "numpy", "sympy >=1.13,<1.15,!=1.13.1",
-                    "nvidia-nccl-cu13 ==2.30.7"]
+    assert deps == [
+        "pytorch >=2.13",
+        "typing_extensions >=4.10",
+        "numpy",
+        "sympy >=1.13,<1.15,!=1.13.1",
+        "nvidia-nccl-cu13 ==2.30.7",
+    ]
 
 
 def test_extras_expand_to_what_they_stand_for(tmp_path):
     """torch 2.14 needs cuda-toolkit[cublas,cudart]: the extras' own requirements become depends."""
-    torch = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
-                                          purelib=False, requires=[
-                                              'cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"']))
-    toolkit = wheels.read_wheel(make_wheel(tmp_path, "cuda-toolkit", "13.0.3.0", requires=[
-        "nvidia-cublas==13.1.1.3.*; sys_platform == 'linux' and extra == 'cublas'",
-        "nvidia-cuda-runtime==13.0.96.*; sys_platform == 'linux' and extra == 'cudart'",
-        "nvidia-npp==13.0.1.2.*; sys_platform == 'linux' and extra == 'npp'",
-        "nvidia-cublas==13.1.1.3.*; sys_platform == 'win32' and extra == 'cudart'"]))
+    torch = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "torch",
+            "2.14.1",
+            tag="cp311-cp311-manylinux_2_28_x86_64",
+            purelib=False,
+            requires=['cuda-toolkit[cublas,cudart]==13.0.3; platform_system == "Linux"'],
+        )
+    )
+    toolkit = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "cuda-toolkit",
+            "13.0.3.0",
+            requires=[
+                "nvidia-cublas==13.1.1.3.*; sys_platform == 'linux' and extra == 'cublas'",
+                "nvidia-cuda-runtime==13.0.96.*; sys_platform == 'linux' and extra == 'cudart'",
+                "nvidia-npp==13.0.1.2.*; sys_platform == 'linux' and extra == 'npp'",
+                "nvidia-cublas==13.1.1.3.*; sys_platform == 'win32' and extra == 'cudart'",
+            ],
+        )
+    )
     warnings = []
     deps = wheels.conda_depends(torch, T, {"cuda-toolkit": [toolkit]}, warnings.append)
     assert deps == ["cuda-toolkit ==13.0.3", "nvidia-cublas 13.1.1.3.*", "nvidia-cuda-runtime 13.0.96.*"]
@@ -111,18 +161,32 @@ def test_extras_expand_to_what_they_stand_for(tmp_path):
 
 # --- build strings and layout --------------------------------------------------------------
 
+
 def test_build_strings(tmp_path):
     pure = wheels.read_wheel(make_wheel(tmp_path, "pure", "1.0"))
     cp = wheels.read_wheel(make_wheel(tmp_path, "ext", "1.0", tag="cp311-cp311-manylinux_2_28_x86_64", purelib=False))
-    cpu = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.13.0+cpu", tag="cp311-cp311-manylinux_2_28_x86_64",
-                                        purelib=False, files={"torch/version.py": ("cuda = None\n", 0o644)}))
-    cuda = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
-                                         purelib=False, files={"torch/version.py": (
-                                             "cuda: Optional[str] = '13.0'\n", 0o644)}))
-    jaxlib = wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
-                                           purelib=False))
-    plans = {k: plan_wheel(i, T, {}) for k, i in
-             {"pure": pure, "cp": cp, "cpu": cpu, "cuda": cuda, "jaxlib": jaxlib}.items()}
+    cpu = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "torch",
+            "2.13.0+cpu",
+            tag="cp311-cp311-manylinux_2_28_x86_64",
+            purelib=False,
+            files={"torch/version.py": ("cuda = None\n", 0o644)},
+        )
+    )
+    cuda = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "torch",
+            "2.14.1",
+            tag="cp311-cp311-manylinux_2_28_x86_64",
+            purelib=False,
+            files={"torch/version.py": ("cuda: Optional[str] = '13.0'\n", 0o644)},
+        )
+    )
+    jaxlib = wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64", purelib=False))
+    plans = {k: plan_wheel(i, T, {}) for k, i in {"pure": pure, "cp": cp, "cpu": cpu, "cuda": cuda, "jaxlib": jaxlib}.items()}
     assert plans["pure"].build.startswith("pyh") and plans["pure"].build.endswith("_0")
     assert plans["pure"].subdir == "noarch" and plans["pure"].noarch == "python"
     assert plans["pure"].depends == ["python >=3.9"]
@@ -131,7 +195,7 @@ def test_build_strings(tmp_path):
     assert plans["cpu"].name == "pytorch" and plans["cpu"].version == "2.13.0"
     # pytorch-cpu-feedstock: cpu_<blas>_py311_h<hash>_N, mkl +100, CUDA +200
     assert plans["cpu"].build.startswith("cpu_mkl_py311_h") and plans["cpu"].build.endswith("_100")
-    assert "numpy" in plans["cpu"].depends      # the wheel does not declare it; conda-forge's does
+    assert "numpy" in plans["cpu"].depends  # the wheel does not declare it; conda-forge's does
     assert plans["cuda"].build.startswith("cuda130_mkl_py311_h") and plans["cuda"].build.endswith("_300")
     assert plans["cuda"].build_number == 300 and "cuda-version >=13.0,<14" in plans["cuda"].depends
     assert "__cuda" in plans["cuda"].depends and "__cuda" not in plans["cpu"].depends
@@ -147,22 +211,41 @@ def test_build_strings(tmp_path):
 
 
 def test_a_cuda_jaxlib_packs_its_plugin_wheels_as_conda_forge_does(tmp_path):
-    jaxlib = wheels.read_wheel(make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
-                                           purelib=False, requires=["numpy>=1.26"]))
-    plugin = wheels.read_wheel(make_wheel(tmp_path, "jax-cuda13-plugin", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64",
-                                           purelib=False, requires=[
-                                               "jax-cuda13-pjrt==0.10.2",
-                                               'nvidia-cublas>=13.0.0.19; sys_platform == "linux" and extra == "with-cuda"',
-                                               'nvidia-nvvm; extra == "with-cuda"'],
-                                           files={"jax_cuda13_plugin/__init__.py": ("", 0o644)}))
-    pjrt = wheels.read_wheel(make_wheel(tmp_path, "jax-cuda13-pjrt", "0.10.2", tag="py3-none-manylinux_2_27_x86_64",
-                                         purelib=False, files={"jax_plugins/xla_cuda13/__init__.py": ("", 0o644)}))
-    other = wheels.read_wheel(make_wheel(tmp_path, "jax-cuda13-plugin", "0.8.3", tag="cp311-cp311-manylinux_2_27_x86_64",
-                                          purelib=False))
-    closure = {"nvidia-cublas": [plugin]}   # nvidia-nvvm is not in the channel
+    jaxlib = wheels.read_wheel(
+        make_wheel(tmp_path, "jaxlib", "0.10.2", tag="cp311-cp311-manylinux_2_27_x86_64", purelib=False, requires=["numpy>=1.26"])
+    )
+    plugin = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "jax-cuda13-plugin",
+            "0.10.2",
+            tag="cp311-cp311-manylinux_2_27_x86_64",
+            purelib=False,
+            requires=[
+                "jax-cuda13-pjrt==0.10.2",
+                'nvidia-cublas>=13.0.0.19; sys_platform == "linux" and extra == "with-cuda"',
+                'nvidia-nvvm; extra == "with-cuda"',
+            ],
+            files={"jax_cuda13_plugin/__init__.py": ("", 0o644)},
+        )
+    )
+    pjrt = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "jax-cuda13-pjrt",
+            "0.10.2",
+            tag="py3-none-manylinux_2_27_x86_64",
+            purelib=False,
+            files={"jax_plugins/xla_cuda13/__init__.py": ("", 0o644)},
+        )
+    )
+    other = wheels.read_wheel(
+        make_wheel(tmp_path, "jax-cuda13-plugin", "0.8.3", tag="cp311-cp311-manylinux_2_27_x86_64", purelib=False)
+    )
+    closure = {"nvidia-cublas": [plugin]}  # nvidia-nvvm is not in the channel
     warnings = []
     plans, used = wheels.cuda_jaxlib_plans([jaxlib, plugin, pjrt, other], T, closure, warnings.append)
-    (plan,) = plans                                   # 0.8.3 has no pjrt wheel: no CUDA jaxlib for it
+    (plan,) = plans  # 0.8.3 has no pjrt wheel: no CUDA jaxlib for it
     assert used == {str(plugin.path), str(pjrt.path)}
     assert plan.name == "jaxlib" and re.fullmatch(r"cuda130_py311h[0-9a-f]{7}_200", plan.build), plan.build
     assert {"numpy >=1.26", "nvidia-cublas >=13.0.0.19", "cuda-version >=13.0,<14", "__cuda"} <= set(plan.depends)
@@ -179,16 +262,26 @@ def test_a_cuda_jaxlib_packs_its_plugin_wheels_as_conda_forge_does(tmp_path):
 def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp_path):
     from fuselet_build.seed import libtorch
 
-    cuda = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
-                                         purelib=False, requires=["nvidia-cublas==13.1.1.3", "sympy>=1.13"],
-                                         files={"torch/version.py": ("cuda = '13.0'\n", 0o644),
-                                                "torch/__init__.py": ("", 0o644),
-                                                "torch/lib/libtorch_cpu.so": ("elf", 0o755),
-                                                "torch/lib/libtorch_python.so": ("elf", 0o755),
-                                                "torch/include/": ("", 0o755),    # a folder entry
-                                                "torch/include/ATen/ATen.h": ("", 0o644),
-                                                "torch/share/cmake/Torch/TorchConfig.cmake": ("", 0o644),
-                                                "torch/bin/torch_shm_manager": ("", 0o755)}))
+    cuda = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "torch",
+            "2.14.1",
+            tag="cp311-cp311-manylinux_2_28_x86_64",
+            purelib=False,
+            requires=["nvidia-cublas==13.1.1.3", "sympy>=1.13"],
+            files={
+                "torch/version.py": ("cuda = '13.0'\n", 0o644),
+                "torch/__init__.py": ("", 0o644),
+                "torch/lib/libtorch_cpu.so": ("elf", 0o755),
+                "torch/lib/libtorch_python.so": ("elf", 0o755),
+                "torch/include/": ("", 0o755),  # a folder entry
+                "torch/include/ATen/ATen.h": ("", 0o644),
+                "torch/share/cmake/Torch/TorchConfig.cmake": ("", 0o644),
+                "torch/bin/torch_shm_manager": ("", 0o755),
+            },
+        )
+    )
     plan = plan_wheel(cuda, T, {})
     pytorch, lib = libtorch.split_plan(plan, T)
     # pytorch-cpu-feedstock: libtorch has no python in its build string; pytorch pins it exactly
@@ -202,8 +295,7 @@ def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp
     wheels.stage_wheel(cuda, files, T)
     libtorch.split_files(files, T, native, cuda.path)
     torch = files / T.site_packages / "torch"
-    for rel in ("lib/libtorch_cpu.so", "include/ATen/ATen.h", "share/cmake/Torch/TorchConfig.cmake",
-                "bin/torch_shm_manager"):
+    for rel in ("lib/libtorch_cpu.so", "include/ATen/ATen.h", "share/cmake/Torch/TorchConfig.cmake", "bin/torch_shm_manager"):
         assert (native / rel).is_file(), rel
     assert (torch / "lib/libtorch_python.so").is_file() and not (torch / "lib/libtorch_python.so").is_symlink()
     # in the prefix, site-packages/torch/lib/libtorch_cpu.so is a link to <prefix>/lib/libtorch_cpu.so
@@ -226,12 +318,22 @@ def test_a_torch_wheel_becomes_libtorch_and_pytorch_as_conda_forge_splits_it(tmp
 
 def _torch_wheel(tmp: Path, tag: str, lib: str) -> wheels.WheelInfo:
     (tmp / tag).mkdir()
-    return wheels.read_wheel(make_wheel(tmp / tag, "torch", "2.14.1", tag=f"{tag}-{tag}-manylinux_2_28_x86_64",
-                                        purelib=False, requires=["nvidia-cublas==13.1.1.3"],
-                                        files={"torch/version.py": ("cuda = '13.0'\n", 0o644),
-                                               "torch/lib/libtorch_cpu.so": (lib, 0o755),
-                                               "torch/lib/libtorch_python.so": (tag, 0o755),
-                                               f"torch/_C.{tag}.so": (tag, 0o755)}))
+    return wheels.read_wheel(
+        make_wheel(
+            tmp / tag,
+            "torch",
+            "2.14.1",
+            tag=f"{tag}-{tag}-manylinux_2_28_x86_64",
+            purelib=False,
+            requires=["nvidia-cublas==13.1.1.3"],
+            files={
+                "torch/version.py": ("cuda = '13.0'\n", 0o644),
+                "torch/lib/libtorch_cpu.so": (lib, 0o755),
+                "torch/lib/libtorch_python.so": (tag, 0o755),
+                f"torch/_C.{tag}.so": (tag, 0o755),
+            },
+        )
+    )
 
 
 def test_the_pytorch_of_another_python_pins_the_same_libtorch(tmp_path):
@@ -241,7 +343,7 @@ def test_the_pytorch_of_another_python_pins_the_same_libtorch(tmp_path):
 
     t312 = wheels.Target(python=(3, 12))
     w311, w312 = _torch_wheel(tmp_path, "cp311", "elf"), _torch_wheel(tmp_path, "cp312", "elf")
-    assert libtorch.same_libraries(w311.path, w312.path) == []      # libtorch_python and _C differ: not libtorch's
+    assert libtorch.same_libraries(w311.path, w312.path) == []  # libtorch_python and _C differ: not libtorch's
     _, lib = libtorch.split_plan(plan_wheel(w311, T, {}), T)
     main = [lib]
     cache = Cache(tmp_path / "cache")
@@ -268,9 +370,9 @@ def test_libraries_are_interchangeable_when_they_map_the_same_bytes(tmp_path):
         src.write_text(f"static int {helper}(int x) {{ return x + {value}; }}\nint api(int x) {{ return {helper}(x); }}\n")
         subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(tmp_path / f"{name}.so"), str(src)], check=True)
         built[name] = (tmp_path / f"{name}.so").read_bytes()
-    assert built["a"] != built["b"]                                  # the local symbol's name differs ...
-    assert libtorch._equivalent(built["a"], built["b"])              # ... in what is not loaded
-    assert not libtorch._equivalent(built["a"], built["c"])          # other code is another library
+    assert built["a"] != built["b"]  # the local symbol's name differs ...
+    assert libtorch._equivalent(built["a"], built["b"])  # ... in what is not loaded
+    assert not libtorch._equivalent(built["a"], built["c"])  # other code is another library
     cfg = 'set(ATEN_INCLUDE_DIR "/tmp/tmp{}/wheel/platlib/torch/include")\n'
     assert libtorch._equivalent(cfg.format("zagopw2n").encode(), cfg.format("2r7f3y59").encode())
     assert not libtorch._equivalent(cfg.format("zagopw2n").encode(), cfg.replace("include", "inc").format("x").encode())
@@ -279,12 +381,22 @@ def test_libraries_are_interchangeable_when_they_map_the_same_bytes(tmp_path):
 def test_nvidia_library_wheels_become_python_free_packages(tmp_path):
     """conda-forge's CUDA libraries hold no Python: nvidia/<x>/... goes to lib/nvidia/<x>/...,
     one package (one file name) serves every python."""
-    info = wheels.read_wheel(make_wheel(tmp_path, "nvidia-cublas", "13.1.1.3", tag="py3-none-manylinux_2_27_x86_64",
-                                        purelib=False, requires=["nvidia-cuda-nvrtc"],
-                                        files={"nvidia/cu13/lib/libcublas.so.13": ("elf", 0o755),
-                                               "nvidia/cu13/include/cublas.h": ("", 0o644),
-                                               "nvidia/__init__.py": ("", 0o644),
-                                               "nvidia_cublas-13.1.1.3.dist-info/licenses/License.txt": ("L", 0o644)}))
+    info = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "nvidia-cublas",
+            "13.1.1.3",
+            tag="py3-none-manylinux_2_27_x86_64",
+            purelib=False,
+            requires=["nvidia-cuda-nvrtc"],
+            files={
+                "nvidia/cu13/lib/libcublas.so.13": ("elf", 0o755),
+                "nvidia/cu13/include/cublas.h": ("", 0o644),
+                "nvidia/__init__.py": ("", 0o644),
+                "nvidia_cublas-13.1.1.3.dist-info/licenses/License.txt": ("L", 0o644),
+            },
+        )
+    )
     assert info.native and info.python_independent and not info.pure
     p311, p312 = plan_wheel(info, T, {}), plan_wheel(info, wheels.Target(python=(3, 12)), {})
     assert p311.filename == p312.filename and p311.subdir == "linux-64" and p311.noarch is None
@@ -292,27 +404,45 @@ def test_nvidia_library_wheels_become_python_free_packages(tmp_path):
     out = tmp_path / "pkg"
     wheels.stage_wheel(info, out, T)
     got = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert got == ["lib/nvidia/cu13/include/cublas.h", "lib/nvidia/cu13/lib/libcublas.so.13",
-                   "share/licenses/nvidia-cublas/License.txt"], got
+    assert got == [
+        "lib/nvidia/cu13/include/cublas.h",
+        "lib/nvidia/cu13/lib/libcublas.so.13",
+        "share/licenses/nvidia-cublas/License.txt",
+    ], got
     # a wheel of one CPython is not native, whatever its name
-    assert not wheels.read_wheel(make_wheel(tmp_path, "nvidia-x", "1", tag="cp311-cp311-manylinux_2_27_x86_64",
-                                            purelib=False)).native
+    assert not wheels.read_wheel(
+        make_wheel(tmp_path, "nvidia-x", "1", tag="cp311-cp311-manylinux_2_27_x86_64", purelib=False)
+    ).native
 
 
 SP = "lib/python3.11/site-packages"
 
 
-@pytest.mark.parametrize("entries, written_for, loaded_from, expected", [
-    # libtorch: written for site-packages/torch/lib, lives in lib/, loaded from both
-    (["$ORIGIN/../../nvidia/cu13/lib", "$ORIGIN"], f"{SP}/torch/lib", ["lib", f"{SP}/torch/lib"],
-     ["$ORIGIN/nvidia/cu13/lib", "$ORIGIN/../../../../nvidia/cu13/lib", "$ORIGIN"]),
-    # the CUDA jaxlib's plugin: only the entry that reaches site-packages/nvidia moves
-    (["$ORIGIN/../../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../../tensorrt"],
-     f"{SP}/jax_plugins/xla_cuda13", [f"{SP}/jax_plugins/xla_cuda13"],
-     ["$ORIGIN/../../../../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../../tensorrt"]),
-    (["/usr/lib", "$ORIGIN/../nvidia/cu13/lib", "$ORIGIN/../nvidia/cu13/lib"], f"{SP}/jax_cuda13_plugin",
-     [f"{SP}/jax_cuda13_plugin"], ["/usr/lib", "$ORIGIN/../../../nvidia/cu13/lib"]),
-])
+@pytest.mark.parametrize(
+    "entries, written_for, loaded_from, expected",
+    [
+        # libtorch: written for site-packages/torch/lib, lives in lib/, loaded from both
+        (
+            ["$ORIGIN/../../nvidia/cu13/lib", "$ORIGIN"],
+            f"{SP}/torch/lib",
+            ["lib", f"{SP}/torch/lib"],
+            ["$ORIGIN/nvidia/cu13/lib", "$ORIGIN/../../../../nvidia/cu13/lib", "$ORIGIN"],
+        ),
+        # the CUDA jaxlib's plugin: only the entry that reaches site-packages/nvidia moves
+        (
+            ["$ORIGIN/../../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../../tensorrt"],
+            f"{SP}/jax_plugins/xla_cuda13",
+            [f"{SP}/jax_plugins/xla_cuda13"],
+            ["$ORIGIN/../../../../nvidia/cudnn/lib", "$ORIGIN/../nvidia/cudnn/lib", "$ORIGIN/../../tensorrt"],
+        ),
+        (
+            ["/usr/lib", "$ORIGIN/../nvidia/cu13/lib", "$ORIGIN/../nvidia/cu13/lib"],
+            f"{SP}/jax_cuda13_plugin",
+            [f"{SP}/jax_cuda13_plugin"],
+            ["/usr/lib", "$ORIGIN/../../../nvidia/cu13/lib"],
+        ),
+    ],
+)
 def test_runpaths_into_site_packages_nvidia_reach_lib_nvidia(entries, written_for, loaded_from, expected):
     from fuselet_build.seed import nvidia
 
@@ -331,16 +461,27 @@ def test_a_relocated_library_loads_from_the_prefix_and_through_site_packages(tmp
     (tmp_path / "b.c").write_text("int nv_b(void) { return 42; }\n")
     (tmp_path / "a.c").write_text("int nv_b(void);\nint torch_a(void) { return nv_b(); }\n")
     subprocess.run([cc, "-shared", "-fPIC", "-o", str(nv / "libnvb.so"), str(tmp_path / "b.c")], check=True)
-    subprocess.run([cc, "-shared", "-fPIC", "-o", str(prefix / "lib/libtorcha.so"), str(tmp_path / "a.c"),
-                    f"-L{nv}", "-lnvb", "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../nvidia/cu13/lib:$ORIGIN"],
-                   check=True)
+    subprocess.run(
+        [
+            cc,
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(prefix / "lib/libtorcha.so"),
+            str(tmp_path / "a.c"),
+            f"-L{nv}",
+            "-lnvb",
+            "-Wl,--enable-new-dtags,-rpath,$ORIGIN/../../nvidia/cu13/lib:$ORIGIN",
+        ],
+        check=True,
+    )
     link_dir = prefix / SP / "torch/lib"
     link_dir.mkdir(parents=True)
     (link_dir / "libtorcha.so").symlink_to("../../../../libtorcha.so")
     load = "import ctypes, sys; print(ctypes.CDLL(sys.argv[1]).torch_a())"
     paths = [prefix / "lib/libtorcha.so", link_dir / "libtorcha.so"]
     before = [subprocess.run([sys.executable, "-c", load, str(p)], capture_output=True, text=True) for p in paths]
-    assert all(p.returncode != 0 and "libnvb.so" in p.stderr for p in before)   # the wheel's RUNPATH misses
+    assert all(p.returncode != 0 and "libnvb.so" in p.stderr for p in before)  # the wheel's RUNPATH misses
     assert nvidia.relocate_runpaths(prefix, SP, {"lib": f"{SP}/torch/lib"}) == 1
     for p in paths:
         proc = subprocess.run([sys.executable, "-c", load, str(p)], capture_output=True, text=True)
@@ -348,13 +489,21 @@ def test_a_relocated_library_loads_from_the_prefix_and_through_site_packages(tmp
 
 
 def test_wheel_layout_scripts_and_entry_points(tmp_path):
-    whl = make_wheel(tmp_path, "tool", "2.0", tag="py3-none-manylinux_2_17_x86_64", purelib=False,
-                     entry_points="[console_scripts]\ntool-cli = toolmod.cli:main\ntool-bin = toolmod:other\n",
-                     files={"toolmod/__init__.py": ("def other():\n    return 0\n", 0o644),
-                            "toolmod/cli.py": ("import sys\ndef main():\n    print('cli', sys.argv[1:])\n", 0o644),
-                            "{data}/scripts/tool-bin": (b"\x7fELF-not-really", 0o755),
-                            "{data}/scripts/tool-py": ("#!python\nprint('script ran')\n", 0o755),
-                            "{data}/data/share/tool/data.txt": ("x", 0o644)})
+    whl = make_wheel(
+        tmp_path,
+        "tool",
+        "2.0",
+        tag="py3-none-manylinux_2_17_x86_64",
+        purelib=False,
+        entry_points="[console_scripts]\ntool-cli = toolmod.cli:main\ntool-bin = toolmod:other\n",
+        files={
+            "toolmod/__init__.py": ("def other():\n    return 0\n", 0o644),
+            "toolmod/cli.py": ("import sys\ndef main():\n    print('cli', sys.argv[1:])\n", 0o644),
+            "{data}/scripts/tool-bin": (b"\x7fELF-not-really", 0o755),
+            "{data}/scripts/tool-py": ("#!python\nprint('script ran')\n", 0o755),
+            "{data}/data/share/tool/data.txt": ("x", 0o644),
+        },
+    )
     info = wheels.read_wheel(whl)
     out = tmp_path / "pkg"
     wheels.stage_wheel(info, out, T)
@@ -372,8 +521,11 @@ def test_wheel_layout_scripts_and_entry_points(tmp_path):
     run = subprocess.run([str(out / "bin/tool-py")], capture_output=True, text=True, env=env)
     assert run.stdout.strip() == "script ran", run.stderr
     # a pure wheel: noarch python layout
-    pure = wheels.read_wheel(make_wheel(tmp_path, "puretool", "1.0", entry_points="[console_scripts]\npt = p:m\n",
-                                         files={"p.py": ("def m(): pass\n", 0o644)}))
+    pure = wheels.read_wheel(
+        make_wheel(
+            tmp_path, "puretool", "1.0", entry_points="[console_scripts]\npt = p:m\n", files={"p.py": ("def m(): pass\n", 0o644)}
+        )
+    )
     wheels.stage_wheel(pure, tmp_path / "noarch", T)
     assert (tmp_path / "noarch/site-packages/p.py").exists()
     assert (tmp_path / "noarch/python-scripts/pt").exists()
@@ -382,19 +534,28 @@ def test_wheel_layout_scripts_and_entry_points(tmp_path):
 # --- host toolchain ------------------------------------------------------------------------
 
 HOST = host.HostToolchain(
-    gcc_version="12.2.0", triplet="x86_64-linux-gnu", glibc="2.36",
+    gcc_version="12.2.0",
+    triplet="x86_64-linux-gnu",
+    glibc="2.36",
     tools={"CC": "/usr/bin/gcc", "CXX": "/usr/bin/g++", "GXX": "/usr/bin/g++", "AR": "/usr/bin/ar"},
-    cuda_root=Path("/opt/cuda-13.0"), nvcc_version="13.0.88")
+    cuda_root=Path("/opt/cuda-13.0"),
+    nvcc_version="13.0.88",
+)
 
 
 def test_host_packages_are_what_compiler_and_stdlib_ask_for():
     pkgs = {p.name: p for p in host.host_packages(HOST, T)}
-    assert set(pkgs) == {"gcc_linux-64", "gxx_linux-64", "sysroot_linux-64", "cuda-version",
-                         "cuda-nvcc_linux-64"}   # cuda-cudart(-dev): from NVIDIA's wheels (seed.cuda)
-    assert pkgs["gxx_linux-64"].version == "12.2.0"             # matches `gxx_linux-64 12.*`
+    assert set(pkgs) == {
+        "gcc_linux-64",
+        "gxx_linux-64",
+        "sysroot_linux-64",
+        "cuda-version",
+        "cuda-nvcc_linux-64",
+    }  # cuda-cudart(-dev): from NVIDIA's wheels (seed.cuda)
+    assert pkgs["gxx_linux-64"].version == "12.2.0"  # matches `gxx_linux-64 12.*`
     assert pkgs["gxx_linux-64"].depends == ["gcc_linux-64 ==12.2.0"]
     assert pkgs["sysroot_linux-64"].version == "2.36" and pkgs["sysroot_linux-64"].subdir == "noarch"
-    assert pkgs["cuda-nvcc_linux-64"].version == "13.0.88"     # matches `cuda-nvcc_linux-64 13.0.*`
+    assert pkgs["cuda-nvcc_linux-64"].version == "13.0.88"  # matches `cuda-nvcc_linux-64 13.0.*`
     assert "cuda-version >=13.0,<13.1.0a0" in pkgs["cuda-nvcc_linux-64"].depends
     assert pkgs["cuda-version"].constrains[0] == "__cuda >=13"
     assert pkgs["gcc_linux-64"].build.startswith("h") and pkgs["gcc_linux-64"].filename.endswith("_0.conda")
@@ -410,7 +571,11 @@ def test_one_python_per_minor_from_the_interpreters_beside_the_running_one(tmp_p
     running = host.Interpreter(versions / "3.11.7", "3.11.7")
     found = host.find_interpreters(running)
     assert [(i.version, i.prefix.name) for i in found] == [
-        ("3.10.13", "3.10.13"), ("3.11.7", "3.11.7"), ("3.12.1", "3.12.1"), ("3.13.0", "3.13.0")]
+        ("3.10.13", "3.10.13"),
+        ("3.11.7", "3.11.7"),
+        ("3.12.1", "3.12.1"),
+        ("3.13.0", "3.13.0"),
+    ]
     # python-feedstock / python_abi-feedstock: _cpython up to 3.12, _cp313 from 3.13; python_abi 8_cp3XY
     assert [i.tag for i in found] == ["cpython", "cpython", "cpython", "cp313"]
     assert found[3].filename("abc1234") == "python-3.13.0-habc1234_0_cp313.conda"
@@ -420,8 +585,16 @@ def test_one_python_per_minor_from_the_interpreters_beside_the_running_one(tmp_p
 
 
 def test_cuda_wheels_get_their_cuda_version_even_without_nvcc(tmp_path):
-    cuda = wheels.read_wheel(make_wheel(tmp_path, "torch", "2.14.1", tag="cp311-cp311-manylinux_2_28_x86_64",
-                                         purelib=False, files={"torch/version.py": ("cuda = '13.0'\n", 0o644)}))
+    cuda = wheels.read_wheel(
+        make_wheel(
+            tmp_path,
+            "torch",
+            "2.14.1",
+            tag="cp311-cp311-manylinux_2_28_x86_64",
+            purelib=False,
+            files={"torch/version.py": ("cuda = '13.0'\n", 0o644)},
+        )
+    )
     plans = [plan_wheel(cuda, T, {})]
     no_cuda = host.HostToolchain(**{**HOST.__dict__, "cuda_root": None, "nvcc_version": None})
     extra = host.cuda_version_packages(plans, host.host_packages(no_cuda, T))
@@ -438,12 +611,16 @@ def test_activation_scripts_export_and_restore(tmp_path):
     assert "export CXX=/usr/bin/g++" in gxx_act
     (tmp_path / "a.sh").write_text(act)
     (tmp_path / "d.sh").write_text(deact)
-    script = (f"export CMAKE_ARGS=-DFOO=1; unset CUDA_HOME; export CUDACXX=old; . {tmp_path}/a.sh; "
-              f'echo "$CUDACXX|$CUDA_HOME|$CMAKE_ARGS"; . {tmp_path}/d.sh; '
-              f'echo "$CUDACXX|${{CUDA_HOME-unset}}|$CMAKE_ARGS"')
+    script = (
+        f"export CMAKE_ARGS=-DFOO=1; unset CUDA_HOME; export CUDACXX=old; . {tmp_path}/a.sh; "
+        f'echo "$CUDACXX|$CUDA_HOME|$CMAKE_ARGS"; . {tmp_path}/d.sh; '
+        f'echo "$CUDACXX|${{CUDA_HOME-unset}}|$CMAKE_ARGS"'
+    )
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout.splitlines()
-    assert out[0] == ("/opt/cuda-13.0/bin/nvcc|/opt/cuda-13.0|-DFOO=1 -DCUDAToolkit_ROOT=/opt/cuda-13.0 "
-                      "-DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda-13.0 -DCMAKE_CUDA_COMPILER=/opt/cuda-13.0/bin/nvcc")
+    assert out[0] == (
+        "/opt/cuda-13.0/bin/nvcc|/opt/cuda-13.0|-DFOO=1 -DCUDAToolkit_ROOT=/opt/cuda-13.0 "
+        "-DCUDA_TOOLKIT_ROOT_DIR=/opt/cuda-13.0 -DCMAKE_CUDA_COMPILER=/opt/cuda-13.0/bin/nvcc"
+    )
     assert out[1] == "old|unset|-DFOO=1"
 
 
@@ -460,6 +637,7 @@ def test_cuda_root_is_found_through_a_wrapper_script(tmp_path):
 
 # --- failures: clear message, partial results kept, index never broken ---------------------
 
+
 @pytest.fixture
 def old_channel(tmp_path):
     chan = tmp_path / "channel"
@@ -469,10 +647,13 @@ def old_channel(tmp_path):
     return chan
 
 
-@pytest.mark.parametrize("failure, expected", [
-    (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device while making the `python`"),
-    (KeyboardInterrupt(), "interrupted while making the `python` package"),
-])
+@pytest.mark.parametrize(
+    "failure, expected",
+    [
+        (OSError(errno.ENOSPC, "No space left on device"), "no space left on the device while making the `python`"),
+        (KeyboardInterrupt(), "interrupted while making the `python` package"),
+    ],
+)
 def test_failure_keeps_the_index_and_says_what_failed(monkeypatch, tmp_path, old_channel, failure, expected):
     def fail(*args, **kwargs):
         raise failure
@@ -522,8 +703,9 @@ def stand_in_pythons(monkeypatch, made: list | None = None) -> None:
             made.append(interp.version)
         work = cache.workdir("fakepy")
         (work / "files").mkdir()
-        out = rattler_build.assemble_package("python", interp.version, subdir, f"h{key}_0_{interp.tag}",
-                                             work / "out", files_dir=work / "files", depends=[])
+        out = rattler_build.assemble_package(
+            "python", interp.version, subdir, f"h{key}_0_{interp.tag}", work / "out", files_dir=work / "files", depends=[]
+        )
         return cache.store(out.path, subdir)
 
     monkeypatch.setattr(seed, "make_python_package", fake_python)
@@ -544,19 +726,34 @@ def test_host_only_channel_is_indexed_and_solvable(monkeypatch, tmp_path):
     assert indexed == {p.name for p in chan.glob("*/*.conda")}
     again = seed.seed(chan, cache, with_cuda=True, progress=False, groups={})
     assert not again.indexed and all(p.cached for p in again.packages)
-    code = ("import asyncio, os, sys, rattler\n"
-            "r = asyncio.run(rattler.solve(sources=[rattler.Channel(sys.argv[1])], specs=sys.argv[2:],"
-            " platforms=['linux-64', 'noarch'], virtual_packages=[]))\n"
-            "print(' '.join(sorted(f'{x.name.normalized}={x.version}' for x in r))); sys.stdout.flush(); os._exit(0)\n")
-    proc = subprocess.run([sys.executable, "-c", code, str(chan), "gxx_linux-64 12.*", "sysroot_linux-64 2.36.*",
-                           "python 3.11.*", "python_abi 3.11.* *_cp311"], capture_output=True, text=True)
+    code = (
+        "import asyncio, os, sys, rattler\n"
+        "r = asyncio.run(rattler.solve(sources=[rattler.Channel(sys.argv[1])], specs=sys.argv[2:],"
+        " platforms=['linux-64', 'noarch'], virtual_packages=[]))\n"
+        "print(' '.join(sorted(f'{x.name.normalized}={x.version}' for x in r))); sys.stdout.flush(); os._exit(0)\n"
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(chan),
+            "gxx_linux-64 12.*",
+            "sysroot_linux-64 2.36.*",
+            "python 3.11.*",
+            "python_abi 3.11.* *_cp311",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "gcc_linux-64=" in proc.stdout and "python_abi=3.11" in proc.stdout
     pythons = {p.version for p in report.packages if p.name == "python"}
-    assert {v.rsplit(".", 1)[0] for v in pythons} >= {"3.11"}, pythons    # + 3.10/3.12/3.13 where pyenv has them
+    assert {v.rsplit(".", 1)[0] for v in pythons} >= {"3.11"}, pythons  # + 3.10/3.12/3.13 where pyenv has them
 
 
 # --- end to end (slow): a CPU channel from PyPI + the host, torch from it ------------------
+
 
 @pytest.fixture(scope="session")
 def cpu_channel(tmp_path_factory):
@@ -576,14 +773,17 @@ def cpu_channel(tmp_path_factory):
 
 def solve_and_run(channel: Path, prefix: Path, specs: list[str], code: str) -> subprocess.CompletedProcess:
     """A fresh env from `channel` only (py-rattler, in a subprocess), then `code` in its python."""
-    script = ("import asyncio, os, sys, rattler\n"
-              "async def main():\n"
-              "    r = await rattler.solve(sources=[rattler.Channel(sys.argv[1])], specs=sys.argv[3:],"
-              " platforms=['linux-64', 'noarch'], virtual_packages=rattler.VirtualPackage.detect())\n"
-              "    await rattler.install(r, target_prefix=sys.argv[2], show_progress=False)\n"
-              "asyncio.run(main()); sys.stdout.flush(); os._exit(0)\n")
-    made = subprocess.run([sys.executable, "-c", script, str(channel), str(prefix), *specs],
-                          capture_output=True, text=True, timeout=900)
+    script = (
+        "import asyncio, os, sys, rattler\n"
+        "async def main():\n"
+        "    r = await rattler.solve(sources=[rattler.Channel(sys.argv[1])], specs=sys.argv[3:],"
+        " platforms=['linux-64', 'noarch'], virtual_packages=rattler.VirtualPackage.detect())\n"
+        "    await rattler.install(r, target_prefix=sys.argv[2], show_progress=False)\n"
+        "asyncio.run(main()); sys.stdout.flush(); os._exit(0)\n"
+    )
+    made = subprocess.run(
+        [sys.executable, "-c", script, str(channel), str(prefix), *specs], capture_output=True, text=True, timeout=900
+    )
     assert made.returncode == 0, f"solve/install of {specs} failed:\n{made.stdout}\n{made.stderr}"
     return subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600)
 
@@ -595,8 +795,12 @@ def test_seeded_channel_runs_torch_cpu(cpu_channel, tmp_path):
         builds = [p.build for p in report.find("pytorch")]
         assert any(b.startswith("cpu_mkl_py311_h") for b in builds), builds
     prefix = tmp_path / "env"
-    run = solve_and_run(channel, prefix, ["python 3.11.*", "pytorch 2.13.* cpu*", "numpy", "pip"],
-                        "import torch, numpy; print(torch.__version__, float(torch.ones(3).numpy().sum()))")
+    run = solve_and_run(
+        channel,
+        prefix,
+        ["python 3.11.*", "pytorch 2.13.* cpu*", "numpy", "pip"],
+        "import torch, numpy; print(torch.__version__, float(torch.ones(3).numpy().sum()))",
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout.split() == ["2.13.0+cpu", "3.0"]
     sp = prefix / "lib/python3.11/site-packages"
@@ -615,10 +819,12 @@ def test_other_pythons_need_their_interpreter(tmp_path):
     (nothing resolved, nothing downloaded)."""
     warnings: list[str] = []
     running = host.Interpreter.running()
-    plans = seed._other_python_plans(Cache(tmp_path / "cache"), "3.99", ["jax-0.10"], [running], set(), [], False,
-                                     report.ProgressUi(False), warnings)
-    assert plans == [] and warnings == ["no python 3.99 interpreter beside the running one: the jax-0.10 "
-                                        "packages are made for the running python only"]
+    plans = seed._other_python_plans(
+        Cache(tmp_path / "cache"), "3.99", ["jax-0.10"], [running], set(), [], False, report.ProgressUi(False), warnings
+    )
+    assert plans == [] and warnings == [
+        "no python 3.99 interpreter beside the running one: the jax-0.10 packages are made for the running python only"
+    ]
 
 
 def test_other_pythons_are_resolved_for_that_python(monkeypatch, tmp_path):
@@ -652,13 +858,13 @@ def test_a_damaged_cached_package_is_made_again(monkeypatch, tmp_path):
     cache = Cache(cache_dir)
     (pkg,) = [p for p in cache.pkgs.glob("*/python-3*.conda")]
     assert made and cache.damaged(pkg) == ""
-    pkg.write_bytes(pkg.read_bytes()[:100])                     # truncated on disk
+    pkg.write_bytes(pkg.read_bytes()[:100])  # truncated on disk
     assert "truncated or overwritten" in cache.damaged(pkg)
     made.clear()
     again = seed.seed(chan, cache_dir, with_cuda=False, progress=False, groups={})
     assert len(made) == 1 and not next(p for p in again.packages if p.name == "python").cached
     assert cache.damaged(pkg) == "" and pkg.stat().st_size > 100
-    assert (chan / pkg.parent.name / pkg.name).stat().st_size == pkg.stat().st_size    # the channel's too
+    assert (chan / pkg.parent.name / pkg.name).stat().st_size == pkg.stat().st_size  # the channel's too
 
 
 def test_a_damaged_cached_wheel_is_downloaded_again(monkeypatch, tmp_path):
@@ -668,7 +874,7 @@ def test_a_damaged_cached_wheel_is_downloaded_again(monkeypatch, tmp_path):
     good = make_wheel(tmp_path, "tiny", "1.0")
     digest = cache.sha256(good)
     cached = cache.wheels / good.name
-    cached.write_bytes(good.read_bytes()[:50])                  # an interrupted download
+    cached.write_bytes(good.read_bytes()[:50])  # an interrupted download
     downloads = []
 
     def fake_pip(args, what, tmp=None):
@@ -683,19 +889,20 @@ def test_a_damaged_cached_wheel_is_downloaded_again(monkeypatch, tmp_path):
 
 # --- the per-user cache, shared by every clone ---------------------------------------------
 
+
 def test_the_cache_is_per_user_and_fuselet_cache_dir_moves_it(monkeypatch, tmp_path):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("FUSELET_CACHE_DIR", raising=False)
     assert paths.user_cache() == tmp_path / "home" / ".cache" / "fuselet"
     assert paths.seed_cache() == tmp_path / "home" / ".cache" / "fuselet" / "seed"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")            # not absolute: ignored (XDG spec)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not absolute: ignored (XDG spec)
     assert paths.user_cache() == tmp_path / "home" / ".cache" / "fuselet"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert paths.seed_cache() == tmp_path / "xdg" / "fuselet" / "seed"
-    monkeypatch.setenv("FUSELET_CACHE_DIR", str(tmp_path / "mine"))   # the one switch wins
+    monkeypatch.setenv("FUSELET_CACHE_DIR", str(tmp_path / "mine"))  # the one switch wins
     assert paths.seed_cache() == tmp_path / "mine" / "seed"
-    monkeypatch.setenv("FUSELET_CACHE_DIR", "")                       # empty: unset
+    monkeypatch.setenv("FUSELET_CACHE_DIR", "")  # empty: unset
     assert paths.user_cache() == tmp_path / "xdg" / "fuselet"
 
 
@@ -729,23 +936,26 @@ def test_a_second_clone_waits_for_the_cache_then_reuses_it(monkeypatch, tmp_path
     assert len(made) == 1
     made.clear()
     out: dict = {}
-    with Cache(cache_dir).lock():                                       # the first clone still seeding
-        waiter = threading.Thread(target=lambda: out.setdefault("report", seed.seed(
-            second, cache_dir, with_cuda=False, progress=False, groups={}, wait=True)))
+    with Cache(cache_dir).lock():  # the first clone still seeding
+        waiter = threading.Thread(
+            target=lambda: out.setdefault(
+                "report", seed.seed(second, cache_dir, with_cuda=False, progress=False, groups={}, wait=True)
+            )
+        )
         waiter.start()
         deadline = time.monotonic() + 10
         while "waiting for it to finish" not in capfd.readouterr().err and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert waiter.is_alive() and "report" not in out                # waiting, not failed
+        assert waiter.is_alive() and "report" not in out  # waiting, not failed
     waiter.join(60)
     again = out["report"]
     assert not made and again.packages and all(p.cached for p in again.packages)
     cache = Cache(cache_dir)
     (pkg,) = cache.pkgs.glob("*/python-3*.conda")
     placed = second / pkg.parent.name / pkg.name
-    assert placed.stat().st_ino == pkg.stat().st_ino                     # linked, not copied
+    assert placed.stat().st_ino == pkg.stat().st_ino  # linked, not copied
     data = bytearray(pkg.read_bytes())
-    data[-1] ^= 0xFF                                                    # same size, other bytes
+    data[-1] ^= 0xFF  # same size, other bytes
     pkg.unlink()
     pkg.write_bytes(bytes(data))
     assert "truncated or overwritten" in cache.damaged(pkg)

@@ -12,6 +12,7 @@ fuselet_build.channel). A run killed at any point leaves every package and index
 output channel as it was, or the new package complete and recorded; the next run drops what
 was left under test in .staging (mirror_published) and goes on.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -86,8 +87,12 @@ def record_built(output: Path, job: matrix.Job, path: Path, source: str, tested:
     """Add `path` (in `output`; `sha256`: its hash, when it is still being moved there) to the
     manifest (readers see the old or the new manifest, never a part)."""
     data = read_manifest(output)
-    data[job.key] = {"file": path.relative_to(output).as_posix(), "sha256": sha256 or sha256_file(path),
-                     "source": source, "tested": tested}
+    data[job.key] = {
+        "file": path.relative_to(output).as_posix(),
+        "sha256": sha256 or sha256_file(path),
+        "source": source,
+        "tested": tested,
+    }
     atomic_write(output / MANIFEST, json.dumps(data, indent=1, sort_keys=True))
 
 
@@ -183,8 +188,10 @@ def out_of_space(message: str, log_path: Path) -> bool:
 
 def no_space_reason(output: Path, log_path: Path) -> str:
     free = shutil.disk_usage(output).free / 2**20
-    return (f"no space left on the disk of {output} ({free:.0f} MiB free now): the channel's index is unchanged; "
-            f"free some space and run again (log: {log_path})")
+    return (
+        f"no space left on the disk of {output} ({free:.0f} MiB free now): the channel's index is unchanged; "
+        f"free some space and run again (log: {log_path})"
+    )
 
 
 def drop_old_work(staging: Path, job: matrix.Job, before: float) -> None:
@@ -202,21 +209,48 @@ def check_space(output: Path, need_gb: float = 2.0) -> None:
     output.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(output).free / 2**30
     if free < need_gb:
-        raise UserError(f"--output: only {free:.1f} GiB free at {output}; a build needs about {need_gb:.0f} GiB. "
-                        f"Free some space or choose another --output.")
+        raise UserError(
+            f"--output: only {free:.1f} GiB free at {output}; a build needs about {need_gb:.0f} GiB. "
+            f"Free some space or choose another --output."
+        )
 
 
-def build(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
-          select: list[str] | None = None, skip_existing: bool = True, test: bool = True,
-          show_progress: bool = True) -> list[Result]:
+def build(
+    recipe: Path,
+    variant_files: list[Path],
+    output: Path,
+    channels: list[str],
+    *,
+    select: list[str] | None = None,
+    skip_existing: bool = True,
+    test: bool = True,
+    show_progress: bool = True,
+) -> list[Result]:
     """Build the selected variants into `output`; one build per output folder at a time."""
     with folder_lock(output, "fuselet-build build", UserError):
-        return _build(recipe, variant_files, output, channels, select=select, skip_existing=skip_existing,
-                      test=test, show_progress=show_progress)
+        return _build(
+            recipe,
+            variant_files,
+            output,
+            channels,
+            select=select,
+            skip_existing=skip_existing,
+            test=test,
+            show_progress=show_progress,
+        )
 
 
-def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
-           select: list[str] | None, skip_existing: bool, test: bool, show_progress: bool) -> list[Result]:
+def _build(
+    recipe: Path,
+    variant_files: list[Path],
+    output: Path,
+    channels: list[str],
+    *,
+    select: list[str] | None,
+    skip_existing: bool,
+    test: bool,
+    show_progress: bool,
+) -> list[Result]:
     from rattler_build import ToolConfiguration
 
     rendered = matrix.select(matrix.render(recipe, variant_files), select, key=lambda r: matrix.job_of(r).key)
@@ -228,8 +262,9 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
     if not all((output / s / "repodata.json").exists() for s in channel.SUBDIRS):
         channel.index(output)
     # fuselet-build decides what exists (package_state), so rattler-build never skips on its own.
-    tool = ToolConfiguration(test_strategy="native" if test else "skip", skip_existing="none",
-                             compression_threads=2, use_zstd=True, use_bz2=False)
+    tool = ToolConfiguration(
+        test_strategy="native" if test else "skip", skip_existing="none", compression_threads=2, use_zstd=True, use_bz2=False
+    )
     source = source_hash(recipe.resolve().parent.parent)
     results: list[Result] = []
     run_start = time.time()
@@ -273,15 +308,15 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 # No build id: the work folder of a package has one path from build to build, so
                 # the compiler cache (scripts/env.sh: sccache, which strips the source tree's
                 # path from its keys) hits when it is built again.
-                r.run_build(tool_config=tool, output_dir=str(staging), channels=channels, progress_callback=log,
-                            no_build_id=True)
+                r.run_build(tool_config=tool, output_dir=str(staging), channels=channels, progress_callback=log, no_build_id=True)
                 staged = existing_package(staging, job)
-                status, reason = (("built", rebuild) if staged
-                                  else ("failed", "rattler-build reported success but wrote no package"))
+                status, reason = (
+                    ("built", rebuild) if staged else ("failed", "rattler-build reported success but wrote no package")
+                )
                 path = publish(staged, output, job, source, tested=test) if staged else None
             except KeyboardInterrupt:
                 results.append(Result(job, "failed", time.monotonic() - start, reason="interrupted"))
-                raise                     # the next run's mirror_published drops an untested package
+                raise  # the next run's mirror_published drops an untested package
             except Exception as exc:  # one variant failing must not stop the others
                 path, status = None, "failed"
                 log.close()
@@ -295,7 +330,7 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 log.close()
             if status == "failed":
                 failed.add(job.key)
-                unstage(staging, job)     # a package whose tests failed is never published
+                unstage(staging, job)  # a package whose tests failed is never published
             results.append(Result(job, status, time.monotonic() - start, path, reason))
             if progress is not None:
                 progress.update(task, step=status, completed=1, total=1)
@@ -312,8 +347,10 @@ def _build(recipe: Path, variant_files: list[Path], output: Path, channels: list
 
 
 # Log lines worth quoting when a build fails (compiler, CMake, linker, solver).
-_CULPRITS = re.compile(r"(CMake Error|error:|Error:|FAILED:|undefined reference|nothing provides|cannot be solved|"
-                       r"AssertionError|ImportError|ModuleNotFoundError|Traceback)")
+_CULPRITS = re.compile(
+    r"(CMake Error|error:|Error:|FAILED:|undefined reference|nothing provides|cannot be solved|"
+    r"AssertionError|ImportError|ModuleNotFoundError|Traceback)"
+)
 
 
 def explain_failure(message: str, rendered, channels: list[str], output: Path, log_path: Path) -> str:
@@ -340,8 +377,13 @@ def _stepper(progress, task):
 def _progress():
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    return Progress(SpinnerColumn(), TextColumn("{task.description}"), TextColumn("[dim]{task.fields[step]}"),
-                    TimeElapsedColumn(), transient=False)
+    return Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        TextColumn("[dim]{task.fields[step]}"),
+        TimeElapsedColumn(),
+        transient=False,
+    )
 
 
 def print_summary(results: list[Result]) -> None:
@@ -354,8 +396,7 @@ def print_summary(results: list[Result]) -> None:
     for r in results:
         size = f"{r.size / 2**20:.1f} MiB" if r.size else ""
         style = {"built": "green", "exists": "cyan", "failed": "red"}[r.status]
-        table.add_row(r.job.name, r.job.build_string, f"[{style}]{r.status}", f"{r.seconds:.0f}", size,
-                      r.reason[:300])
+        table.add_row(r.job.name, r.job.build_string, f"[{style}]{r.status}", f"{r.seconds:.0f}", size, r.reason[:300])
     console = Console(width=200)
     console.print(table)
     for r in results:  # whole, unwrapped: what a CI log search or a bug report needs

@@ -1,5 +1,6 @@
 """The one adapter between rattler-build's progress callbacks and fuselet-build: every event
 goes to a log file, and the step names to an optional progress display."""
+
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -1,4 +1,5 @@
 """Conda channel helpers over py-rattler: index, solve (and explain), install."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,14 +18,16 @@ INDEX_FILES = ("repodata_shards.msgpack.zst", "repodata.json.zst", "repodata.jso
 
 # py-rattler's index_fs, run in a child process: py-rattler 0.28 can abort at interpreter exit
 # after indexing, and that must take down neither the caller nor the index.
-_INDEX_FS = ("import asyncio, inspect, os, sys\n"
-             "from rattler.index import index_fs\n"
-             "try:\n"
-             "    r = index_fs(sys.argv[1])\n"
-             "    if inspect.isawaitable(r): asyncio.run(r)\n"
-             "except BaseException as e:\n"
-             "    print(f'{type(e).__name__}: {e}', file=sys.stderr); sys.stderr.flush(); os._exit(1)\n"
-             "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n")
+_INDEX_FS = (
+    "import asyncio, inspect, os, sys\n"
+    "from rattler.index import index_fs\n"
+    "try:\n"
+    "    r = index_fs(sys.argv[1])\n"
+    "    if inspect.isawaitable(r): asyncio.run(r)\n"
+    "except BaseException as e:\n"
+    "    print(f'{type(e).__name__}: {e}', file=sys.stderr); sys.stderr.flush(); os._exit(1)\n"
+    "sys.stdout.flush(); sys.stderr.flush(); os._exit(0)\n"
+)
 
 
 def index_is_stale(channel_dir: Path) -> bool:
@@ -62,8 +65,9 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
         (channel_dir / sub).mkdir(parents=True, exist_ok=True)
         readable(channel_dir / sub)
     if files is None:
-        files = sorted(f"{sub}/{p.name}" for sub in SUBDIRS for ext in ("*.conda", "*.tar.bz2")
-                       for p in (channel_dir / sub).glob(ext))
+        files = sorted(
+            f"{sub}/{p.name}" for sub in SUBDIRS for ext in ("*.conda", "*.tar.bz2") for p in (channel_dir / sub).glob(ext)
+        )
     staging = channel_dir / ".index-staging"
     shutil.rmtree(staging, ignore_errors=True)
     for sub in SUBDIRS:
@@ -80,8 +84,10 @@ def index(channel_dir: Path, files: list[str] | None = None, *, incremental: boo
     proc = subprocess.run([sys.executable, "-c", _INDEX_FS, str(staging)], capture_output=True, text=True)
     if proc.returncode != 0 or not all((staging / s / "repodata.json").exists() for s in SUBDIRS):
         shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"indexing {channel_dir} with py-rattler failed (the previous index is kept): "
-                        f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+        raise UserError(
+            f"indexing {channel_dir} with py-rattler failed (the previous index is kept): "
+            f"{(proc.stderr or proc.stdout).strip()[-1500:]}"
+        )
     for sub in SUBDIRS:
         shards = staging / sub / "shards"
         if shards.is_dir():
@@ -130,15 +136,18 @@ def channel_urls(channels: list[str]) -> list[str]:
     return out
 
 
-def solve(specs: list[str], channels: list[str], virtual_packages: list | None = None,
-          locked_packages: list | None = None):
+def solve(specs: list[str], channels: list[str], virtual_packages: list | None = None, locked_packages: list | None = None):
     """rattler.solve for linux-64 (+noarch); raises the solver's own explanation."""
     import rattler
 
     async def run():
-        return await rattler.solve(sources=channel_urls(channels), specs=specs,
-                                   platforms=["linux-64", "noarch"],
-                                   virtual_packages=virtual_packages or [], locked_packages=locked_packages or None)
+        return await rattler.solve(
+            sources=channel_urls(channels),
+            specs=specs,
+            platforms=["linux-64", "noarch"],
+            virtual_packages=virtual_packages or [],
+            locked_packages=locked_packages or None,
+        )
 
     return asyncio.run(run())
 
@@ -172,8 +181,9 @@ def virtual_packages(cuda: str | None = None) -> list:
 
     detected = list(rattler.VirtualPackage.detect())
     if cuda and not has_cuda_driver():
-        detected.append(rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda),
-                                                      rattler.BuildString("0")))
+        detected.append(
+            rattler.GenericVirtualPackage(rattler.PackageName("__cuda"), rattler.Version(cuda), rattler.BuildString("0"))
+        )
     return detected
 
 
@@ -188,8 +198,9 @@ def installed(prefix: Path) -> list:
     return [rattler.PrefixRecord.from_path(str(p)) for p in sorted(Path(prefix).glob("conda-meta/*.json"))]
 
 
-def install(prefix: Path, specs: list[str], channels: list[str], *, cuda: str | None = None,
-            show_progress: bool = False, on_solved=None) -> list:
+def install(
+    prefix: Path, specs: list[str], channels: list[str], *, cuda: str | None = None, show_progress: bool = False, on_solved=None
+) -> list:
     """`specs` installed at `prefix` from `channels` (py-rattler solve + install): a fresh
     environment, or an existing one keeping its packages (they stay requested, their current
     builds preferred). `on_solved(records)` is called between solve and install. Returns the
@@ -200,12 +211,17 @@ def install(prefix: Path, specs: list[str], channels: list[str], *, cuda: str | 
     present = installed(prefix)
     keep = [r.name.normalized for r in present]
     try:
-        records = solve(specs + [n for n in keep if n not in {rattler.MatchSpec(s).name.normalized for s in specs}],
-                        channels, virtual_packages=virtual_packages(cuda), locked_packages=present)
+        records = solve(
+            specs + [n for n in keep if n not in {rattler.MatchSpec(s).name.normalized for s in specs}],
+            channels,
+            virtual_packages=virtual_packages(cuda),
+            locked_packages=present,
+        )
     except SolverError as exc:
         raise Unsolvable(str(exc).strip()) from None
     if on_solved is not None:
         on_solved(records)
-    asyncio.run(rattler.install(records, target_prefix=str(prefix), installed_packages=present or None,
-                                show_progress=show_progress))
+    asyncio.run(
+        rattler.install(records, target_prefix=str(prefix), installed_packages=present or None, show_progress=show_progress)
+    )
     return records

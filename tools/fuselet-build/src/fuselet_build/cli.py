@@ -1,4 +1,5 @@
 """The `fuselet-build` command line: matrix, seed, build, verify, index, env create."""
+
 from __future__ import annotations
 
 import argparse
@@ -26,8 +27,10 @@ def _channels(args) -> list[str]:
     if args.channel == "offline":
         chan = paths.given(args.offline_channel, paths.OFFLINE_CHANNEL)
         if not (chan / "noarch" / "repodata.json").exists():
-            raise UserError(f"the offline channel {chan} is not seeded yet: run `fuselet-build seed` "
-                            f"(or pass --channel conda-forge to build against conda-forge)")
+            raise UserError(
+                f"the offline channel {chan} is not seeded yet: run `fuselet-build seed` "
+                f"(or pass --channel conda-forge to build against conda-forge)"
+            )
         return [str(chan)]
     return [args.channel]
 
@@ -46,22 +49,31 @@ def cmd_matrix(args) -> int:
 def cmd_build(args) -> int:
     from fuselet_build import build
 
-    results = build.build(_recipe(args), _variants(args), _output(args),
-                          _channels(args), select=args.select, skip_existing=not args.force, test=not args.no_test,
-                          show_progress=sys.stderr.isatty() or args.progress)
+    results = build.build(
+        _recipe(args),
+        _variants(args),
+        _output(args),
+        _channels(args),
+        select=args.select,
+        skip_existing=not args.force,
+        test=not args.no_test,
+        show_progress=sys.stderr.isatty() or args.progress,
+    )
     build.print_summary(results)
     failed = [r for r in results if r.status == "failed"]
     if failed:
-        print(f"fuselet-build: {len(failed)} of {len(results)} packages failed; logs in "
-              f"{_output(args) / 'logs'}", file=sys.stderr)
+        print(
+            f"fuselet-build: {len(failed)} of {len(results)} packages failed; logs in {_output(args) / 'logs'}", file=sys.stderr
+        )
     return 1 if failed else 0
 
 
 def cmd_verify(args) -> int:
     from fuselet_build import verify
 
-    checks = verify.verify(_recipe(args), _variants(args), _output(args),
-                           _channels(args), install=not args.no_install, select=args.select)
+    checks = verify.verify(
+        _recipe(args), _variants(args), _output(args), _channels(args), install=not args.no_install, select=args.select
+    )
     verify.print_checks(checks)
     return 0 if all(c.ok for c in checks) else 1
 
@@ -95,17 +107,24 @@ def parser() -> argparse.ArgumentParser:
 
     def common(sp, output=True):
         sp.add_argument("--recipe", help=f"recipe (default: {paths.RECIPE} of the source tree)")
-        sp.add_argument("--variants", "-m", action="append",
-                        help=f"variant file, repeatable (default: {paths.OFFLINE_VARIANTS} of the source tree)")
+        sp.add_argument(
+            "--variants",
+            "-m",
+            action="append",
+            help=f"variant file, repeatable (default: {paths.OFFLINE_VARIANTS} of the source tree)",
+        )
         sp.add_argument("--target-platform", default="linux-64")
         if output:
             sp.add_argument("--output", help=f"output channel (default: {paths.OUTPUT} of the source tree)")
-            sp.add_argument("--channel", default="offline",
-                            help="'offline' (the seeded local channel, default) or a channel such as conda-forge")
-            sp.add_argument("--offline-channel",
-                            help=f"the seeded local channel (default: {paths.OFFLINE_CHANNEL} of the source tree)")
-            sp.add_argument("--select", action="append",
-                            help="only packages whose id contains this text (repeatable)")
+            sp.add_argument(
+                "--channel",
+                default="offline",
+                help="'offline' (the seeded local channel, default) or a channel such as conda-forge",
+            )
+            sp.add_argument(
+                "--offline-channel", help=f"the seeded local channel (default: {paths.OFFLINE_CHANNEL} of the source tree)"
+            )
+            sp.add_argument("--select", action="append", help="only packages whose id contains this text (repeatable)")
 
     sp = sub.add_parser("matrix", help="the packages each output will produce (rattler-build render)")
     common(sp, output=False)
@@ -119,12 +138,16 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--progress", action="store_true", help="show live progress even without a terminal")
     sp.set_defaults(func=cmd_build)
 
-    sp = sub.add_parser("verify", help="check pins, provenance, linkage, file modes, dist-info and Python-free framework "
-                                       "packages, install and run them")
+    sp = sub.add_parser(
+        "verify",
+        help="check pins, provenance, linkage, file modes, dist-info and Python-free framework packages, install and run them",
+    )
     common(sp)
-    sp.add_argument("--no-install", action="store_true",
-                    help="only what needs no install: pins, provenance, file modes, dist-info, no Python "
-                         "in the framework packages")
+    sp.add_argument(
+        "--no-install",
+        action="store_true",
+        help="only what needs no install: pins, provenance, file modes, dist-info, no Python in the framework packages",
+    )
     sp.set_defaults(func=cmd_verify)
 
     sp = sub.add_parser("index", help="(re)write the repodata of a local channel folder (py-rattler)")
@@ -133,16 +156,23 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("env", help="conda environments from the built packages, without conda")
     env_sub = sp.add_subparsers(dest="env_command", required=True)
-    sp = env_sub.add_parser("create", help="solve SPECs from the channels and install them into PREFIX (py-rattler)",
-                            description="Make a conda environment at PREFIX from the built channel: "
-                                        "fuselet-build env create ./env fuselet-jax \"python 3.11.*\"")
+    sp = env_sub.add_parser(
+        "create",
+        help="solve SPECs from the channels and install them into PREFIX (py-rattler)",
+        description="Make a conda environment at PREFIX from the built channel: "
+        'fuselet-build env create ./env fuselet-jax "python 3.11.*"',
+    )
     sp.add_argument("prefix", metavar="PREFIX", help="a new or empty folder, or an existing conda environment")
-    sp.add_argument("specs", metavar="SPEC", nargs="+", help="conda match specs: fuselet-jax, \"python 3.11.*\", ...")
-    sp.add_argument("--channel", "-c", action="append",
-                    help=f"a channel folder or URL, repeatable (default: {paths.OUTPUT} and "
-                         f"{paths.OFFLINE_CHANNEL} of the source tree)")
-    sp.add_argument("--cuda", metavar="VERSION",
-                    help="declare a CUDA driver of VERSION where none is detected (to install CUDA builds)")
+    sp.add_argument("specs", metavar="SPEC", nargs="+", help='conda match specs: fuselet-jax, "python 3.11.*", ...')
+    sp.add_argument(
+        "--channel",
+        "-c",
+        action="append",
+        help=f"a channel folder or URL, repeatable (default: {paths.OUTPUT} and {paths.OFFLINE_CHANNEL} of the source tree)",
+    )
+    sp.add_argument(
+        "--cuda", metavar="VERSION", help="declare a CUDA driver of VERSION where none is detected (to install CUDA builds)"
+    )
     sp.add_argument("--progress", action="store_true", help="show download/link progress even without a terminal")
     sp.set_defaults(func=cmd_env_create)
 
@@ -174,10 +204,15 @@ def run(args) -> int:
         print(f"fuselet-build {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except ImportError as exc:
-        print(f"fuselet-build {args.command}: error: {exc}. fuselet-build's own dependencies are missing; "
-              f"reinstall it: pip install ./tools/fuselet-build", file=sys.stderr)
+        print(
+            f"fuselet-build {args.command}: error: {exc}. fuselet-build's own dependencies are missing; "
+            f"reinstall it: pip install ./tools/fuselet-build",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
-        print(f"fuselet-build {args.command}: interrupted; finished packages are kept and the channel "
-              f"index is valid", file=sys.stderr)
+        print(
+            f"fuselet-build {args.command}: interrupted; finished packages are kept and the channel index is valid",
+            file=sys.stderr,
+        )
         return 130

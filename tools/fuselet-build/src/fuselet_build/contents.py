@@ -1,14 +1,15 @@
 """What conda-forge's CI checks inside a built package, done on the files themselves.
 
-  linkage      every NEEDED entry of every ELF file is provided by the package itself, by the
-               environment its run dependencies make (the package installed with them), or by
-               the C library and the compiler's runtime; no allowlist for anything else (CUDA
-               libraries included): pyelftools reads the dynamic sections.
-  readable     the package file and the channel's index files are readable by everyone (a
-               channel served from a shared folder or a web server).
-  dist-info    the Python parts carry a <name>-<version>.dist-info, so pip and
-               importlib.metadata see them.
+linkage      every NEEDED entry of every ELF file is provided by the package itself, by the
+             environment its run dependencies make (the package installed with them), or by
+             the C library and the compiler's runtime; no allowlist for anything else (CUDA
+             libraries included): pyelftools reads the dynamic sections.
+readable     the package file and the channel's index files are readable by everyone (a
+             channel served from a shared folder or a web server).
+dist-info    the Python parts carry a <name>-<version>.dist-info, so pip and
+             importlib.metadata see them.
 """
+
 from __future__ import annotations
 
 import stat
@@ -19,8 +20,16 @@ from pathlib import Path
 # libstdcxx, which the compilers' run_exports add; this machine's own where the offline
 # channel uses the host compiler).
 SYSTEM_LIBRARIES = {
-    "libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1", "libutil.so.1",
-    "ld-linux-x86-64.so.2", "libresolv.so.2", "libgcc_s.so.1", "libstdc++.so.6",
+    "libc.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "libpthread.so.0",
+    "librt.so.1",
+    "libutil.so.1",
+    "ld-linux-x86-64.so.2",
+    "libresolv.so.2",
+    "libgcc_s.so.1",
+    "libstdc++.so.6",
 }
 INDEX_FILES = ("repodata.json", "repodata.json.zst", "repodata_shards.msgpack.zst")
 

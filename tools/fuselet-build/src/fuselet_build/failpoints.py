@@ -5,6 +5,7 @@ point (no clean-up code runs, as with a power cut or the OOM killer). Unset, not
   publish  the package is recorded in the manifest, not yet moved into the channel
   index    the new index is written, its shards moved in, repodata.json not yet replaced
 """
+
 from __future__ import annotations
 
 import os

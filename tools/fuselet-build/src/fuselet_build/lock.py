@@ -4,6 +4,7 @@ The kernel drops a flock when its process dies, so a lock left by a killed run i
 stale: the next run takes it. The holder writes its pid, command and start time into the
 file, and a run that finds the folder busy names them.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,8 +29,7 @@ def holder(folder: Path) -> str:
 
 
 @contextmanager
-def folder_lock(folder: Path, what: str, error: type[Exception],
-                wait: Callable[[str], None] | None = None) -> Iterator[None]:
+def folder_lock(folder: Path, what: str, error: type[Exception], wait: Callable[[str], None] | None = None) -> Iterator[None]:
     """Hold the lock of `folder` for `what` ("fuselet-build build"); raise `error` at once,
     naming the holder, when another run holds it; with `wait`, say so through it (the holder
     named) and wait for the lock instead."""
@@ -43,13 +43,16 @@ def folder_lock(folder: Path, what: str, error: type[Exception],
         except OSError:
             who = holder(folder) or "another process"
             if wait is None:
-                raise error(f"{folder} is in use by {who}: one {what} at a time per folder; wait for it to "
-                            f"finish (or stop it), or choose another folder") from None
+                raise error(
+                    f"{folder} is in use by {who}: one {what} at a time per folder; wait for it to "
+                    f"finish (or stop it), or choose another folder"
+                ) from None
             wait(f"{folder} is in use by {who}: waiting for it to finish ({what})")
-            fcntl.flock(f, fcntl.LOCK_EX)   # the kernel drops it when the holder exits, killed or not
+            fcntl.flock(f, fcntl.LOCK_EX)  # the kernel drops it when the holder exits, killed or not
         f.seek(0)
         f.truncate()
-        f.write(json.dumps({"pid": os.getpid(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
-                            "started": time.time()}))
+        f.write(
+            json.dumps({"pid": os.getpid(), "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "started": time.time()})
+        )
         f.flush()
         yield

@@ -1,4 +1,5 @@
 """`fuselet-build matrix`: the packages each output produces, from rattler-build's render."""
+
 from __future__ import annotations
 
 import difflib
@@ -13,10 +14,27 @@ from fuselet_build.errors import UserError
 # Variant keys that say which ABI a package is built for (shown in tables, used for CI jobs).
 ABI_KEYS = ("cuda_compiler_version", "python", "pytorch", "jaxlib", "jaxlib_ffi")
 # Keys of conda-forge's global pinning a variant file may carry for recipes that do not use them.
-STANDARD_KEYS = {"c_compiler", "c_compiler_version", "cxx_compiler", "cxx_compiler_version", "c_stdlib",
-                 "c_stdlib_version", "cuda_compiler", "cuda_compiler_version", "fortran_compiler",
-                 "fortran_compiler_version", "python", "python_min", "target_platform", "zip_keys",
-                 "pin_run_as_build", "channel_sources", "channel_targets", "docker_image", "cdt_name"}
+STANDARD_KEYS = {
+    "c_compiler",
+    "c_compiler_version",
+    "cxx_compiler",
+    "cxx_compiler_version",
+    "c_stdlib",
+    "c_stdlib_version",
+    "cuda_compiler",
+    "cuda_compiler_version",
+    "fortran_compiler",
+    "fortran_compiler_version",
+    "python",
+    "python_min",
+    "target_platform",
+    "zip_keys",
+    "pin_run_as_build",
+    "channel_sources",
+    "channel_targets",
+    "docker_image",
+    "cdt_name",
+}
 
 
 @dataclass(frozen=True)
@@ -66,16 +84,20 @@ def render(recipe: Path, variant_files: list[Path], target_platform: str = "linu
         rendered = stage0.render(variants, RenderConfig(platform=PlatformConfig(target_platform=target_platform)))
     except Exception as exc:
         typos = misspelled_keys(recipe.read_text(errors="replace"), list(variants.keys()))
-        raise UserError(f"cannot render {recipe} with {', '.join(map(str, variant_files))}: {exc}"
-                        + "".join(f"\n  {t}" for t in typos)) from exc
+        raise UserError(
+            f"cannot render {recipe} with {', '.join(map(str, variant_files))}: {exc}" + "".join(f"\n  {t}" for t in typos)
+        ) from exc
     used = set().union(*(dict(r.variant) for r in rendered))
     unused = [k for k in variants.keys() if k not in used and k not in STANDARD_KEYS]
     typos = misspelled_keys(recipe.read_text(errors="replace"), unused)
     if typos:
         raise UserError(f"--variants {', '.join(map(str, variant_files))}: " + "; ".join(typos))
     for key in unused:
-        print(f"fuselet-build: warning: variant key `{key}` ({', '.join(map(str, variant_files))}) is used by no "
-              f"output of {recipe}", file=sys.stderr)
+        print(
+            f"fuselet-build: warning: variant key `{key}` ({', '.join(map(str, variant_files))}) is used by no "
+            f"output of {recipe}",
+            file=sys.stderr,
+        )
     unique, seen = [], set()
     for r in rendered:
         job = job_of(r)
@@ -138,8 +160,7 @@ def print_table(job_list: list[Job], title: str) -> None:
         a = j.abi()
         jax = f"{a['jaxlib']} ({a.get('jaxlib_ffi', '?')})" if "jaxlib" in a else ""
         cuda = a.get("cuda_compiler_version", "")
-        table.add_row(j.name, j.build_string, j.subdir, "cpu" if cuda == "None" else cuda,
-                      a.get("pytorch", ""), jax)
+        table.add_row(j.name, j.build_string, j.subdir, "cpu" if cuda == "None" else cuda, a.get("pytorch", ""), jax)
     console = Console()
     console.width = max(console.width, 150)  # build strings stay whole in CI logs and pipes
     console.print(table)

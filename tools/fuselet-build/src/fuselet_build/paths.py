@@ -1,6 +1,7 @@
 """Default locations: the outputs inside the source tree, what can be shared between clones
 (the seed's downloads and packages, the compiler cache) in the per-user cache; a path given on
 the command line is relative to the working directory, as any command's."""
+
 from __future__ import annotations
 
 import os
@@ -22,7 +23,7 @@ def root() -> Path:
 RECIPE = "recipe/recipe.yaml"
 OFFLINE_VARIANTS = "variants/offline.yaml"
 OFFLINE_CHANNEL = "build/offline-channel"  # seeded by `fuselet-build seed`
-OUTPUT = "output"                           # built packages: itself a conda channel
+OUTPUT = "output"  # built packages: itself a conda channel
 
 
 def version() -> str:

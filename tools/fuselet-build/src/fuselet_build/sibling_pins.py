@@ -7,6 +7,7 @@ to the CPU libfuselet (verify caught it).
 the build. Remove this module once rattler-build pins to the rendered variant's own sibling
 (the e2e test `test_verify_passes` checks the pins of every built package).
 """
+
 from __future__ import annotations
 
 from fuselet_build import matrix

@@ -1,6 +1,7 @@
 """`fuselet-build verify`: every built package carries the pins and the provenance of its
 variant and what conda-forge's CI checks (fuselet_build.contents: linkage, readable files,
 dist-info), installs into a fresh prefix from the channels, and runs one op there."""
+
 from __future__ import annotations
 
 import json
@@ -15,22 +16,26 @@ from fuselet_build import build as build_mod
 from fuselet_build import channel, contents, matrix
 
 SMOKE = {
-    "fuselet-torch": ("import torch, fuselet.torch as ft; x = torch.randn(4, 64); w = torch.rand(64); "
-                      "ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w; "
-                      "assert torch.allclose(ft.rms_norm(x, w), ref, atol=1e-5), 'rms_norm mismatch'; "
-                      "print('fuselet-torch', torch.__version__, 'ok')"),
-    "fuselet-jax": ("import jax.numpy as jnp, numpy as np, fuselet.jax as fj, jaxlib; "
-                    "x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 64)), jnp.float32); "
-                    "w = jnp.ones(64); ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6); "
-                    "assert float(jnp.abs(fj.rms_norm(x, w) - ref).max()) < 1e-5, 'rms_norm mismatch'; "
-                    "print('fuselet-jax on jaxlib', jaxlib.__version__, 'ok')"),
+    "fuselet-torch": (
+        "import torch, fuselet.torch as ft; x = torch.randn(4, 64); w = torch.rand(64); "
+        "ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w; "
+        "assert torch.allclose(ft.rms_norm(x, w), ref, atol=1e-5), 'rms_norm mismatch'; "
+        "print('fuselet-torch', torch.__version__, 'ok')"
+    ),
+    "fuselet-jax": (
+        "import jax.numpy as jnp, numpy as np, fuselet.jax as fj, jaxlib; "
+        "x = jnp.asarray(np.random.default_rng(0).standard_normal((4, 64)), jnp.float32); "
+        "w = jnp.ones(64); ref = x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6); "
+        "assert float(jnp.abs(fj.rms_norm(x, w) - ref).max()) < 1e-5, 'rms_norm mismatch'; "
+        "print('fuselet-jax on jaxlib', jaxlib.__version__, 'ok')"
+    ),
     "fuselet": "import fuselet; fuselet.info()",
     "libfuselet": None,
 }
 
 
-PYTHON_PARTS = ("fuselet",)                               # packages with a dist-info
-FRAMEWORK_LAYERS = {"fuselet-torch": "torch", "fuselet-jax": "jax"}   # packages that hold no Python
+PYTHON_PARTS = ("fuselet",)  # packages with a dist-info
+FRAMEWORK_LAYERS = {"fuselet-torch": "torch", "fuselet-jax": "jax"}  # packages that hold no Python
 
 
 @dataclass
@@ -66,8 +71,9 @@ def expected_pins(job: matrix.Job) -> list[str]:
 
 def pin_problems(job: matrix.Job, depends: list[str]) -> list[str]:
     """The expected pins of `job` that no dependency in `depends` matches."""
-    return [f"missing pin /{pin}/ in depends {depends}" for pin in expected_pins(job)
-            if not any(re.match(pin, d) for d in depends)]
+    return [
+        f"missing pin /{pin}/ in depends {depends}" for pin in expected_pins(job) if not any(re.match(pin, d) for d in depends)
+    ]
 
 
 def extract(pkg_path: Path, job: matrix.Job, workdir: Path) -> Path:
@@ -110,12 +116,16 @@ def python_free_problems(dest: Path, depends: list[str], job: matrix.Job) -> lis
     under a pythonX.Y folder, and no ELF file linking libpython."""
     if job.name not in FRAMEWORK_LAYERS:
         return []
-    problems = [f"depends on {d}: the package would be tied to one Python" for d in depends
-                if d.split(" ")[0] in ("python", "python_abi")]
+    problems = [
+        f"depends on {d}: the package would be tied to one Python" for d in depends if d.split(" ")[0] in ("python", "python_abi")
+    ]
     problems += [f"{p.relative_to(dest)} is under a Python folder" for p in dest.glob("lib/python*/**/*") if p.is_file()]
     for path in sorted(p for p in dest.rglob("*") if p.is_file() and not p.is_symlink()):
-        problems += [f"{path.relative_to(dest)} links {n}" for n in contents.elf_needed(path) or []
-                     if n.startswith(("libpython", "libtorch_python"))]
+        problems += [
+            f"{path.relative_to(dest)} links {n}"
+            for n in contents.elf_needed(path) or []
+            if n.startswith(("libpython", "libtorch_python"))
+        ]
     return problems
 
 
@@ -137,8 +147,9 @@ def smoke(job: matrix.Job, prefix: Path, workdir: Path) -> list[str]:
     code = SMOKE.get(job.name)
     if code is None:
         return []
-    proc = subprocess.run([str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600,
-                          cwd=workdir, env=clean_env())
+    proc = subprocess.run(
+        [str(prefix / "bin" / "python"), "-c", code], capture_output=True, text=True, timeout=600, cwd=workdir, env=clean_env()
+    )
     if proc.returncode != 0:
         last = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else f"exit {proc.returncode}"
         return [f"smoke test failed in {prefix}: {last}"]
@@ -150,8 +161,15 @@ def clean_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
 
 
-def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list[str], *,
-           install: bool = True, select: list[str] | None = None) -> list[Check]:
+def verify(
+    recipe: Path,
+    variant_files: list[Path],
+    output: Path,
+    channels: list[str],
+    *,
+    install: bool = True,
+    select: list[str] | None = None,
+) -> list[Check]:
     from rattler_build import Package
 
     checks = []
@@ -169,8 +187,10 @@ def verify(recipe: Path, variant_files: list[Path], output: Path, channels: list
                 depends = Package.from_file(str(path)).depends
                 dest = extract(path, job, work)
             except Exception as exc:  # a damaged file is this package's failure, never the run's
-                check.problems.append(f"cannot read {path}: {str(exc).strip()[:200]}. The file is damaged (an "
-                                      f"interrupted copy or build?): delete it and run `fuselet-build build` again")
+                check.problems.append(
+                    f"cannot read {path}: {str(exc).strip()[:200]}. The file is damaged (an "
+                    f"interrupted copy or build?): delete it and run `fuselet-build build` again"
+                )
                 continue
             why = build_mod.package_state(output, job, source)[1]
             if why:
@@ -203,6 +223,7 @@ def print_checks(checks: list[Check]) -> None:
     for col in ("package", "build string", "result", "details"):
         table.add_column(col)
     for c in checks:
-        table.add_row(c.job.name, c.job.build_string, "[green]ok" if c.ok else "[red]FAILED",
-                      "; ".join(c.problems or c.notes)[:400])
+        table.add_row(
+            c.job.name, c.job.build_string, "[green]ok" if c.ok else "[red]FAILED", "; ".join(c.problems or c.notes)[:400]
+        )
     Console(width=200).print(table)

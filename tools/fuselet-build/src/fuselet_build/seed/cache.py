@@ -1,5 +1,6 @@
 """What every part of `fuselet-build seed` shares: SeedError, the channel's subdirs, the cache
 (downloads, resolutions, finished packages, work folders) and the packing options."""
+
 from __future__ import annotations
 
 import hashlib
@@ -23,6 +24,7 @@ class SeedError(UserError):
 
 
 # --- the cache -----------------------------------------------------------------------------
+
 
 class Cache:
     """cache_dir layout: wheels/ (downloads), resolve/ (pip resolutions), pkgs/<subdir>/
@@ -51,8 +53,7 @@ class Cache:
         """One seed per cache at a time (clones and CI jobs sharing a cache folder): the error
         names the holder; with `wait`, it is told so and the seed waits for the holder to end
         (the second of two clones then finds the packages the first made)."""
-        with folder_lock(self.root, "`fuselet-build seed` (pass another --cache to run one beside it)", SeedError,
-                         wait):
+        with folder_lock(self.root, "`fuselet-build seed` (pass another --cache to run one beside it)", SeedError, wait):
             yield
 
     def clean_tmp(self) -> None:
@@ -91,8 +92,10 @@ class Cache:
 
     def _record(self, path: Path, digest: str | None = None) -> None:
         st = path.stat()
-        atomic_write(self._record_path(path), json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                                                          "sha256": digest or sha256_file(path)}))
+        atomic_write(
+            self._record_path(path),
+            json.dumps({"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest or sha256_file(path)}),
+        )
 
     def damaged(self, path: Path) -> str:
         """Why the finished package `path` of the cache cannot be used ("" when it can): its
@@ -108,9 +111,11 @@ class Cache:
             return ""
         digest = sha256_file(path)
         if digest != rec.get("sha256"):
-            return (f"its sha256 is not the one recorded when it was made ({st.st_size} bytes, "
-                    f"{rec.get('size')} then): truncated or overwritten")
-        self._record(path, digest)   # touched, not changed
+            return (
+                f"its sha256 is not the one recorded when it was made ({st.st_size} bytes, "
+                f"{rec.get('size')} then): truncated or overwritten"
+            )
+        self._record(path, digest)  # touched, not changed
         return ""
 
 
@@ -131,9 +136,10 @@ def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
 
 # --- packing -------------------------------------------------------------------------------
 
+
 @dataclass
 class Options:
-    compression_level: int = 3        # zstd level; 9+ costs minutes on the CUDA libraries
+    compression_level: int = 3  # zstd level; 9+ costs minutes on the CUDA libraries
     compression_threads: int = max(1, os.cpu_count() or 1)
 
 

@@ -1,5 +1,6 @@
 """The seeded channel folder: placing packages, the manifest, disk space checks (indexing is
 fuselet_build.channel.index, shared with the build)."""
+
 from __future__ import annotations
 
 import errno
@@ -17,6 +18,7 @@ MANIFEST = ".fuselet-seed.json"
 
 
 # --- the channel ---------------------------------------------------------------------------
+
 
 def place_in_channel(src: Path, channel: Path, subdir: str, replace: bool = False) -> None:
     """Link (or copy) the cache's package `src` into the channel; an existing file of the same
@@ -47,10 +49,12 @@ def check_space(cache: Cache, channel: Path, plans: list[WheelPlan], py_cached: 
     need = space_needed(cache, channel, plans, py_cached)
     free = shutil.disk_usage(cache.root).free
     if need > free:
-        raise SeedError(f"not enough free disk space: this seed writes about {need / 2**30:.1f} GiB under "
-                        f"{cache.root} (the biggest wheel is unpacked twice while it is packed), "
-                        f"{free / 2**30:.1f} GiB are free. Free some space or pass --cache/--channel-dir on a "
-                        f"bigger disk; nothing was changed.")
+        raise SeedError(
+            f"not enough free disk space: this seed writes about {need / 2**30:.1f} GiB under "
+            f"{cache.root} (the biggest wheel is unpacked twice while it is packed), "
+            f"{free / 2**30:.1f} GiB are free. Free some space or pass --cache/--channel-dir on a "
+            f"bigger disk; nothing was changed."
+        )
 
 
 def read_manifest(channel: Path) -> dict:
@@ -62,10 +66,12 @@ def read_manifest(channel: Path) -> dict:
 
 def disk_error(exc: BaseException, doing: str, cache: Cache, channel: Path) -> SeedError:
     free = shutil.disk_usage(cache.root).free / 2**20
-    return SeedError(f"no space left on the device while {doing} ({free:.0f} MiB free under {cache.root}; "
-                     f"{exc}). "
-                     f"Finished packages are kept in {cache.pkgs}; the channel index of {channel} is "
-                     f"unchanged. Free some space (or pass --cache/--channel-dir on a bigger disk) and seed again.")
+    return SeedError(
+        f"no space left on the device while {doing} ({free:.0f} MiB free under {cache.root}; "
+        f"{exc}). "
+        f"Finished packages are kept in {cache.pkgs}; the channel index of {channel} is "
+        f"unchanged. Free some space (or pass --cache/--channel-dir on a bigger disk) and seed again."
+    )
 
 
 def is_enospc(exc: BaseException) -> bool:

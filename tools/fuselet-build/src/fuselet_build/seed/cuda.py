@@ -8,6 +8,7 @@ The seed makes them from the wheels the CUDA torch already pulls in (nvidia-cuda
 nvidia-cuda-nvrtc, nvidia-nvtx) with a small multi-output rattler-build recipe (recipes/cuda),
 so the run_exports and the symlinks are rattler-build's own.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -26,9 +27,13 @@ RECIPE = Path(__file__).parent / "recipes" / "cuda" / "recipe.yaml"
 # wheel (conda name of the converted wheel) -> the folder of the extracted sources it fills
 SOURCES = {"nvidia-cuda-runtime": "cudart", "nvidia-cuda-nvrtc": "nvrtc", "nvidia-nvtx": "nvtx"}
 # package -> (source folder, subdir)
-PACKAGES = {"cuda-cudart": ("cudart", "linux-64"), "cuda-cudart-dev": ("cudart", "linux-64"),
-            "cuda-nvrtc": ("nvrtc", "linux-64"), "cuda-nvrtc-dev": ("nvrtc", "linux-64"),
-            "nvtx-c": ("nvtx", "noarch")}
+PACKAGES = {
+    "cuda-cudart": ("cudart", "linux-64"),
+    "cuda-cudart-dev": ("cudart", "linux-64"),
+    "cuda-nvrtc": ("nvrtc", "linux-64"),
+    "cuda-nvrtc-dev": ("nvrtc", "linux-64"),
+    "nvtx-c": ("nvtx", "noarch"),
+}
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class SplitPackage:
     version: str
     subdir: str
     digest: str
-    wheels: tuple[WheelPlan, ...]     # the runtime, nvrtc and nvtx wheels (all outputs share them)
+    wheels: tuple[WheelPlan, ...]  # the runtime, nvrtc and nvtx wheels (all outputs share them)
 
     @property
     def build(self) -> str:
@@ -67,9 +72,14 @@ def extract_sources(split: SplitPackage, dest: Path) -> None:
         folder = dest / SOURCES[plan.name]
         with zipfile.ZipFile(plan.info.path) as zf:
             # nvidia/<cuda>/{include,lib}/... -> <folder>/{include,lib}/...
-            members = [(m, parts[2:]) for m in zf.infolist() if not m.is_dir()
-                       and len(parts := m.filename.split("/")) > 3 and parts[0] == "nvidia"
-                       and parts[2] in ("include", "lib")]
+            members = [
+                (m, parts[2:])
+                for m in zf.infolist()
+                if not m.is_dir()
+                and len(parts := m.filename.split("/")) > 3
+                and parts[0] == "nvidia"
+                and parts[2] in ("include", "lib")
+            ]
             if not members:
                 raise SeedError(f"{plan.info.path.name} has no nvidia/<cuda>/include or lib folder")
             for m, rel in members:
@@ -89,23 +99,34 @@ def make_split_package(cache: Cache, split: SplitPackage, opts: Options) -> Path
         runtime = next(p for p in split.wheels if p.name == "nvidia-cuda-runtime")
         mm, nxt = cuda_version_range(runtime.version)
         versions = {SOURCES[p.name]: p.version for p in split.wheels}
-        ctx = {"src": str(work / "src"), "cudart_version": versions["cudart"], "nvrtc_version": versions["nvrtc"],
-               "nvtx_version": versions["nvtx"], "cuda_mm": mm, "cuda_next": nxt, "seed_hash": split.digest}
+        ctx = {
+            "src": str(work / "src"),
+            "cudart_version": versions["cudart"],
+            "nvrtc_version": versions["nvrtc"],
+            "nvtx_version": versions["nvtx"],
+            "cuda_mm": mm,
+            "cuda_next": nxt,
+            "seed_hash": split.digest,
+        }
         recipe = rb.Stage0Recipe.from_file(RECIPE)
-        rendered = recipe.render(rb.VariantConfig(), rb.RenderConfig(
-            platform=rb.PlatformConfig(target_platform="linux-64"), extra_context=ctx))
+        rendered = recipe.render(
+            rb.VariantConfig(), rb.RenderConfig(platform=rb.PlatformConfig(target_platform="linux-64"), extra_context=ctx)
+        )
         (variant,) = [r for r in rendered if r.recipe.package.name == split.name]
         log_path = cache.root / f"{split.name}-build.log"
         try:
             with tmpdir_env(work), BuildLog(log_path) as log:
                 result = variant.run_build(
-                    tool_config=rb.ToolConfiguration(compression_threads=opts.compression_threads,
-                                                     test_strategy="skip"),
-                    output_dir=work / "out", channels=[], progress_callback=log,
-                    package_format=f"conda:{opts.compression_level}")
+                    tool_config=rb.ToolConfiguration(compression_threads=opts.compression_threads, test_strategy="skip"),
+                    output_dir=work / "out",
+                    channels=[],
+                    progress_callback=log,
+                    package_format=f"conda:{opts.compression_level}",
+                )
         except Exception as exc:
-            raise SeedError(f"building {split.name} from {runtime.info.path.name} and its siblings failed: {exc}\n"
-                            f"  log: {log_path}") from exc
+            raise SeedError(
+                f"building {split.name} from {runtime.info.path.name} and its siblings failed: {exc}\n  log: {log_path}"
+            ) from exc
         return cache.store(Path(result.packages[0]), split.subdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)

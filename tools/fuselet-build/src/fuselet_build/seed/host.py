@@ -1,5 +1,6 @@
 """The host: its toolchain facts, the activation packages made from them (compilers, stdlib,
 CUDA) and the `python` package made from the running interpreter's prefix."""
+
 from __future__ import annotations
 
 import errno
@@ -20,22 +21,41 @@ from fuselet_build.seed.wheels import Target
 
 # --- host facts ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class HostToolchain:
     """The host compilers the activation packages point at."""
 
-    gcc_version: str                  # "12.2.0"
-    triplet: str                      # "x86_64-linux-gnu"
-    tools: dict[str, str]             # CC, CXX, AR, ... -> absolute paths
-    glibc: str                        # "2.36"
-    cuda_root: Path | None = None     # the toolkit root (resolved through a wrapper script)
-    nvcc_version: str | None = None   # "13.0.88"
+    gcc_version: str  # "12.2.0"
+    triplet: str  # "x86_64-linux-gnu"
+    tools: dict[str, str]  # CC, CXX, AR, ... -> absolute paths
+    glibc: str  # "2.36"
+    cuda_root: Path | None = None  # the toolkit root (resolved through a wrapper script)
+    nvcc_version: str | None = None  # "13.0.88"
 
 
-_GCC_TOOLS = {"CC": "gcc", "CPP": "cpp", "GCC": "gcc", "AR": "ar", "AS": "as", "LD": "ld", "NM": "nm",
-              "OBJCOPY": "objcopy", "OBJDUMP": "objdump", "RANLIB": "ranlib", "READELF": "readelf",
-              "SIZE": "size", "STRINGS": "strings", "STRIP": "strip", "GCC_AR": "gcc-ar",
-              "GCC_NM": "gcc-nm", "GCC_RANLIB": "gcc-ranlib", "CXX": "g++", "GXX": "g++", "CXXFILT": "c++filt"}
+_GCC_TOOLS = {
+    "CC": "gcc",
+    "CPP": "cpp",
+    "GCC": "gcc",
+    "AR": "ar",
+    "AS": "as",
+    "LD": "ld",
+    "NM": "nm",
+    "OBJCOPY": "objcopy",
+    "OBJDUMP": "objdump",
+    "RANLIB": "ranlib",
+    "READELF": "readelf",
+    "SIZE": "size",
+    "STRINGS": "strings",
+    "STRIP": "strip",
+    "GCC_AR": "gcc-ar",
+    "GCC_NM": "gcc-nm",
+    "GCC_RANLIB": "gcc-ranlib",
+    "CXX": "g++",
+    "GXX": "g++",
+    "CXXFILT": "c++filt",
+}
 
 
 def _out(cmd: list[str]) -> str:
@@ -69,12 +89,12 @@ def detect_host(with_cuda: bool = True) -> HostToolchain:
     gcc = shutil.which("gcc")
     gxx = shutil.which("g++")
     if not gcc or not gxx:
-        raise SeedError("no host C/C++ compiler: `gcc` and `g++` must be on PATH for the compiler "
-                        "activation packages (apt-get install g++)")
+        raise SeedError(
+            "no host C/C++ compiler: `gcc` and `g++` must be on PATH for the compiler activation packages (apt-get install g++)"
+        )
     tools = {var: p for var, exe in _GCC_TOOLS.items() if (p := shutil.which(exe))}
     glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "glibc 0").split()[-1]
-    host = dict(gcc_version=_out([gcc, "-dumpfullversion"]), triplet=_out([gcc, "-dumpmachine"]),
-                tools=tools, glibc=glibc)
+    host = dict(gcc_version=_out([gcc, "-dumpfullversion"]), triplet=_out([gcc, "-dumpmachine"]), tools=tools, glibc=glibc)
     root = find_cuda_root() if with_cuda else None
     if root is not None:
         m = re.search(r"V(\d+\.\d+\.\d+)", _out([str(root / "bin" / "nvcc"), "--version"]))
@@ -82,8 +102,9 @@ def detect_host(with_cuda: bool = True) -> HostToolchain:
     return HostToolchain(**host)
 
 
-def activation_scripts(package: str, env: dict[str, str], append: dict[str, str] | None = None,
-                       note: str = "") -> tuple[str, str]:
+def activation_scripts(
+    package: str, env: dict[str, str], append: dict[str, str] | None = None, note: str = ""
+) -> tuple[str, str]:
     """(activate.sh, deactivate.sh) exporting `env` (and appending `append` to existing
     values, e.g. CMAKE_ARGS); deactivation restores what was there before."""
     tag = re.sub(r"\W", "_", package).upper()
@@ -92,8 +113,7 @@ def activation_scripts(package: str, env: dict[str, str], append: dict[str, str]
     for var in [*env, *(append or {})]:
         bak = f"_FUSELET_{tag}_BACKUP_{var}"
         act.append(f'if [ -n "${{{var}+x}}" ]; then export {bak}="${{{var}}}"; fi')
-        deact.append(f'if [ -n "${{{bak}+x}}" ]; then export {var}="${{{bak}}}"; unset {bak}; '
-                     f"else unset {var}; fi")
+        deact.append(f'if [ -n "${{{bak}+x}}" ]; then export {var}="${{{bak}}}"; unset {bak}; else unset {var}; fi')
     for var, value in env.items():
         act.append(f"export {var}={shlex.quote(value)}")
     for var, value in (append or {}).items():
@@ -109,13 +129,13 @@ class HostPackage:
 
     name: str
     version: str
-    subdir: str                       # "linux-64" or "noarch" (noarch: generic)
+    subdir: str  # "linux-64" or "noarch" (noarch: generic)
     depends: list[str] = field(default_factory=list)
     constrains: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     append: dict[str, str] = field(default_factory=dict)
     summary: str = ""
-    build_string: str | None = None   # fixed build string (python_abi: 8_cp311), else h<hash>_0
+    build_string: str | None = None  # fixed build string (python_abi: 8_cp311), else h<hash>_0
 
     def scripts(self) -> tuple[str, str] | None:
         if not self.env and not self.append:
@@ -126,8 +146,9 @@ class HostPackage:
     def build(self) -> str:
         if self.build_string:
             return self.build_string
-        digest = wheels.short_hash(wheels.CONVERTER_VERSION, self.name, self.version, self.depends,
-                                    self.constrains, self.scripts(), self.summary)
+        digest = wheels.short_hash(
+            wheels.CONVERTER_VERSION, self.name, self.version, self.depends, self.constrains, self.scripts(), self.summary
+        )
         return f"h{digest}_0"
 
     @property
@@ -138,9 +159,14 @@ class HostPackage:
 def python_abi_package(interp: Interpreter, subdir: str) -> HostPackage:
     """python_abi as python_abi-feedstock makes it: build string 8_cp3XY, constraining python to
     the build-string tag of that minor."""
-    return HostPackage("python_abi", interp.short, subdir, constrains=[f"python {interp.short}.* *_{interp.tag}"],
-                       summary=f"Metadata: CPython {interp.short} ABI (cp{interp.nodot})",
-                       build_string=f"8_cp{interp.nodot}")
+    return HostPackage(
+        "python_abi",
+        interp.short,
+        subdir,
+        constrains=[f"python {interp.short}.* *_{interp.tag}"],
+        summary=f"Metadata: CPython {interp.short} ABI (cp{interp.nodot})",
+        build_string=f"8_cp{interp.nodot}",
+    )
 
 
 def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
@@ -148,18 +174,49 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
     compiler('cuda') with cuda_compiler=cuda-nvcc, and stdlib('c') with c_stdlib=sysroot
     resolve to: gxx_linux-64, cuda-nvcc_linux-64, sysroot_linux-64)."""
     t = host.tools
-    gcc_env = {k: t[k] for k in ("CC", "CPP", "GCC", "AR", "AS", "LD", "NM", "OBJCOPY", "OBJDUMP", "RANLIB",
-                                 "READELF", "SIZE", "STRINGS", "STRIP", "GCC_AR", "GCC_NM", "GCC_RANLIB") if k in t}
-    gcc_env.update(HOST=host.triplet, BUILD=host.triplet, CONDA_TOOLCHAIN_HOST=host.triplet,
-                   CONDA_TOOLCHAIN_BUILD=host.triplet)
+    gcc_env = {
+        k: t[k]
+        for k in (
+            "CC",
+            "CPP",
+            "GCC",
+            "AR",
+            "AS",
+            "LD",
+            "NM",
+            "OBJCOPY",
+            "OBJDUMP",
+            "RANLIB",
+            "READELF",
+            "SIZE",
+            "STRINGS",
+            "STRIP",
+            "GCC_AR",
+            "GCC_NM",
+            "GCC_RANLIB",
+        )
+        if k in t
+    }
+    gcc_env.update(HOST=host.triplet, BUILD=host.triplet, CONDA_TOOLCHAIN_HOST=host.triplet, CONDA_TOOLCHAIN_BUILD=host.triplet)
     pkgs = [
-        HostPackage("gcc_linux-64", host.gcc_version, "linux-64", env=gcc_env,
-                    summary=f"activation of the host GCC {host.gcc_version} ({t['CC']})"),
-        HostPackage("gxx_linux-64", host.gcc_version, "linux-64", depends=[f"gcc_linux-64 =={host.gcc_version}"],
-                    env={k: t[k] for k in ("CXX", "GXX", "CXXFILT") if k in t},
-                    summary=f"activation of the host G++ {host.gcc_version} ({t['CXX']})"),
-        HostPackage("sysroot_linux-64", host.glibc, "noarch",
-                    summary=f"Metadata: the host glibc {host.glibc} is the C standard library"),
+        HostPackage(
+            "gcc_linux-64",
+            host.gcc_version,
+            "linux-64",
+            env=gcc_env,
+            summary=f"activation of the host GCC {host.gcc_version} ({t['CC']})",
+        ),
+        HostPackage(
+            "gxx_linux-64",
+            host.gcc_version,
+            "linux-64",
+            depends=[f"gcc_linux-64 =={host.gcc_version}"],
+            env={k: t[k] for k in ("CXX", "GXX", "CXXFILT") if k in t},
+            summary=f"activation of the host G++ {host.gcc_version} ({t['CXX']})",
+        ),
+        HostPackage(
+            "sysroot_linux-64", host.glibc, "noarch", summary=f"Metadata: the host glibc {host.glibc} is the C standard library"
+        ),
     ]
     if host.cuda_root is not None and host.nvcc_version:
         root = str(host.cuda_root)
@@ -167,13 +224,24 @@ def host_packages(host: HostToolchain, target: Target) -> list[HostPackage]:
         pin = f"cuda-version >={mm},<{nxt}.0a0"
         pkgs += [
             _cuda_version_package(mm, root),
-            HostPackage("cuda-nvcc_linux-64", host.nvcc_version, "linux-64",
-                        depends=[pin],
-                        env={"CUDA_HOME": root, "CUDA_PATH": root, "CUDAToolkit_ROOT": root,
-                             "CUDACXX": f"{root}/bin/nvcc", "CUDAHOSTCXX": t.get("CXX", "g++")},
-                        append={"CMAKE_ARGS": f"-DCUDAToolkit_ROOT={root} -DCUDA_TOOLKIT_ROOT_DIR={root} "
-                                              f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc"},
-                        summary=f"activation of the host nvcc {host.nvcc_version} ({root}/bin/nvcc)"),
+            HostPackage(
+                "cuda-nvcc_linux-64",
+                host.nvcc_version,
+                "linux-64",
+                depends=[pin],
+                env={
+                    "CUDA_HOME": root,
+                    "CUDA_PATH": root,
+                    "CUDAToolkit_ROOT": root,
+                    "CUDACXX": f"{root}/bin/nvcc",
+                    "CUDAHOSTCXX": t.get("CXX", "g++"),
+                },
+                append={
+                    "CMAKE_ARGS": f"-DCUDAToolkit_ROOT={root} -DCUDA_TOOLKIT_ROOT_DIR={root} "
+                    f"-DCMAKE_CUDA_COMPILER={root}/bin/nvcc"
+                },
+                summary=f"activation of the host nvcc {host.nvcc_version} ({root}/bin/nvcc)",
+            ),
         ]
     return pkgs
 
@@ -186,8 +254,13 @@ def cuda_version_range(version: str) -> tuple[str, str]:
 
 def _cuda_version_package(mm: str, root: str | None) -> HostPackage:
     where = f"the host toolkit at {root}" if root else "no host toolkit: what the CUDA wheels were built for"
-    return HostPackage("cuda-version", mm, "noarch", constrains=[f"__cuda >={mm.split('.')[0]}", f"cudatoolkit {mm}|{mm}.*"],
-                       summary=f"Metadata: CUDA {mm} ({where})")
+    return HostPackage(
+        "cuda-version",
+        mm,
+        "noarch",
+        constrains=[f"__cuda >={mm.split('.')[0]}", f"cudatoolkit {mm}|{mm}.*"],
+        summary=f"Metadata: CUDA {mm} ({where})",
+    )
 
 
 def cuda_version_packages(plans: list, hosts: list[HostPackage]) -> list[HostPackage]:
@@ -200,11 +273,11 @@ def cuda_version_packages(plans: list, hosts: list[HostPackage]) -> list[HostPac
 
 RECIPES = Path(__file__).parent / "recipes"
 
-PYTHON_BUILD_BYTES = 400 * 2**20    # rattler-build's host prefix + work copy of the interpreter
-
+PYTHON_BUILD_BYTES = 400 * 2**20  # rattler-build's host prefix + work copy of the interpreter
 
 
 # --- packages made from the host ---------------------------------------------------------
+
 
 def make_host_package(cache: Cache, pkg: HostPackage, opts: Options) -> Path:
     import rattler_build
@@ -221,11 +294,21 @@ def make_host_package(cache: Cache, pkg: HostPackage, opts: Options) -> Path:
                 (d / f"{pkg.name}.sh").write_text(text)
         with tmpdir_env(work):
             out = rattler_build.assemble_package(
-                pkg.name, pkg.version, pkg.subdir, pkg.build, work / "out", files_dir=files,
-                depends=pkg.depends or None, constrains=pkg.constrains or None, summary=pkg.summary,
-                noarch="generic" if pkg.subdir == "noarch" else None, timestamp=timestamp(),
-                compression_level=opts.compression_level, compression_threads=opts.compression_threads,
-                detect_prefix=False)
+                pkg.name,
+                pkg.version,
+                pkg.subdir,
+                pkg.build,
+                work / "out",
+                files_dir=files,
+                depends=pkg.depends or None,
+                constrains=pkg.constrains or None,
+                summary=pkg.summary,
+                noarch="generic" if pkg.subdir == "noarch" else None,
+                timestamp=timestamp(),
+                compression_level=opts.compression_level,
+                compression_threads=opts.compression_threads,
+                detect_prefix=False,
+            )
         return cache.store(out.path, pkg.subdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -236,7 +319,7 @@ class Interpreter:
     """A standalone CPython prefix the `python` package is made from."""
 
     prefix: Path
-    version: str            # "3.11.7"
+    version: str  # "3.11.7"
 
     @property
     def short(self) -> str:
@@ -264,7 +347,7 @@ class Interpreter:
         return cls(Path(sys.base_prefix), platform.python_version())
 
 
-PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")   # conda-forge's python variants
+PYTHON_MINORS = ("3.10", "3.11", "3.12", "3.13")  # conda-forge's python variants
 
 
 def find_interpreters(running: Interpreter, minors: tuple[str, ...] = PYTHON_MINORS) -> list[Interpreter]:
@@ -292,8 +375,10 @@ def check_interpreter(interp: Interpreter) -> None:
     base = interp.prefix
     exe, lib = interp.exe, base / "lib" / f"python{interp.short}"
     if str(base) in ("/usr", "/"):
-        raise SeedError(f"the interpreter's prefix is {base}, the system's: the `python` package is made "
-                        f"from a standalone prefix (pyenv, python-build-standalone); run seed with one")
+        raise SeedError(
+            f"the interpreter's prefix is {base}, the system's: the `python` package is made "
+            f"from a standalone prefix (pyenv, python-build-standalone); run seed with one"
+        )
     missing = [p for p in (exe, lib) if not p.exists()]
     if not list((base / "lib").glob(f"libpython{interp.short}*.so*")):
         missing.append(base / "lib" / f"libpython{interp.short}.so")
@@ -308,22 +393,31 @@ def make_python_package(cache: Cache, interp: Interpreter, subdir: str, opts: Op
     work = cache.workdir(f"python{interp.short}")
     try:
         recipe = rb.Stage0Recipe.from_file(RECIPES / "python" / "recipe.yaml")
-        ctx = {"src_prefix": str(interp.prefix), "py_version": interp.version, "py_short": interp.short,
-               "py_nodot": interp.nodot, "py_tag": interp.tag, "seed_hash": key}
-        variants = recipe.render(rb.VariantConfig(), rb.RenderConfig(
-            platform=rb.PlatformConfig(target_platform=subdir), extra_context=ctx))
+        ctx = {
+            "src_prefix": str(interp.prefix),
+            "py_version": interp.version,
+            "py_short": interp.short,
+            "py_nodot": interp.nodot,
+            "py_tag": interp.tag,
+            "seed_hash": key,
+        }
+        variants = recipe.render(
+            rb.VariantConfig(), rb.RenderConfig(platform=rb.PlatformConfig(target_platform=subdir), extra_context=ctx)
+        )
         log_path = cache.root / f"python{interp.short}-build.log"
         try:
             with tmpdir_env(work), BuildLog(log_path) as log:
                 result = variants[0].run_build(
                     tool_config=rb.ToolConfiguration(compression_threads=opts.compression_threads),
-                    output_dir=work / "out", channels=[], progress_callback=log,
-                    package_format=f"conda:{opts.compression_level}")
+                    output_dir=work / "out",
+                    channels=[],
+                    progress_callback=log,
+                    package_format=f"conda:{opts.compression_level}",
+                )
         except Exception as exc:
             if shutil.disk_usage(cache.root).free < PYTHON_BUILD_BYTES:
                 raise OSError(errno.ENOSPC, f"{exc} (log: {log_path})") from exc
-            raise SeedError(f"building the `python` package from {interp.prefix} failed: {exc}\n"
-                            f"  log: {log_path}") from exc
+            raise SeedError(f"building the `python` package from {interp.prefix} failed: {exc}\n  log: {log_path}") from exc
         return cache.store(Path(result.packages[0]), subdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)

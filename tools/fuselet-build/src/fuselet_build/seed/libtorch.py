@@ -16,6 +16,7 @@ pytorch of another Python is made from its own wheel's Python part and pinned to
 the running Python's wheel. Its dist-info drops the nvidia-*
 requirements (as a source-built torch has none): pip check sees them met by libtorch's packages.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,7 +34,7 @@ from fuselet_build.seed.wheels import CONVERTER_VERSION, FLAVORED, Target, Wheel
 
 # torch/<folder> -> the prefix folder libtorch puts its entries in
 MOVED = {"lib": "lib", "bin": "bin", "include": "include", "share": "share"}
-STAYS_WITH_PYTHON = ("libtorch_python",)   # conda-forge keeps it in pytorch
+STAYS_WITH_PYTHON = ("libtorch_python",)  # conda-forge keeps it in pytorch
 # What of a torch wheel's dependencies the C++ library needs (the rest is Python's).
 NATIVE = ("nvidia-", "cuda-version", "__cuda")
 
@@ -44,15 +45,17 @@ def split_plan(plan: WheelPlan, target: Target, libtorch: WheelPlan | None = Non
     pytorch pins instead of its own wheel's."""
     native = [d for d in plan.depends if d.split(" ")[0].startswith(NATIVE)]
     if libtorch is None:
-        digest = short_hash(CONVERTER_VERSION, "libtorch", plan.info.sha256, native, plan.flavor, plan.build_number,
-                            *nvidia.layout(plan.flavor))
+        digest = short_hash(
+            CONVERTER_VERSION, "libtorch", plan.info.sha256, native, plan.flavor, plan.build_number, *nvidia.layout(plan.flavor)
+        )
         build = FLAVORED["libtorch"].format(flavor=plan.flavor, digest=digest, number=plan.build_number)
         libtorch = dataclasses.replace(plan, name="libtorch", build=build, depends=native, part="libtorch")
     depends = [d for d in plan.depends if d not in native or d == "__cuda"]
     depends.append(f"libtorch =={libtorch.version} {libtorch.build}")
     digest = short_hash(CONVERTER_VERSION, plan.info.sha256, target, depends, plan.flavor, plan.build_number)
-    pytorch = dataclasses.replace(plan, build=build_string(plan.info, target, digest, plan.build_number, plan.flavor),
-                                  depends=depends, part="pytorch")
+    pytorch = dataclasses.replace(
+        plan, build=build_string(plan.info, target, digest, plan.build_number, plan.flavor), depends=depends, part="pytorch"
+    )
     return pytorch, libtorch
 
 
@@ -91,14 +94,14 @@ def _equivalent(x: bytes, y: bytes) -> bool:
 def _loaded(elf: bytes) -> list[bytes]:
     """The bytes an ELF64 little-endian file maps: its PT_LOAD segments (and its program headers)."""
     if elf[4] != 2 or elf[5] != 1:
-        return [elf]                                  # not ELF64 LE: compare it whole
-    phoff, = struct.unpack_from("<Q", elf, 0x20)
+        return [elf]  # not ELF64 LE: compare it whole
+    (phoff,) = struct.unpack_from("<Q", elf, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", elf, 0x36)
-    out = [elf[phoff:phoff + phentsize * phnum]]
+    out = [elf[phoff : phoff + phentsize * phnum]]
     for i in range(phnum):
         p_type, _, p_offset, _, _, p_filesz = struct.unpack_from("<IIQQQQ", elf, phoff + i * phentsize)
-        if p_type == 1:                               # PT_LOAD
-            out.append(elf[p_offset:p_offset + p_filesz])
+        if p_type == 1:  # PT_LOAD
+            out.append(elf[p_offset : p_offset + p_filesz])
     return out
 
 
@@ -106,7 +109,7 @@ def entry(member: str) -> tuple[str, str] | None:
     """(folder, entry) when the torch wheel's `member` belongs to libtorch: torch/<folder>/<entry>..."""
     parts = member.split("/")
     if len(parts) < 3 or not parts[2] or parts[0] != "torch" or parts[1] not in MOVED:
-        return None                               # not libtorch's, or a folder entry (torch/include/)
+        return None  # not libtorch's, or a folder entry (torch/include/)
     if parts[1] == "lib" and parts[2].startswith(STAYS_WITH_PYTHON):
         return None
     return parts[1], parts[2]
@@ -130,8 +133,7 @@ def split_files(files: Path, target: Target, libtorch: Path, wheel: Path) -> Non
     torch = files / target.site_packages / "torch"
     for metadata in (files / target.site_packages).glob("torch-*.dist-info/METADATA"):
         lines = metadata.read_text().splitlines(keepends=True)
-        metadata.write_text("".join(line for line in lines
-                                    if not line.startswith(tuple(f"Requires-Dist: {n}" for n in NATIVE))))
+        metadata.write_text("".join(line for line in lines if not line.startswith(tuple(f"Requires-Dist: {n}" for n in NATIVE))))
     for sub, name in entries:
         src, dest = torch / sub / name, MOVED[sub]
         if src.exists():
@@ -139,5 +141,5 @@ def split_files(files: Path, target: Target, libtorch: Path, wheel: Path) -> Non
             out.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(src, out)
         src.parent.mkdir(parents=True, exist_ok=True)
-        link_to = files / dest / name     # where the entry will be in the prefix
+        link_to = files / dest / name  # where the entry will be in the prefix
         src.symlink_to(os.path.relpath(link_to, src.parent))

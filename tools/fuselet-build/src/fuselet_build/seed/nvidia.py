@@ -13,6 +13,7 @@ relocate_runpaths() to reach lib/nvidia/<x>/lib instead, from every folder the l
 loaded from (glibc expands $ORIGIN from the path a library was loaded by, symlinks unresolved:
 libtorch's libraries are loaded both from $PREFIX/lib and through site-packages/torch/lib).
 """
+
 from __future__ import annotations
 
 import posixpath
@@ -24,7 +25,7 @@ from pathlib import Path
 from fuselet_build.seed.cache import SeedError
 
 NAMESPACE = "nvidia"
-PREFIX_DIR = f"lib/{NAMESPACE}"     # where the namespace folder goes in the prefix
+PREFIX_DIR = f"lib/{NAMESPACE}"  # where the namespace folder goes in the prefix
 # Enters the build-string hash of every CUDA-flavored conversion (their RUNPATHs depend on this
 # layout): bump it when the layout changes, and only those packages are made again.
 LAYOUT_VERSION = "1"
@@ -37,17 +38,16 @@ def layout(flavor: str | None) -> tuple[str, ...]:
 
 def is_native(key: str, tags: list[str]) -> bool:
     """An nvidia-* wheel of libraries for any Python 3 (`py3-none-<platform>`, not `-any`)."""
-    return key.startswith("nvidia-") and bool(tags) and all(
-        t.split("-")[1] == "none" and not t.endswith("-any") for t in tags)
+    return key.startswith("nvidia-") and bool(tags) and all(t.split("-")[1] == "none" and not t.endswith("-any") for t in tags)
 
 
 def place(member: str, dist_info: str, conda_name: str) -> str | None:
     """Where a member of a native wheel goes in the package (None: left out)."""
     if member.startswith(dist_info + "/"):
-        rest = member[len(dist_info) + 1:]
+        rest = member[len(dist_info) + 1 :]
         return f"share/licenses/{conda_name}/{rest.removeprefix('licenses/')}" if rest.startswith("licenses/") else None
     if member.endswith((".py", ".pyc")):
-        return None          # namespace markers: no Python imports from lib/
+        return None  # namespace markers: no Python imports from lib/
     return f"lib/{member}"
 
 
@@ -76,9 +76,9 @@ def new_runpath(entries: list[str], written_for: str, loaded_from: list[str], si
     for entry in entries:
         news = [entry]
         if entry == "$ORIGIN" or entry.startswith("$ORIGIN/"):
-            target = posixpath.normpath(posixpath.join(written_for, entry[len("$ORIGIN"):].lstrip("/")))
+            target = posixpath.normpath(posixpath.join(written_for, entry[len("$ORIGIN") :].lstrip("/")))
             if target == into or target.startswith(into + "/"):
-                dest = PREFIX_DIR + target[len(into):]
+                dest = PREFIX_DIR + target[len(into) :]
                 news = ["$ORIGIN/" + posixpath.relpath(dest, d) for d in loaded_from]
         out += [n for n in news if n not in out]
     return out

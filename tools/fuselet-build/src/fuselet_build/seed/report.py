@@ -1,4 +1,5 @@
 """`fuselet-build seed`'s report (the summary table) and its rich progress bars."""
+
 from __future__ import annotations
 
 import sys
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # --- report --------------------------------------------------------------------------------
+
 
 @dataclass
 class PackageResult:
@@ -19,7 +21,7 @@ class PackageResult:
     size: int
     seconds: float
     cached: bool
-    source: str = ""      # the wheel, "host", or "interpreter"
+    source: str = ""  # the wheel, "host", or "interpreter"
 
 
 @dataclass
@@ -42,10 +44,12 @@ class SeedReport:
 
     def summary(self) -> str:
         new = sum(not p.cached for p in self.packages)
-        return (f"seeded {self.channel}: {len(self.packages)} packages ({new} new), "
-                f"{self.channel_bytes / 2**20:.0f} MiB, {self.seconds:.1f} s "
-                f"(resolve {self.resolve_seconds:.1f} s, index "
-                f"{f'{self.index_seconds:.1f} s' if self.indexed else 'unchanged'})")
+        return (
+            f"seeded {self.channel}: {len(self.packages)} packages ({new} new), "
+            f"{self.channel_bytes / 2**20:.0f} MiB, {self.seconds:.1f} s "
+            f"(resolve {self.resolve_seconds:.1f} s, index "
+            f"{f'{self.index_seconds:.1f} s' if self.indexed else 'unchanged'})"
+        )
 
     def print(self, file=None) -> None:
         """The summary table (rich when available)."""
@@ -56,19 +60,29 @@ class SeedReport:
         except ImportError:
             out = file or sys.stdout
             for p in rows:
-                print(f"{p.name:28} {p.version:14} {p.build:34} {p.size / 2**20:9.1f} MiB {p.seconds:6.1f} s"
-                      f"{'  cached' if p.cached else ''}", file=out)
+                print(
+                    f"{p.name:28} {p.version:14} {p.build:34} {p.size / 2**20:9.1f} MiB {p.seconds:6.1f} s"
+                    f"{'  cached' if p.cached else ''}",
+                    file=out,
+                )
             print(self.summary(), file=out)
             for w in self.warnings:
                 print(f"warning: {w}", file=out)
             return
         table = Table(title=f"offline channel {self.channel}", show_lines=False)
-        for col, kw in (("package", {}), ("version", {}), ("build", {}), ("size", {"justify": "right"}),
-                        ("seconds", {"justify": "right"}), ("cached?", {})):
+        for col, kw in (
+            ("package", {}),
+            ("version", {}),
+            ("build", {}),
+            ("size", {"justify": "right"}),
+            ("seconds", {"justify": "right"}),
+            ("cached?", {}),
+        ):
             table.add_column(col, **kw)
         for p in rows:
-            table.add_row(p.name, p.version, p.build, f"{p.size / 2**20:.1f} MiB", f"{p.seconds:.1f}",
-                          "cached" if p.cached else "new")
+            table.add_row(
+                p.name, p.version, p.build, f"{p.size / 2**20:.1f} MiB", f"{p.seconds:.1f}", "cached" if p.cached else "new"
+            )
         console = Console(file=file, stderr=file is None)
         if not console.is_terminal:
             console.width = 160
@@ -79,6 +93,7 @@ class SeedReport:
 
 
 # --- progress ------------------------------------------------------------------------------
+
 
 class ProgressUi:
     """rich progress (an overall bar, plus one bar per package being made) or nothing."""
@@ -91,8 +106,13 @@ class ProgressUi:
                 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
             except ImportError:
                 return
-            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
-                                     TextColumn("{task.fields[info]}"), TimeElapsedColumn())
+            self.progress = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+            )
             self.progress.start()
 
     def log(self, msg: str) -> None:

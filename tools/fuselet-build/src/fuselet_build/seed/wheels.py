@@ -11,6 +11,7 @@ The files are laid out as conda installs them and packed by rattler_build.assemb
 Console scripts become small relocatable wrappers (they find the env's python next to
 themselves, so no prefix placeholder is needed: assemble_package records none).
 """
+
 from __future__ import annotations
 
 import email.parser
@@ -59,10 +60,13 @@ EXTRA_DEPENDS = {"pytorch": ["numpy"]}
 #   pytorch  cpu_mkl_py311_h<hash>_100, cuda130_mkl_py311_h<hash>_300   (the PyPI wheels link MKL)
 #   jaxlib   cpu_py311h<hash>_0,        cuda130_py311h<hash>_200         (no "_" before the hash)
 #   libtorch cpu_mkl_h<hash>_100,       cuda130_mkl_h<hash>_300          (no python)
-FLAVORED = {"pytorch": "{flavor}_mkl_py{py}_h{digest}_{number}", "jaxlib": "{flavor}_py{py}h{digest}_{number}",
-            "libtorch": "{flavor}_mkl_h{digest}_{number}"}   # libtorch: see fuselet_build.seed.libtorch
+FLAVORED = {
+    "pytorch": "{flavor}_mkl_py{py}_h{digest}_{number}",
+    "jaxlib": "{flavor}_py{py}h{digest}_{number}",
+    "libtorch": "{flavor}_mkl_h{digest}_{number}",
+}  # libtorch: see fuselet_build.seed.libtorch
 BLAS_BUILD_NUMBER = {"pytorch": 100}  # pytorch-cpu-feedstock: mkl builds +100
-CUDA_BUILD_NUMBER = 200               # conda-forge: CUDA builds +200 so the solver prefers them
+CUDA_BUILD_NUMBER = 200  # conda-forge: CUDA builds +200 so the solver prefers them
 # The CUDA jaxlib of conda-forge is jaxlib with the CUDA plugin wheels inside it (jaxlib-feedstock
 # recipe/build.sh pip-installs jax_cudaXX_plugin and jax_cudaXX_pjrt into the same package).
 JAX_CUDA_PLUGIN = re.compile(r"^jax-cuda(\d+)-(plugin|pjrt)$")
@@ -90,11 +94,18 @@ class Target:
     def marker_env(self, extra: str = "") -> dict[str, str]:
         assert self.subdir == "linux-64", "only linux-64 markers are modelled"
         return {
-            "implementation_name": "cpython", "implementation_version": f"{self.short}.0",
-            "os_name": "posix", "platform_machine": "x86_64", "platform_python_implementation": "CPython",
-            "platform_release": "", "platform_system": "Linux", "platform_version": "",
-            "python_full_version": f"{self.short}.0", "python_version": self.short,
-            "sys_platform": "linux", "extra": extra,
+            "implementation_name": "cpython",
+            "implementation_version": f"{self.short}.0",
+            "os_name": "posix",
+            "platform_machine": "x86_64",
+            "platform_python_implementation": "CPython",
+            "platform_release": "",
+            "platform_system": "Linux",
+            "platform_version": "",
+            "python_full_version": f"{self.short}.0",
+            "python_version": self.short,
+            "sys_platform": "linux",
+            "extra": extra,
         }
 
     def python_pin(self) -> list[str]:
@@ -112,17 +123,17 @@ class WheelInfo:
 
     path: Path
     sha256: str
-    name: str                  # as in METADATA
-    version: str               # PEP 440, with any local part (+cpu)
+    name: str  # as in METADATA
+    version: str  # PEP 440, with any local part (+cpu)
     requires_dist: list[str]
     requires_python: str | None
-    tags: list[str]            # from WHEEL, e.g. ["cp311-cp311-manylinux_2_28_x86_64"]
+    tags: list[str]  # from WHEEL, e.g. ["cp311-cp311-manylinux_2_28_x86_64"]
     entry_points: dict[str, str] = field(default_factory=dict)  # script name -> "module:attr"
     summary: str | None = None
     license: str | None = None
     homepage: str | None = None
     timestamp: datetime | None = None
-    torch_cuda: str | None = None   # torch only: torch/version.py `cuda` ("13.0") or None
+    torch_cuda: str | None = None  # torch only: torch/version.py `cuda` ("13.0") or None
 
     @property
     def key(self) -> str:
@@ -186,11 +197,19 @@ def read_wheel(path: Path, sha256: str | None = None) -> WheelInfo:
         if not home and label.strip().lower() in ("homepage", "home", "source", "repository"):
             home = value.strip()
     return WheelInfo(
-        path=path, sha256=sha256 or sha256_file(path), name=meta["Name"], version=meta["Version"],
-        requires_dist=list(meta.get_all("Requires-Dist") or []), requires_python=meta.get("Requires-Python"),
-        tags=list(wheel.get_all("Tag") or []), entry_points=eps, summary=meta.get("Summary"),
-        license=meta.get("License-Expression") or _short_license(meta.get("License")), homepage=home,
-        timestamp=newest, torch_cuda=torch_cuda,
+        path=path,
+        sha256=sha256 or sha256_file(path),
+        name=meta["Name"],
+        version=meta["Version"],
+        requires_dist=list(meta.get_all("Requires-Dist") or []),
+        requires_python=meta.get("Requires-Python"),
+        tags=list(wheel.get_all("Tag") or []),
+        entry_points=eps,
+        summary=meta.get("Summary"),
+        license=meta.get("License-Expression") or _short_license(meta.get("License")),
+        homepage=home,
+        timestamp=newest,
+        torch_cuda=torch_cuda,
     )
 
 
@@ -218,6 +237,7 @@ def parse_entry_points(text: str) -> dict[str, str]:
 
 # --- names, versions, specs ---------------------------------------------------------------
 
+
 def conda_name(pypi_name: str) -> str:
     key = canonicalize_name(pypi_name)
     return CONDA_NAMES.get(key, key)
@@ -234,10 +254,10 @@ def _spec_clause(op: str, ver: str) -> str:
     if op == "===":
         return f"=={ver}"
     if op == "==" and ver.endswith(".*"):
-        return ver                       # ==1.2.* -> 1.2.*
+        return ver  # ==1.2.* -> 1.2.*
     if op == "!=" and ver.endswith(".*"):
         return f"!={ver}"
-    if op == "~=":                       # ~=1.4.5 -> >=1.4.5,1.4.*
+    if op == "~=":  # ~=1.4.5 -> >=1.4.5,1.4.*
         parts = ver.split(".")
         release = [p for p in parts if p.isdigit()] or parts
         prefix = ".".join(release[:-1]) if len(release) > 1 else release[0]
@@ -269,8 +289,13 @@ def merge_specs(depends: Iterable[str]) -> list[str]:
     return [f"{n} {','.join(c)}".strip() for n, c in merged.items()]
 
 
-def conda_depends(info: WheelInfo, target: Target, closure: dict[str, list[WheelInfo]] | None = None,
-                  warn: Callable[[str], None] | None = None, extra: str = "") -> list[str]:
+def conda_depends(
+    info: WheelInfo,
+    target: Target,
+    closure: dict[str, list[WheelInfo]] | None = None,
+    warn: Callable[[str], None] | None = None,
+    extra: str = "",
+) -> list[str]:
     """Requires-Dist of `info` as conda depends for `target`, installed with `extra` (if any).
 
     Requirements whose markers are false for the target (including every other `extra == ...`
@@ -301,8 +326,11 @@ def conda_depends(info: WheelInfo, target: Target, closure: dict[str, list[Wheel
             for sub in provider.requires_dist:
                 sub_req = Requirement(sub)
                 for e in sorted(req.extras):
-                    if sub_req.marker is not None and sub_req.marker.evaluate(target.marker_env(e)) \
-                            and not sub_req.marker.evaluate(target.marker_env("")):
+                    if (
+                        sub_req.marker is not None
+                        and sub_req.marker.evaluate(target.marker_env(e))
+                        and not sub_req.marker.evaluate(target.marker_env(""))
+                    ):
                         add(Requirement(_strip_marker(sub)), "")
                         break
 
@@ -384,7 +412,7 @@ def script_wrapper(name: str, target: str, dist: str) -> str:
 def _place(member: str, data_dir: str, sp: str, bin_dir: str, target: Target, dist: str) -> str | None:
     """Where a wheel member goes in the package (None: skip)."""
     if member.startswith(data_dir + "/"):
-        kind, _, rest = member[len(data_dir) + 1:].partition("/")
+        kind, _, rest = member[len(data_dir) + 1 :].partition("/")
         if not rest:
             return None
         if kind == "scripts":
@@ -399,8 +427,13 @@ def _place(member: str, data_dir: str, sp: str, bin_dir: str, target: Target, di
     return f"{sp}/{member}"
 
 
-def stage_wheel(info: WheelInfo, dest: Path, target: Target,
-                on_bytes: Callable[[int], None] | None = None, keep: Callable[[str], bool] | None = None) -> int:
+def stage_wheel(
+    info: WheelInfo,
+    dest: Path,
+    target: Target,
+    on_bytes: Callable[[int], None] | None = None,
+    keep: Callable[[str], bool] | None = None,
+) -> int:
     """Extract `info` into `dest` in its conda layout (the members `keep` accepts, default
     all); returns the number of files."""
     noarch = info.pure
@@ -408,14 +441,19 @@ def stage_wheel(info: WheelInfo, dest: Path, target: Target,
     bin_dir = "python-scripts" if noarch else "bin"
     count = 0
     with zipfile.ZipFile(info.path) as zf:
-        data_dir = next((n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".data")),
-                        f"{info.name}-{info.version}.data")
+        data_dir = next(
+            (n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".data")),
+            f"{info.name}-{info.version}.data",
+        )
         dist_info = next(n.split("/", 1)[0] for n in zf.namelist() if n.split("/", 1)[0].endswith(".dist-info"))
         for zi in zf.infolist():
             if zi.is_dir() or (keep is not None and not keep(zi.filename)):
                 continue
-            rel = (nvidia.place(zi.filename, dist_info, info.conda_name) if info.native
-                   else _place(zi.filename, data_dir, sp, bin_dir, target, info.name))
+            rel = (
+                nvidia.place(zi.filename, dist_info, info.conda_name)
+                if info.native
+                else _place(zi.filename, data_dir, sp, bin_dir, target, info.name)
+            )
             if rel is None or zi.filename == f"{dist_info}/INSTALLER":
                 continue
             out = dest / rel
@@ -459,6 +497,7 @@ def uncompressed_size(info: WheelInfo) -> int:
 
 # --- wheel -> conda package ------------------------------------------------------------------
 
+
 @dataclass
 class WheelPlan:
     """One wheel's conversion, decided before any work (so the cache can be checked)."""
@@ -471,17 +510,22 @@ class WheelPlan:
     build_number: int
     depends: list[str]
     noarch: str | None
-    bundled: tuple[WheelInfo, ...] = ()   # wheels packed into the same package (CUDA jaxlib)
-    part: str | None = None               # "libtorch" / "pytorch": one side of a torch wheel
-    flavor: str | None = None             # "cpu" / "cuda130" of a FLAVORED package
+    bundled: tuple[WheelInfo, ...] = ()  # wheels packed into the same package (CUDA jaxlib)
+    part: str | None = None  # "libtorch" / "pytorch": one side of a torch wheel
+    flavor: str | None = None  # "cpu" / "cuda130" of a FLAVORED package
 
     @property
     def filename(self) -> str:
         return f"{self.name}-{self.version}-{self.build}.conda"
 
 
-def plan_wheel(info: WheelInfo, target: Target, closure: dict[str, list[WheelInfo]],
-               warn: Callable[[str], None] | None = None, bundle: tuple[WheelInfo, ...] = ()) -> WheelPlan:
+def plan_wheel(
+    info: WheelInfo,
+    target: Target,
+    closure: dict[str, list[WheelInfo]],
+    warn: Callable[[str], None] | None = None,
+    bundle: tuple[WheelInfo, ...] = (),
+) -> WheelPlan:
     """How `info` becomes a conda package; `bundle`: the CUDA plugin wheels of a CUDA jaxlib."""
     name = info.conda_name
     depends = python_depends(info, target) + conda_depends(info, target, closure, warn)
@@ -501,16 +545,26 @@ def plan_wheel(info: WheelInfo, target: Target, closure: dict[str, list[WheelInf
     depends = merge_specs(depends)
     # a Python-independent package is the same for every target python
     for_target = target.subdir if info.python_independent else target
-    digest = short_hash(CONVERTER_VERSION, info.sha256, [b.sha256 for b in bundle], for_target, depends, flavor, number,
-                        *nvidia.layout(flavor))
-    return WheelPlan(info=info, name=name, version=info.conda_version,
-                     subdir="noarch" if info.pure else target.subdir,
-                     build=build_string(info, target, digest, number, flavor), build_number=number,
-                     depends=depends, noarch="python" if info.pure else None, bundled=bundle, flavor=flavor)
+    digest = short_hash(
+        CONVERTER_VERSION, info.sha256, [b.sha256 for b in bundle], for_target, depends, flavor, number, *nvidia.layout(flavor)
+    )
+    return WheelPlan(
+        info=info,
+        name=name,
+        version=info.conda_version,
+        subdir="noarch" if info.pure else target.subdir,
+        build=build_string(info, target, digest, number, flavor),
+        build_number=number,
+        depends=depends,
+        noarch="python" if info.pure else None,
+        bundled=bundle,
+        flavor=flavor,
+    )
 
 
-def bundle_depends(bundle: tuple[WheelInfo, ...], target: Target, closure: dict[str, list[WheelInfo]],
-                   warn: Callable[[str], None] | None = None) -> list[str]:
+def bundle_depends(
+    bundle: tuple[WheelInfo, ...], target: Target, closure: dict[str, list[WheelInfo]], warn: Callable[[str], None] | None = None
+) -> list[str]:
     """The CUDA libraries the plugin wheels ask for (their `with-cuda` extra), as conda depends;
     what the channel lacks is left out with a warning, the bundled wheels themselves too."""
     inside = {b.conda_name for b in bundle}
@@ -529,22 +583,23 @@ def bundle_depends(bundle: tuple[WheelInfo, ...], target: Target, closure: dict[
     return out
 
 
-def cuda_jaxlib_plans(infos: list[WheelInfo], target: Target, closure: dict[str, list[WheelInfo]],
-                      warn: Callable[[str], None] | None = None) -> tuple[list[WheelPlan], set[str]]:
+def cuda_jaxlib_plans(
+    infos: list[WheelInfo], target: Target, closure: dict[str, list[WheelInfo]], warn: Callable[[str], None] | None = None
+) -> tuple[list[WheelPlan], set[str]]:
     """A CUDA jaxlib for every jaxlib version whose plugin and pjrt wheels are among `infos`,
     and the paths of the plugin wheels used (they become no package of their own)."""
     plans, used = [], set()
     for jl in (i for i in infos if i.key == "jaxlib"):
-        bundle = tuple(sorted((i for i in infos if JAX_CUDA_PLUGIN.match(i.key) and i.version == jl.version),
-                              key=lambda i: i.key))
+        bundle = tuple(
+            sorted((i for i in infos if JAX_CUDA_PLUGIN.match(i.key) and i.version == jl.version), key=lambda i: i.key)
+        )
         if len(bundle) == 2:
             plans.append(plan_wheel(jl, target, closure, warn, bundle))
             used |= {str(b.path) for b in bundle}
     return plans, used
 
 
-def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
-                  update: Callable[..., None]) -> Path:
+def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options, update: Callable[..., None]) -> Path:
     import rattler_build
 
     info = plan.info
@@ -571,13 +626,26 @@ def convert_wheel(cache: Cache, plan: WheelPlan, target: Target, opts: Options,
         update(stage=f"packing (zstd {opts.compression_level})")
         with tmpdir_env(work):
             out = rattler_build.assemble_package(
-                plan.name, plan.version, plan.subdir, plan.build, work / "out", files_dir=files,
-                depends=plan.depends, build_number=plan.build_number, noarch=plan.noarch,
-                summary=info.summary, license=info.license, homepage=info.homepage,
-                description="Converted by `fuselet-build seed` from " + ", ".join(
-                    f"the wheel {w.path.name} (sha256 {w.sha256})" for w in (info, *plan.bundled)) + ".",
-                timestamp=timestamp(info.timestamp), compression_level=opts.compression_level,
-                compression_threads=opts.compression_threads, detect_prefix=False)
+                plan.name,
+                plan.version,
+                plan.subdir,
+                plan.build,
+                work / "out",
+                files_dir=files,
+                depends=plan.depends,
+                build_number=plan.build_number,
+                noarch=plan.noarch,
+                summary=info.summary,
+                license=info.license,
+                homepage=info.homepage,
+                description="Converted by `fuselet-build seed` from "
+                + ", ".join(f"the wheel {w.path.name} (sha256 {w.sha256})" for w in (info, *plan.bundled))
+                + ".",
+                timestamp=timestamp(info.timestamp),
+                compression_level=opts.compression_level,
+                compression_threads=opts.compression_threads,
+                detect_prefix=False,
+            )
         return cache.store(out.path, plan.subdir)
     finally:
         shutil.rmtree(work, ignore_errors=True)
