@@ -153,6 +153,70 @@ def test_not_an_array(api, argument):
         api.layer_norm(args["x"], args["weight"], args["bias"])
 
 
+NINE_DIMS = (1,) * 8 + (4,)
+ROW_OPS = {  # op -> (call on an x of `shape`, the argument that is x)
+    "rms_norm": (lambda api, shape: api.module.rms_norm(api.array(shape)), "x"),
+    "layer_norm": (lambda api, shape: api.module.layer_norm(api.array(shape)), "x"),
+    "swiglu": (lambda api, shape: api.module.swiglu(api.array(shape)), "x"),
+    "softmax": (lambda api, shape: api.module.softmax(api.array(shape)), "x"),
+    "cross_entropy": (lambda api, shape: api.module.cross_entropy(api.array(shape), api.array(shape[:-1], "int32")), "logits"),
+}
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+def test_more_dimensions_than_the_kernels_take(api, op):
+    call, argument = ROW_OPS[op]
+    with raises(ValueError, f"{argument}: expected at most 8 dimensions, got 9"):
+        call(api, NINE_DIMS)
+
+
+@pytest.mark.parametrize("eps", [1e-50, 1e39, 10**400], ids=["rounds-to-0", "rounds-to-inf", "int-beyond-float"])
+def test_eps_beyond_float32(api, eps):
+    """The kernels take eps in float32: one that becomes 0 or inf there is refused at the call."""
+    with raises(ValueError, "eps: expected"):
+        api.rms_norm(api.array((2, 4)), api.array((4,)), eps)
+
+
+def test_scale_beyond_float32(api):
+    with raises(ValueError, "scale: expected"):
+        api.module.softmax(api.array((2, 4)), 1e39)
+
+
+@pytest.mark.parametrize(("option", "value"), [("z_loss", 1e39), ("softcap", 1e39), ("softcap", 1e-50)])
+def test_cross_entropy_options_beyond_float32(api, option, value):
+    """A softcap of 1e-50 would be 0 in float32, the kernels' "no softcap": refused, not dropped."""
+    with raises(ValueError, f"{option}: expected"):
+        api.module.cross_entropy(api.array((2, 4)), api.array((2,), "int32"), **{option: value})
+
+
+JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
+    "rms_norm": (lambda fj, a: fj.rms_norm(a["x"], a["weight"]), {"x": (2, 4), "weight": (4,)}),
+    "add_rms_norm": (lambda fj, a: fj.add_rms_norm(a["x"], a["residual"]), {"x": (2, 4), "residual": (2, 4)}),
+    "swiglu": (lambda fj, a: fj.swiglu(a["x"]), {"x": (2, 4)}),
+    "softmax": (lambda fj, a: fj.softmax(a["x"]), {"x": (2, 4)}),
+    "rope": (lambda fj, a: fj.rope(a["x"], a["cos"], a["sin"]), {"x": (1, 2, 1, 4), "cos": (2, 4), "sin": (2, 4)}),
+    "cross_entropy": (lambda fj, a: fj.cross_entropy(a["logits"], a["target"]), {"logits": (2, 4), "target": (2,)}),
+    "fused_linear_cross_entropy": (
+        lambda fj, a: fj.fused_linear_cross_entropy(a["hidden"], a["weight"], a["target"]),
+        {"hidden": (2, 4), "weight": (3, 4), "target": (2,)},
+    ),
+}
+
+
+@pytest.mark.parametrize(("op", "argument"), [(op, name) for op, (_, arrays) in JAX_OPS.items() for name in arrays], ids="-".join)
+def test_jax_given_a_torch_tensor(op, argument):
+    """A torch.Tensor has .shape and .dtype too: named as what it is, not as a dtype JAX cannot read."""
+    fj = import_layer("jax")
+    torch = pytest.importorskip("torch")
+    call, shapes = JAX_OPS[op]
+    api = Api("jax", fj)
+    arrays = {n: api.array(s, "int32" if n == "target" else "float32") for n, s in shapes.items()}
+    arrays[argument] = torch.zeros(shapes[argument], dtype=torch.int64 if argument == "target" else torch.float32)
+    optional = " or None" if (op, argument) == ("rms_norm", "weight") else ""
+    with raises(TypeError, f"{argument}: expected a jax.Array{optional}, got torch.Tensor"):
+        call(fj, arrays)
+
+
 # --- residual add + RMSNorm ---------------------------------------------------------------
 
 

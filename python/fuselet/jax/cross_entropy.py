@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fuselet._checks import check_cross_entropy_args, check_grad_scale
+from fuselet.jax._checks import array_facts, check_float32, check_scalars
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import ROWS, STATS
 
@@ -94,14 +95,9 @@ _reduced_jit = jax.jit(_reduced, static_argnums=(2, 3, 4))
 
 
 def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none", return_z_loss=False):
-    for name, a in (("logits", logits), ("target", target)):
-        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise TypeError(f"{name}: expected a jax.Array, got {type(a).__name__}")
     check_cross_entropy_args(
-        tuple(logits.shape),
-        jnp.dtype(logits.dtype).name,
-        tuple(target.shape),
-        jnp.dtype(target.dtype).name,
+        *array_facts("logits", logits),
+        *array_facts("target", target),
         ignore_index,
         label_smoothing,
         z_loss,
@@ -109,6 +105,7 @@ def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduc
         reduction,
         return_z_loss,
     )
+    check_scalars(z_loss, softcap)
     return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
 
 
@@ -184,6 +181,7 @@ def fwd_bwd(
     grad_scale is a Python float (a compile-time attribute)."""
     options = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap)
     check_grad_scale(grad_scale)
+    check_float32("grad_scale", grad_scale)
     return _target_errors(target, lambda: _fwd_bwd_jit(logits, target, options, float(grad_scale)))
 
 

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from fuselet._checks import check_linear_cross_entropy_args
 from fuselet._fused_linear_cross_entropy import chunk_size_for, options
+from fuselet.jax._checks import array_facts, check_scalars
 from fuselet.jax.cross_entropy import _bwd_call, _fwd_bwd, _fwd_call, _target_errors, _valid
 
 
@@ -150,17 +151,12 @@ def fused_linear_cross_entropy(
     bfloat16); target hidden.shape[:-1] of int32 class ids (int64 with x64). The options are
     cross_entropy's; chunk_size: tokens per chunk (None: chunk_size_for(N, H, V)). Returns the
     float32 loss (target's shape for reduction="none"), and with return_z_loss=True (loss, z)."""
-    for name, a in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
-        if not (hasattr(a, "shape") and hasattr(a, "dtype")) and not (name == "bias" and a is None):
-            raise TypeError(f"{name}: expected a jax.Array{' or None' if name == 'bias' else ''}, got {type(a).__name__}")
-    facts = {
-        n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name)
-        for n, a in (("hidden", hidden), ("weight", weight), ("bias", bias))
-    }
-    check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
+    facts = {n: array_facts(n, a, optional=n == "bias") for n, a in (("hidden", hidden), ("weight", weight), ("bias", bias))}
+    target_shape, target_dtype = array_facts("target", target)
+    check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], target_shape, chunk_size)
     opts = options(
-        tuple(target.shape),
-        jnp.dtype(target.dtype).name,
+        target_shape,
+        target_dtype,
         weight.shape[0],
         facts["hidden"][1],
         ignore_index,
@@ -170,6 +166,7 @@ def fused_linear_cross_entropy(
         reduction,
         return_z_loss,
     )
+    check_scalars(z_loss, softcap)
     shape, h_dim = target.shape, hidden.shape[-1]
     chunk = chunk_size or chunk_size_for(math.prod(shape), h_dim, weight.shape[0])
     loss, z = _target_errors(

@@ -10,10 +10,10 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from fuselet._checks import check_approximate, check_glu_args
+from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import HALF, ROWS
 
@@ -40,9 +40,7 @@ _glu_jit = jax.jit(_glu, static_argnums=(1,))
 
 
 def _check(x) -> None:
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        raise TypeError(f"x: expected a jax.Array, got {type(x).__name__}")
-    check_glu_args(tuple(x.shape), jnp.dtype(x.dtype).name)
+    check_glu_args(*array_facts("x", x))
 
 
 def swiglu(x):

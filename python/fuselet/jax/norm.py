@@ -18,6 +18,7 @@ import numpy as np
 
 from fuselet._checks import check_like_x, check_norm_args
 from fuselet.jax import _sharding
+from fuselet.jax._checks import array_facts, check_float32
 from fuselet.jax._ffi import row_op as _row_op
 from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
 
@@ -192,26 +193,18 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, zero_centered_gamm
     """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
 
     The pre-norm transformer step in one pass; residual has x's shape and dtype."""
-    _check(x, eps, zero_centered_gamma, weight=weight)
-    if not hasattr(residual, "shape") or not hasattr(residual, "dtype"):
-        raise TypeError(f"residual: expected a jax.Array, got {type(residual).__name__}")
-    check_like_x("residual", tuple(residual.shape), jnp.dtype(residual.dtype).name, tuple(x.shape), jnp.dtype(x.dtype).name)
+    x_shape, x_dtype = _check(x, eps, zero_centered_gamma, weight=weight)
+    check_like_x("residual", *array_facts("residual", residual), x_shape, x_dtype)
     axes = _sharding.varying_axes(x, residual)
     return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
 
 
-def _check(x, eps, zero_centered_gamma, **params) -> None:
+def _check(x, eps, zero_centered_gamma, **params) -> tuple[tuple, str]:
+    """x's (shape, dtype name), once every argument is checked."""
     arrays = {"x": x, **{n: a for n, a in params.items() if a is not None}}
-    for name, a in arrays.items():
-        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise TypeError(f"{name}: expected a jax.Array{'' if name == 'x' else ' or None'}, got {type(a).__name__}")
-    check_norm_args(
-        tuple(x.shape),
-        jnp.dtype(x.dtype).name,
-        {n: None if a is None else (tuple(a.shape), jnp.dtype(a.dtype).name) for n, a in params.items()},
-        eps,
-        zero_centered_gamma,
-    )
+    x_shape, x_dtype = array_facts("x", x)
+    check_norm_args(x_shape, x_dtype, {n: array_facts(n, a, optional=True) for n, a in params.items()}, eps, zero_centered_gamma)
+    check_float32("eps", eps, positive=True)
     # Committed arrays only: JAX places uncommitted ones (jnp.ones(H)) where the others are, as
     # for its own ops; a weight on one device with x sharded over eight is the common case.
     devices = {
@@ -226,3 +219,4 @@ def _check(x, eps, zero_centered_gamma, **params) -> None:
                     f"{name}: expected an array on {sorted(map(str, devices['x']))} (the devices of x), "
                     f"got {sorted(map(str, devs))}"
                 )
+    return x_shape, x_dtype

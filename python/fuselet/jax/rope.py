@@ -27,6 +27,7 @@ from jax.sharding import PartitionSpec as P
 
 from fuselet._checks import check_rope_args
 from fuselet.jax import _sharding
+from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import _call
 
 INTERLEAVED, BHSD = 1, 2  # fuselet_rope_flags of fuselet/rope.h
@@ -129,19 +130,7 @@ _rope_jit = jax.jit(_rope, static_argnums=(3,))
 
 def rope(x, cos, sin, *, layout: str = "bshd", interleaved: bool = False):
     """y[..., i] = x[..., i] * cos[i] + rot(x)[..., i] * sin[i] for i < R; x[..., i] beyond."""
-    for name, a in (("x", x), ("cos", cos), ("sin", sin)):
-        if not hasattr(a, "shape") or not hasattr(a, "dtype"):
-            raise TypeError(f"{name}: expected a jax.Array, got {type(a).__name__}")
-    check_rope_args(
-        tuple(x.shape),
-        jnp.dtype(x.dtype).name,
-        tuple(cos.shape),
-        jnp.dtype(cos.dtype).name,
-        tuple(sin.shape),
-        jnp.dtype(sin.dtype).name,
-        layout,
-        interleaved,
-    )
+    check_rope_args(*array_facts("x", x), *array_facts("cos", cos), *array_facts("sin", sin), layout, interleaved)
     flags = (BHSD if layout == "bhsd" else 0) | (INTERLEAVED if interleaved else 0)
     axes = _sharding.varying_axes(x)
     return _rope_jit(x, _sharding.vary_like(axes, cos), _sharding.vary_like(axes, sin), flags)

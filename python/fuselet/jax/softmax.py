@@ -11,10 +11,10 @@ from __future__ import annotations
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from fuselet._checks import check_softmax_args
+from fuselet.jax._checks import array_facts, check_float32
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import ROWS
 
@@ -55,7 +55,6 @@ _softmax_jit = jax.jit(_softmax, static_argnums=(1, 2))
 
 def softmax(x, scale: float = 1.0, causal: bool = False):
     """y = softmax(scale * x, axis=-1), with the bottom-right causal mask when causal=True."""
-    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
-        raise TypeError(f"x: expected a jax.Array, got {type(x).__name__}")
-    check_softmax_args(tuple(x.shape), jnp.dtype(x.dtype).name, scale, causal)
+    check_softmax_args(*array_facts("x", x), scale, causal)
+    check_float32("scale", scale)
     return _softmax_jit(x, float(scale), causal)
