@@ -6,7 +6,9 @@
 #   2. the same under ThreadSanitizer (the thread pool: concurrent callers, a resize while they
 #      run, fork after use: tests/core/test_parallel.cc);
 #   3. the torch and JAX layers' CPU tests (pytest) against an ASan + UBSan build of all three
-#      libraries, in .venv's own (uninstrumented) python.
+#      libraries, in .venv's own (uninstrumented) python;
+#   4. libFuzzer over the C ABI, 120 s under ASan + UBSan, after its regression inputs
+#      (scripts/fuzz.sh: clang, tests/fuzz/).
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache   # after bootstrap, which installs sccache
@@ -57,4 +59,5 @@ if compgen -G "$reports/*" >/dev/null; then
   exit 1
 fi
 [[ $rc -eq 0 ]] || exit "$rc"
+"$ROOT/scripts/fuzz.sh"
 log "sanitize: no reports ($(( $(date +%s) - start )) s)"

@@ -43,9 +43,14 @@ __attribute__((target("avx2,fma,f16c"))) void run_avx2(A... a) {
   K::run(a...);
 }
 
+// clang has no prefer-vector-width in target attributes (it ignores the whole attribute).
+#if defined(__clang__)
+#define FUSELET_AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c"
+#else
+#define FUSELET_AVX512_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512"
+#endif
 template <typename K, typename... A>
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512"))) void run_avx512(
-    A... a) {
+__attribute__((target(FUSELET_AVX512_TARGET))) void run_avx512(A... a) {
   K::run(a...);
 }
 #endif
