@@ -15,7 +15,8 @@ namespace cpu {
 // clamping x first: a clamp lets GCC fold exp of the bound into the callers' vector code,
 // where constants like sigmoid(-88.3) are subnormal and every use costs a microcode assist.
 __attribute__((always_inline)) inline float exp_approx(float x) {
-  const float n = (x * 1.44269504088896341f + 12582912.f) - 12582912.f;  // round(x / ln 2)
+  const float shifted = x * 1.44269504088896341f + 12582912.f;  // 1.5 * 2^23 + round(x / ln 2)
+  const float n = shifted - 12582912.f;
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -25,7 +26,10 @@ __attribute__((always_inline)) inline float exp_approx(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.f;
-  const float v = p * bits_to_float(static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23);
+  // 2^n from the integer in shifted's low mantissa bits (two's complement, in uint32: no
+  // float-to-int conversion, which is undefined for the NaN or huge x the selects below replace).
+  const uint32_t n_bits = float_to_bits(shifted) - 0x4B400000u;
+  const float v = p * bits_to_float((n_bits + 127u) << 23);
   const float big = x > 88.3f ? __builtin_huge_valf() : v;
   return x < -87.3f ? 0.f : big;
 }
