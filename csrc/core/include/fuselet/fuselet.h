@@ -57,8 +57,18 @@ typedef enum fuselet_dtype {
  *   data:    first element (host or device memory, as the entry point says)
  *   dtype:   element type
  *   ndim:    number of dimensions, 0..FUSELET_MAX_DIMS
- *   shape:   extent of each dimension (only the first ndim entries are read)
+ *   shape:   extent of each dimension (only the first ndim entries are read), >= 0
  *   strides: step between neighbours of each dimension, in ELEMENTS, not bytes
+ * Every entry point checks what a view claims before it touches memory, and refuses with
+ * FUSELET_ERR_INVALID_ARGUMENT, naming the argument:
+ *   - negative strides (a reversed view such as numpy's a[::-1]): not supported; make the
+ *     tensor contiguous first. The stride of a dimension of size 1 is never used, so any
+ *     value is accepted there, and a view of no elements takes any strides;
+ *   - a number of elements (the product of the shape) that overflows int64;
+ *   - a span that does not fit: the offset of its last byte, (sum over the dimensions of
+ *     (size - 1) x stride + 1) x the element size, must fit in int64 (and in ptrdiff_t).
+ * The checks cannot know how much memory lies behind `data`: a view within these bounds
+ * must still point at memory that holds it.
  */
 typedef struct fuselet_tensor {
   void* data;
