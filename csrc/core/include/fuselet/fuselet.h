@@ -114,10 +114,16 @@ FUSELET_API const char* fuselet_cpu_isa(void);
 FUSELET_API fuselet_status fuselet_set_cpu_isa(const char* isa);
 
 /*
- * Number of threads the CPU kernels use. Default: the FUSELET_NUM_THREADS environment
- * variable if set to a positive integer, else the number of hardware threads.
- * fuselet_set_num_threads(n) with n >= 1 overrides it; n < 1 is FUSELET_ERR_INVALID_ARGUMENT.
+ * Number of threads the CPU kernels use, at most FUSELET_MAX_THREADS. Default: the
+ * FUSELET_NUM_THREADS environment variable if set to a positive integer (a larger one than
+ * FUSELET_MAX_THREADS is clamped to it, with one warning on stderr), else the number of
+ * hardware threads (likewise at most FUSELET_MAX_THREADS). fuselet_set_num_threads(n) with
+ * 1 <= n <= FUSELET_MAX_THREADS overrides it; any other n is FUSELET_ERR_INVALID_ARGUMENT.
+ * The pool of n - 1 worker threads starts on the first kernel that splits its rows; if the
+ * system refuses to start them (a thread limit), the kernels still run, on the pool already
+ * running or else on the calling thread alone, with one warning on stderr.
  */
+#define FUSELET_MAX_THREADS 1024
 FUSELET_API int fuselet_get_num_threads(void);
 FUSELET_API fuselet_status fuselet_set_num_threads(int n);
 
