@@ -58,6 +58,19 @@ struct Buffers {
   std::vector<int32_t> target = std::vector<int32_t>(64, 0);
 };
 
+// A view with exactly these strides (view() multiplies the sizes, which would overflow here).
+fuselet_tensor raw(void* data, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
+  fuselet_tensor t{};
+  t.data = data;
+  t.dtype = kF32;
+  t.ndim = static_cast<int32_t>(shape.size());
+  for (int32_t d = 0; d < t.ndim; ++d) {
+    t.shape[d] = shape[d];
+    t.strides[d] = strides[d];
+  }
+  return t;
+}
+
 fuselet_tensor ints(void* data, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
   return view(data, std::move(shape), std::move(strides), FUSELET_INT32);
 }
@@ -159,11 +172,11 @@ void numel_overflow() {
   const std::vector<std::vector<int64_t>> strides{{4 * k2_32, 4, 1}, {0, 4, 1}};
   for (size_t i = 0; i < shapes.size(); ++i) {
     const std::string s = i == 0 ? " [2^32, 2^32, 4]" : " [3, 2^62, 4]";
-    fuselet_tensor big = view(m.a.data(), shapes[i], strides[i]), big2 = view(m.b.data(), shapes[i], strides[i]);
+    fuselet_tensor big = raw(m.a.data(), shapes[i], strides[i]), big2 = raw(m.b.data(), shapes[i], strides[i]);
     refused(fuselet_softmax_fwd(&big, 1.f, 0, &big2), "x", needle, "softmax_fwd: x" + s);
     std::vector<int64_t> half = shapes[i];
     half[2] = 2;
-    fuselet_tensor gy = view(m.b.data(), half, {0, 2, 1});
+    fuselet_tensor gy = raw(m.b.data(), half, {0, 2, 1});
     refused(fuselet_glu_fwd(&big, FUSELET_GLU_SILU, &gy), "x", needle, "glu_fwd: x" + s);
     fuselet_tensor w = view(m.d.data(), {4}), rstd = view(m.c.data(), {0});
     refused(fuselet_rms_norm_fwd(&big, &w, 1e-6f, 0, &big2, &rstd), "x", needle, "rms_norm_fwd: x" + s);
@@ -173,13 +186,13 @@ void numel_overflow() {
     std::vector<int64_t> rshape = shapes[i], rstrides = strides[i];
     rshape.insert(rshape.begin() + 2, 1);
     rstrides.insert(rstrides.begin() + 2, 4);
-    fuselet_tensor rx = view(m.a.data(), rshape, rstrides), ry = view(m.b.data(), rshape, rstrides);
+    fuselet_tensor rx = raw(m.a.data(), rshape, rstrides), ry = raw(m.b.data(), rshape, rstrides);
     fuselet_tensor cs = view(m.d.data(), {shapes[i][1], 4}, {4, 1});
     refused(fuselet_rope_fwd(&rx, &cs, &cs, 0, &ry), "x", needle, "rope_fwd: x" + s);
   }
   // An empty view whose leading dims alone overflow: the row count must not wrap either.
-  fuselet_tensor empty = view(m.a.data(), {k2_32, k2_32, 0}, {0, 0, 1});
-  fuselet_tensor empty2 = view(m.b.data(), {k2_32, k2_32, 0}, {0, 0, 1});
+  fuselet_tensor empty = raw(m.a.data(), {k2_32, k2_32, 0}, {0, 0, 1});
+  fuselet_tensor empty2 = raw(m.b.data(), {k2_32, k2_32, 0}, {0, 0, 1});
   fuselet_tensor w = view(m.d.data(), {0}), rstd = view(m.c.data(), {0});
   refused(fuselet_glu_fwd(&empty, FUSELET_GLU_SILU, &empty2), "x", needle, "glu_fwd: x [2^32, 2^32, 0]");
   refused(fuselet_rms_norm_fwd(&empty, &w, 1e-6f, 0, &empty2, &rstd), "x", needle, "rms_norm_fwd: x [2^32, 2^32, 0]");
