@@ -3,11 +3,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
 #include <new>
+#include <stdexcept>
 #include <type_traits>
 #include <vector>
 
@@ -202,22 +204,34 @@ void dispatch(fuselet_dtype dtype, F&& f) {
   }
 }
 
-// Allocates `tasks` scratch slices of `per_task` floats, then runs f(scratch); out of memory
-// is FUSELET_ERR_INTERNAL (no exception leaves). Every CPU op starts here, so this is also
-// where a bad FUSELET_CPU_ISA is reported (before any kernel runs).
+// Allocates `tasks` scratch slices of `per_elem` x `elems` floats, then runs f(scratch).
+// Scratch the address space cannot hold is FUSELET_ERR_INVALID_ARGUMENT naming `name`, the
+// argument whose last dimension (`elems`) sizes it; out of memory is FUSELET_ERR_INTERNAL (no
+// exception leaves). Every CPU op starts here, so this is also where a bad FUSELET_CPU_ISA is
+// reported (before any kernel runs).
 template <typename F>
-fuselet_status with_scratch(int64_t tasks, int64_t per_task, F&& f) {
+fuselet_status with_scratch(const char* name, int64_t tasks, int64_t per_elem, int64_t elems, F&& f) {
   Isa isa = Isa::kBaseline;
   if (fuselet_status s = current_isa(&isa)) return s;
+  int64_t per_task = 0, floats = 0, bytes = 0;
+  if (__builtin_mul_overflow(per_elem, elems, &per_task) || __builtin_mul_overflow(per_task, tasks, &floats) ||
+      __builtin_mul_overflow(floats, static_cast<int64_t>(sizeof(float)), &bytes) || bytes > PTRDIFF_MAX)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: too large: its rows need %lld tasks x %lld x %lld floats of scratch, more than the address "
+                "space holds",
+                name, static_cast<long long>(tasks), static_cast<long long>(per_elem), static_cast<long long>(elems));
   try {
     Scratch s;
     s.tasks = tasks;
     s.per_task = per_task;
-    s.buf.resize(static_cast<size_t>(tasks * per_task));
+    s.buf.resize(static_cast<size_t>(floats));
     f(s);
   } catch (const std::bad_alloc&) {
-    return fail(FUSELET_ERR_INTERNAL, "out of memory allocating %lld floats of scratch",
-                static_cast<long long>(per_task));
+    return fail(FUSELET_ERR_INTERNAL, "out of memory allocating %lld floats of scratch (%s)",
+                static_cast<long long>(floats), name);
+  } catch (const std::length_error&) {
+    return fail(FUSELET_ERR_INTERNAL, "%s: %lld floats of scratch are more than a std::vector holds", name,
+                static_cast<long long>(floats));
   }
   return ok();
 }

@@ -33,13 +33,6 @@ fuselet_status check_options(const fuselet_cross_entropy_options* opts, CrossEnt
 }
 
 fuselet_status check_logits(const fuselet_tensor* logits, CrossEntropyProblem* p, Rows* r) {
-  // The element count must fit int64 before as_rows multiplies the leading dims.
-  if (logits != nullptr && logits->ndim > 0 && logits->ndim <= FUSELET_MAX_DIMS) {
-    int64_t elems = 1;
-    for (int32_t d = 0; d < logits->ndim; ++d)
-      if (logits->shape[d] >= 0 && __builtin_mul_overflow(elems, logits->shape[d], &elems))
-        return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: the element count overflows int64");
-  }
   if (fuselet_status s = as_rows(logits, "logits", r)) return s;
   if (r->hidden == 0)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: the last dimension (classes) must be > 0, got 0");
@@ -64,14 +57,8 @@ fuselet_status check_target(const fuselet_tensor* t, int64_t n, CrossEntropyProb
                   dtype_name(t->dtype));
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got code %d", code);
   }
-  int64_t numel = 1;
-  for (int32_t d = 0; d < t->ndim; ++d) {
-    if (t->shape[d] < 0)
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: dimension %d has negative size %" PRId64, static_cast<int>(d),
-                  t->shape[d]);
-    if (__builtin_mul_overflow(numel, t->shape[d], &numel))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: the element count overflows int64");
-  }
+  int64_t numel = 0;
+  if (fuselet_status s = check_extent(t, "target", dtype_bytes(code), &numel)) return s;
   char buf[160];
   if (numel != n)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
@@ -261,7 +248,7 @@ fuselet_status run(const CrossEntropyProblem& p, Mode mode) {
   if (fuselet_status s = check_target_values(p)) return s;
   if (p.rows == 0) return ok();
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.vocab));
-  return with_scratch(tasks, p.vocab, [&](Scratch& s) {
+  return with_scratch("logits", tasks, 1, p.vocab, [&](Scratch& s) {
     dispatch(p.dtype, [&](auto tag) {
       using T = decltype(tag);
       switch (mode) {
@@ -273,16 +260,6 @@ fuselet_status run(const CrossEntropyProblem& p, Mode mode) {
   });
 }
 
-// No C++ exception leaves an entry point.
-template <typename F>
-fuselet_status guarded(F&& f) {
-  try {
-    return f();
-  } catch (...) {
-    return fail(FUSELET_ERR_INTERNAL, "cross_entropy: unexpected C++ exception");
-  }
-}
-
 }  // namespace
 }  // namespace fuselet
 
@@ -291,7 +268,7 @@ extern "C" {
 fuselet_status fuselet_cross_entropy_fwd(const fuselet_tensor* logits, const fuselet_tensor* target,
                                          const fuselet_cross_entropy_options* opts, fuselet_tensor* loss,
                                          fuselet_tensor* z, fuselet_tensor* lse) {
-  return fuselet::guarded([&] {
+  return fuselet::guarded("fuselet_cross_entropy_fwd", [&] {
     fuselet::CrossEntropyProblem p;
     if (fuselet_status s = fuselet::check_cross_entropy_fwd(logits, target, opts, loss, z, lse, &p)) return s;
     return fuselet::run(p, fuselet::Mode::kFwd);
@@ -301,7 +278,7 @@ fuselet_status fuselet_cross_entropy_fwd(const fuselet_tensor* logits, const fus
 fuselet_status fuselet_cross_entropy_bwd(const fuselet_tensor* dloss, const fuselet_tensor* logits,
                                          const fuselet_tensor* target, const fuselet_tensor* lse,
                                          const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits) {
-  return fuselet::guarded([&] {
+  return fuselet::guarded("fuselet_cross_entropy_bwd", [&] {
     fuselet::CrossEntropyProblem p;
     if (fuselet_status s = fuselet::check_cross_entropy_bwd(dloss, logits, target, lse, opts, dlogits, &p)) return s;
     return fuselet::run(p, fuselet::Mode::kBwd);
@@ -311,7 +288,7 @@ fuselet_status fuselet_cross_entropy_bwd(const fuselet_tensor* dloss, const fuse
 fuselet_status fuselet_cross_entropy_fwd_bwd(const fuselet_tensor* logits, const fuselet_tensor* target,
                                              const fuselet_cross_entropy_options* opts, float grad_scale,
                                              fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* dlogits) {
-  return fuselet::guarded([&] {
+  return fuselet::guarded("fuselet_cross_entropy_fwd_bwd", [&] {
     fuselet::CrossEntropyProblem p;
     if (fuselet_status s =
             fuselet::check_cross_entropy_fwd_bwd(logits, target, opts, grad_scale, loss, z, dlogits, &p))

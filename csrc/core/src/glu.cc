@@ -135,7 +135,7 @@ void glu_bwd(const GluProblem& p, Scratch& s) {
 template <typename Act>
 fuselet_status run(const GluProblem& p, bool backward) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain((backward ? 3 : 2) * p.half));
-  return with_scratch(tasks, 3 * p.half, [&](Scratch& s) {
+  return with_scratch("x", tasks, 3, p.half, [&](Scratch& s) {
     dispatch(p.dtype, [&](auto tag) {
       if (backward)
         glu_bwd<decltype(tag), Act>(p, s);
@@ -160,16 +160,20 @@ fuselet_status run(const GluProblem& p, bool backward) {
 extern "C" {
 
 fuselet_status fuselet_glu_fwd(const fuselet_tensor* x, int32_t activation, fuselet_tensor* y) {
-  fuselet::GluProblem p;
-  if (fuselet_status s = fuselet::check_glu_fwd(x, activation, y, &p)) return s;
-  return fuselet::run(p, false);
+  return fuselet::guarded("fuselet_glu_fwd", [&] {
+    fuselet::GluProblem p;
+    if (fuselet_status s = fuselet::check_glu_fwd(x, activation, y, &p)) return s;
+    return fuselet::run(p, false);
+  });
 }
 
 fuselet_status fuselet_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation,
                                fuselet_tensor* dx) {
-  fuselet::GluProblem p;
-  if (fuselet_status s = fuselet::check_glu_bwd(dy, x, activation, dx, &p)) return s;
-  return fuselet::run(p, true);
+  return fuselet::guarded("fuselet_glu_bwd", [&] {
+    fuselet::GluProblem p;
+    if (fuselet_status s = fuselet::check_glu_bwd(dy, x, activation, dx, &p)) return s;
+    return fuselet::run(p, true);
+  });
 }
 
 #ifndef FUSELET_WITH_CUDA

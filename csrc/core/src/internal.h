@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <exception>
+#include <new>
 #include <type_traits>
 
 #include "fuselet/fuselet.h"
@@ -33,6 +35,25 @@ fuselet_status ok();
 const char* dtype_name(fuselet_dtype dtype);
 bool is_float_dtype(int dtype);
 
+// Bytes of one element of dtype code `dtype` (0 for an unknown code).
+int64_t dtype_bytes(int dtype);
+
+// Runs f() (which returns a fuselet_status) for the C entry point `entry`: a C++ exception
+// that escapes it becomes FUSELET_ERR_INTERNAL, as none may cross the C ABI. Zero-cost
+// exceptions: nothing runs unless one is thrown.
+template <typename F>
+fuselet_status guarded(const char* entry, F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return fail(FUSELET_ERR_INTERNAL, "%s: out of memory", entry);
+  } catch (const std::exception& e) {
+    return fail(FUSELET_ERR_INTERNAL, "%s: unexpected C++ exception: %s", entry, e.what());
+  } catch (...) {
+    return fail(FUSELET_ERR_INTERNAL, "%s: unknown exception", entry);
+  }
+}
+
 // The dtype field as the integer a C caller stored (ctypes, C, another compiler): loading an
 // out-of-range value as the C++ enum type is undefined behaviour, so it is read as bytes.
 inline int dtype_code(const fuselet_tensor* t) {
@@ -49,15 +70,22 @@ struct Rows {
   int64_t row_stride = 0;
 };
 
-// Checks `t` (named `name` in messages): non-null, float dtype, last dim of stride 1,
-// leading dims collapsible into one row stride, non-null data when non-empty.
+// Checks the memory `t` claims (named `name` in messages; `elem` bytes an element): sizes >= 0;
+// the number of elements within int64 (set in *numel); and, when there are elements, strides
+// >= 0 on every dimension of more than one element (the stride of a size-1 dimension is never
+// used) and the offset of the last byte it spans, ((size - 1) x stride summed) + 1 elements of
+// `elem` bytes, within int64 and the address space. Views of no elements take any strides.
+fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t elem, int64_t* numel);
+
+// Checks `t` (named `name` in messages): non-null, float dtype, check_extent, last dim of
+// stride 1, leading dims collapsible into one row stride, non-null data when non-empty.
 fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out);
 
 // as_rows, plus: dtype `dtype` (named as x's in messages) and exactly `rows` rows of `cols`.
 fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,
                            Rows* out);
 
-// Checks that `t` holds exactly `numel` contiguous elements of `dtype`.
+// Checks that `t` holds exactly `numel` contiguous elements of `dtype` (and check_extent).
 fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel, void** data);
 
 // Shape of `t` as "[2, 3, 4]" for messages.

@@ -192,13 +192,13 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
 
 fuselet_status run_fwd(const NormProblem& p) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
-  return with_scratch(tasks, 3 * p.hidden,
+  return with_scratch("x", tasks, 3, p.hidden,
                       [&](Scratch& s) { dispatch(p.dtype, [&](auto tag) { norm_fwd<decltype(tag)>(p, s); }); });
 }
 
 fuselet_status run_bwd(const NormProblem& p) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
-  return with_scratch(tasks, 5 * p.hidden,
+  return with_scratch("x", tasks, 5, p.hidden,
                       [&](Scratch& s) { dispatch(p.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(p, s, tasks); }); });
 }
 
@@ -211,56 +211,69 @@ extern "C" {
 
 fuselet_status fuselet_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, float eps, uint32_t flags,
                                     fuselet_tensor* y, fuselet_tensor* rstd) {
-  NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, &p))
-    return s;
-  return fuselet::run_fwd(p);
+  return fuselet::guarded("fuselet_rms_norm_fwd", [&] {
+    NormProblem p;
+    if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, &p))
+      return s;
+    return fuselet::run_fwd(p);
+  });
 }
 
 fuselet_status fuselet_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
                                     const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                     fuselet_tensor* dweight) {
-  NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
-    return s;
-  return fuselet::run_bwd(p);
+  return fuselet::guarded("fuselet_rms_norm_bwd", [&] {
+    NormProblem p;
+    if (fuselet_status s =
+            fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
+      return s;
+    return fuselet::run_bwd(p);
+  });
 }
 
 fuselet_status fuselet_add_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* residual,
                                         const fuselet_tensor* weight, float eps, uint32_t flags, fuselet_tensor* y,
                                         fuselet_tensor* residual_out, fuselet_tensor* rstd) {
-  NormProblem p;
-  if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
-    return s;
-  return fuselet::run_fwd(p);
+  return fuselet::guarded("fuselet_add_rms_norm_fwd", [&] {
+    NormProblem p;
+    if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
+      return s;
+    return fuselet::run_fwd(p);
+  });
 }
 
 fuselet_status fuselet_add_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
                                         const fuselet_tensor* residual_out, const fuselet_tensor* weight,
                                         const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                         fuselet_tensor* dweight) {
-  NormProblem p;
-  if (fuselet_status s =
-          fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
-    return s;
-  return fuselet::run_bwd(p);
+  return fuselet::guarded("fuselet_add_rms_norm_bwd", [&] {
+    NormProblem p;
+    if (fuselet_status s =
+            fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
+      return s;
+    return fuselet::run_bwd(p);
+  });
 }
 
 fuselet_status fuselet_layer_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight,
                                       const fuselet_tensor* bias, float eps, uint32_t flags, fuselet_tensor* y,
                                       fuselet_tensor* mean, fuselet_tensor* rstd) {
-  NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, flags, y, mean, rstd, true, &p)) return s;
-  return fuselet::run_fwd(p);
+  return fuselet::guarded("fuselet_layer_norm_fwd", [&] {
+    NormProblem p;
+    if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, flags, y, mean, rstd, true, &p)) return s;
+    return fuselet::run_fwd(p);
+  });
 }
 
 fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* weight,
                                       const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags,
                                       fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias) {
-  NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, flags, dx, dweight, dbias, true, &p))
-    return s;
-  return fuselet::run_bwd(p);
+  return fuselet::guarded("fuselet_layer_norm_bwd", [&] {
+    NormProblem p;
+    if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, flags, dx, dweight, dbias, true, &p))
+      return s;
+    return fuselet::run_bwd(p);
+  });
 }
 
 #ifndef FUSELET_WITH_CUDA

@@ -7,7 +7,9 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -17,13 +19,23 @@
 namespace fuselet {
 namespace {
 
+// FUSELET_NUM_THREADS when set to a positive integer (above FUSELET_MAX_THREADS: clamped to
+// it, with one warning on stderr), else the hardware threads (at most FUSELET_MAX_THREADS).
 int default_threads() {
   if (const char* env = std::getenv("FUSELET_NUM_THREADS")) {
-    int n = std::atoi(env);
-    if (n > 0) return n;
+    char* end = nullptr;
+    const long long n = std::strtoll(env, &end, 10);  // out of range: LLONG_MIN or LLONG_MAX
+    if (end != env && n > FUSELET_MAX_THREADS) {
+      static std::atomic<bool> warned{false};
+      if (!warned.exchange(true))
+        std::fprintf(stderr, "fuselet: FUSELET_NUM_THREADS=%s is above the bound of %d threads; using %d\n", env,
+                     FUSELET_MAX_THREADS, FUSELET_MAX_THREADS);
+      return FUSELET_MAX_THREADS;
+    }
+    if (end != env && n > 0) return static_cast<int>(n);
   }
-  unsigned hw = std::thread::hardware_concurrency();
-  return hw > 0 ? static_cast<int>(hw) : 1;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw > 0 ? static_cast<int>(std::min<unsigned>(hw, FUSELET_MAX_THREADS)) : 1;
 }
 
 std::atomic<int> g_num_threads{0};
@@ -42,17 +54,18 @@ thread_local bool t_in_task = false;
 
 class Pool {
  public:
+  // Starts `workers` threads. If one fails to start (std::system_error), the ones started
+  // are stopped and joined before the exception leaves: no worker outlives the pool it waits on.
   explicit Pool(int workers) {
-    for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
-  }
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
+    threads_.reserve(static_cast<size_t>(workers));
+    try {
+      for (int i = 0; i < workers; ++i) threads_.emplace_back([this] { work(); });
+    } catch (...) {
+      stop();
+      throw;
     }
-    cv_.notify_all();
-    for (auto& t : threads_) t.join();
   }
+  ~Pool() { stop(); }
   int workers() const { return static_cast<int>(threads_.size()); }
 
   // Runs `chunks` chunks of fn, workers and the caller claiming them from a shared counter.
@@ -74,6 +87,14 @@ class Pool {
   }
 
  private:
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
   // Waits up to spin_ns() for the next job before the worker blocks on cv_: waking a blocked
   // worker (futex wake, then the scheduler) took longer than a whole 1024x1024 float32 SwiGLU
   // on a 2-vCPU VM, so that the caller ran both chunks alone (1 thread 0.16 ms, 2 threads
@@ -141,14 +162,20 @@ class Pool {
 std::mutex g_pool_mu;    // guards g_pool creation/replacement
 std::mutex g_run_mu;     // one parallel_for at a time uses the pool
 Pool* g_pool = nullptr;  // leaked at exit on purpose: joining threads during exit can hang
+int g_failed = 0;        // the thread count whose pool last failed to start (0: none)
 
 // After fork() the child has no workers: forget the parent's pool (its threads are gone).
 void forget_pool_in_child() {
   g_pool = nullptr;
+  g_failed = 0;
   new (&g_pool_mu) std::mutex();
   new (&g_run_mu) std::mutex();
 }
 
+// The pool of `threads` threads (the caller and threads - 1 workers). When its workers cannot
+// all start (a thread limit, no memory), the pool in use stays (or there is none: NULL, the
+// caller runs every chunk), with one warning on stderr; a new pool is tried once the thread
+// count changes.
 Pool* pool_for(int threads) {
   static const bool registered = [] {
     pthread_atfork(nullptr, nullptr, forget_pool_in_child);
@@ -156,9 +183,18 @@ Pool* pool_for(int threads) {
   }();
   (void)registered;
   std::lock_guard<std::mutex> lock(g_pool_mu);
-  if (g_pool == nullptr || g_pool->workers() != threads - 1) {
+  if ((g_pool != nullptr && g_pool->workers() == threads - 1) || threads == g_failed) return g_pool;
+  try {
+    Pool* pool = new Pool(threads - 1);  // fully started before it replaces the old one
     delete g_pool;
-    g_pool = new Pool(threads - 1);
+    g_pool = pool;
+    g_failed = 0;
+  } catch (const std::exception& e) {
+    g_failed = threads;
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true))
+      std::fprintf(stderr, "fuselet: could not start %d worker threads (%s); the CPU kernels use %d threads\n",
+                   threads - 1, e.what(), g_pool ? g_pool->workers() + 1 : 1);
   }
   return g_pool;
 }
@@ -184,12 +220,16 @@ void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, in
     return;
   }
   const int64_t step = (n + chunks - 1) / chunks;
-  Pool* pool = pool_for(fuselet_get_num_threads());
-  pool->run(chunks, [&](int64_t c) {
+  const auto chunk = [&](int64_t c) {
     const int64_t begin = c * step;
     const int64_t end = std::min(n, begin + step);
     if (begin < end) fn(c, begin, end);
-  });
+  };
+  if (Pool* pool = pool_for(fuselet_get_num_threads())) {
+    pool->run(chunks, chunk);
+  } else {
+    for (int64_t c = 0; c < chunks; ++c) chunk(c);
+  }
 }
 
 }  // namespace fuselet
@@ -206,7 +246,10 @@ int fuselet_get_num_threads(void) {
 }
 
 fuselet_status fuselet_set_num_threads(int n) {
-  if (n < 1) return fuselet::fail(FUSELET_ERR_INVALID_ARGUMENT, "n: expected a number of threads >= 1, got %d", n);
+  if (n < 1 || n > FUSELET_MAX_THREADS)
+    return fuselet::fail(FUSELET_ERR_INVALID_ARGUMENT,
+                         "n: expected a number of threads in [1, %d] (FUSELET_MAX_THREADS), got %d",
+                         FUSELET_MAX_THREADS, n);
   fuselet::g_num_threads.store(n);
   return fuselet::ok();
 }

@@ -13,9 +13,9 @@ namespace {
 
 constexpr uint32_t kKnownFlags = FUSELET_ROPE_INTERLEAVED | FUSELET_ROPE_BHSD;
 
-// Checks a strided view: non-null, 0..8 dims of sizes >= 0, float dtype, strides >= 0 (of the
-// dims that have more than one element), last stride 1, every element offset (and its byte
-// offset) within int64, data non-null when there are elements.
+// Checks a strided view: non-null, 0..8 dims, float dtype, check_extent (sizes >= 0, strides
+// >= 0 where a dim has more than one element, every element and byte offset within int64), last
+// stride 1, data non-null when there are elements.
 fuselet_status check_view(const fuselet_tensor* t, const char* name) {
   if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
   if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
@@ -24,27 +24,9 @@ fuselet_status check_view(const fuselet_tensor* t, const char* name) {
   if (!is_float_dtype(dtype_code(t)))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
                 dtype_code(t));
-  int64_t numel = 1;
-  for (int32_t d = 0; d < t->ndim; ++d) {
-    if (t->shape[d] < 0)
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative size %" PRId64, name,
-                  static_cast<int>(d), t->shape[d]);
-    if (__builtin_mul_overflow(numel, t->shape[d], &numel))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the number of elements overflows int64", name);
-  }
+  int64_t numel = 0;
+  if (fuselet_status s = check_extent(t, name, dtype_bytes(dtype_code(t)), &numel)) return s;
   if (numel == 0) return FUSELET_OK;
-  int64_t extent = 0;  // offset of the last element
-  for (int32_t d = 0; d < t->ndim; ++d) {
-    if (t->shape[d] == 1) continue;
-    if (t->strides[d] < 0)
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative stride %" PRId64, name,
-                  static_cast<int>(d), t->strides[d]);
-    int64_t span;
-    if (__builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &span) || __builtin_add_overflow(extent, span, &extent))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: element offsets overflow int64 (shape x strides)", name);
-  }
-  if (extent > INT64_MAX / 8 - 1)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: byte offsets overflow int64 (shape x strides)", name);
   const int32_t last = t->ndim - 1;
   if (t->ndim > 0 && t->shape[last] > 1 && t->strides[last] != 1)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64, name,
@@ -239,7 +221,7 @@ void rope_typed(const RopeProblem& p, Scratch& s) {
 fuselet_status run(const RopeProblem& p) {
   if (p.rows == 0) return ok();
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.D));
-  return with_scratch(tasks, 3 * p.R, [&](Scratch& s) {
+  return with_scratch("cos", tasks, 3, p.R, [&](Scratch& s) {
     dispatch(p.dtype, [&](auto tag) {
       using T = decltype(tag);
       if (p.cs_dtype == FUSELET_FLOAT32)
@@ -257,24 +239,20 @@ extern "C" {
 
 fuselet_status fuselet_rope_fwd(const fuselet_tensor* x, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                 uint32_t flags, fuselet_tensor* y) {
-  try {
+  return fuselet::guarded("fuselet_rope_fwd", [&] {
     fuselet::RopeProblem p;
     if (fuselet_status s = fuselet::check_rope(x, "x", cos, sin, flags, y, "y", false, &p)) return s;
     return fuselet::run(p);
-  } catch (...) {
-    return fuselet::fail(FUSELET_ERR_INTERNAL, "fuselet_rope_fwd: unexpected C++ exception");
-  }
+  });
 }
 
 fuselet_status fuselet_rope_bwd(const fuselet_tensor* dy, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                 uint32_t flags, fuselet_tensor* dx) {
-  try {
+  return fuselet::guarded("fuselet_rope_bwd", [&] {
     fuselet::RopeProblem p;
     if (fuselet_status s = fuselet::check_rope(dy, "dy", cos, sin, flags, dx, "dx", true, &p)) return s;
     return fuselet::run(p);
-  } catch (...) {
-    return fuselet::fail(FUSELET_ERR_INTERNAL, "fuselet_rope_bwd: unexpected C++ exception");
-  }
+  });
 }
 
 #ifndef FUSELET_WITH_CUDA

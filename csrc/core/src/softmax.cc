@@ -120,7 +120,7 @@ void softmax_bwd(const SoftmaxProblem& p, Scratch& s) {
 fuselet_status run(const SoftmaxProblem& p, bool backward) {
   if (p.rows == 0) return ok();
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.keys));
-  return with_scratch(tasks, 2 * p.keys, [&](Scratch& s) {
+  return with_scratch(backward ? "y" : "x", tasks, 2, p.keys, [&](Scratch& s) {
     dispatch(p.dtype, [&](auto tag) {
       if (backward)
         softmax_bwd<decltype(tag)>(p, s);
@@ -136,16 +136,20 @@ fuselet_status run(const SoftmaxProblem& p, bool backward) {
 extern "C" {
 
 fuselet_status fuselet_softmax_fwd(const fuselet_tensor* x, float scale, uint32_t flags, fuselet_tensor* y) {
-  fuselet::SoftmaxProblem p;
-  if (fuselet_status s = fuselet::check_softmax_fwd(x, scale, flags, y, &p)) return s;
-  return fuselet::run(p, false);
+  return fuselet::guarded("fuselet_softmax_fwd", [&] {
+    fuselet::SoftmaxProblem p;
+    if (fuselet_status s = fuselet::check_softmax_fwd(x, scale, flags, y, &p)) return s;
+    return fuselet::run(p, false);
+  });
 }
 
 fuselet_status fuselet_softmax_bwd(const fuselet_tensor* dy, const fuselet_tensor* y, float scale,
                                    fuselet_tensor* dx) {
-  fuselet::SoftmaxProblem p;
-  if (fuselet_status s = fuselet::check_softmax_bwd(dy, y, scale, dx, &p)) return s;
-  return fuselet::run(p, true);
+  return fuselet::guarded("fuselet_softmax_bwd", [&] {
+    fuselet::SoftmaxProblem p;
+    if (fuselet_status s = fuselet::check_softmax_bwd(dy, y, scale, dx, &p)) return s;
+    return fuselet::run(p, true);
+  });
 }
 
 #ifndef FUSELET_WITH_CUDA

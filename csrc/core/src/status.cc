@@ -1,6 +1,7 @@
 // Error reporting, version and tensor-view validation of the fuselet core.
 #include <cinttypes>
 #include <cstdarg>
+#include <cstddef>
 #include <cstdio>
 
 #include "internal.h"
@@ -58,7 +59,56 @@ const char* shape_string(const fuselet_tensor* t, char* buf, size_t len) {
   return buf;
 }
 
-static fuselet_status check_header(const fuselet_tensor* t, const char* name) {
+int64_t dtype_bytes(int dtype) {
+  switch (dtype) {
+    case FUSELET_FLOAT32: return 4;
+    case FUSELET_FLOAT16: return 2;
+    case FUSELET_BFLOAT16: return 2;
+    case FUSELET_INT32: return 4;
+    case FUSELET_INT64: return 8;
+  }
+  return 0;
+}
+
+fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t elem, int64_t* numel) {
+  char buf[200];
+  bool empty = false;
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] < 0)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative size %" PRId64, name,
+                  static_cast<int>(d), t->shape[d]);
+    empty = empty || t->shape[d] == 0;
+  }
+  *numel = empty ? 0 : 1;
+  for (int32_t d = 0; d < t->ndim && !empty; ++d)
+    if (__builtin_mul_overflow(*numel, t->shape[d], numel))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the number of elements of shape %s overflows int64", name,
+                  shape_string(t, buf, sizeof(buf)));
+  if (empty) return FUSELET_OK;  // nothing is read or written: any strides will do
+  int64_t last = 0;               // offset of the last element, in elements
+  for (int32_t d = 0; d < t->ndim; ++d) {
+    if (t->shape[d] == 1) continue;
+    if (t->strides[d] < 0)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                  "%s: negative strides are not supported (dimension %d has stride %" PRId64
+                  "); make it contiguous first",
+                  name, static_cast<int>(d), t->strides[d]);
+    int64_t span;
+    if (__builtin_mul_overflow(t->shape[d] - 1, t->strides[d], &span) || __builtin_add_overflow(last, span, &last))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                  "%s: element offsets overflow int64 (shape %s, dimension %d has stride %" PRId64 ")", name,
+                  shape_string(t, buf, sizeof(buf)), static_cast<int>(d), t->strides[d]);
+  }
+  int64_t bytes;
+  if (__builtin_add_overflow(last, 1, &bytes) || __builtin_mul_overflow(bytes, elem, &bytes) || bytes > PTRDIFF_MAX)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: byte offsets overflow int64 (shape %s spans %" PRId64 " elements of %" PRId64 " bytes)", name,
+                shape_string(t, buf, sizeof(buf)), last, elem);
+  return FUSELET_OK;
+}
+
+// Non-null, 0..8 dims, a float dtype, check_extent.
+static fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel) {
   if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
   if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected 0..%d dimensions, got %d", name, FUSELET_MAX_DIMS,
@@ -66,53 +116,50 @@ static fuselet_status check_header(const fuselet_tensor* t, const char* name) {
   if (!is_float_dtype(dtype_code(t)))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
                 dtype_code(t));
-  for (int32_t d = 0; d < t->ndim; ++d)
-    if (t->shape[d] < 0)
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: dimension %d has negative size %" PRId64, name,
-                  static_cast<int>(d), t->shape[d]);
-  return FUSELET_OK;
-}
-
-static int64_t numel(const fuselet_tensor* t) {
-  int64_t n = 1;
-  for (int32_t d = 0; d < t->ndim; ++d) n *= t->shape[d];
-  return n;
+  return check_extent(t, name, dtype_bytes(dtype_code(t)), numel);
 }
 
 fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
-  if (fuselet_status s = check_header(t, name)) return s;
+  int64_t numel = 0;
+  if (fuselet_status s = check_header(t, name, &numel)) return s;
   if (t->ndim < 1)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected at least 1 dimension [..., H], got a scalar", name);
   const int32_t last = t->ndim - 1;
   const int64_t hidden = t->shape[last];
   int64_t rows = 1;
-  for (int32_t d = 0; d < last; ++d) rows *= t->shape[d];
+  for (int32_t d = 0; d < last; ++d)
+    if (__builtin_mul_overflow(rows, t->shape[d], &rows)) {
+      char buf[200];
+      return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                  "%s: the number of rows (the product of the leading dimensions of shape %s) overflows int64", name,
+                  shape_string(t, buf, sizeof(buf)));
+    }
   out->data = t->data;
   out->rows = rows;
   out->hidden = hidden;
   out->row_stride = hidden;
-  if (rows == 0 || hidden == 0) return FUSELET_OK;
+  if (numel == 0) return FUSELET_OK;
   if (t->shape[last] > 1 && t->strides[last] != 1)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64, name,
                 t->strides[last]);
   // Collapse the leading dims: walking outwards, each stride must be the inner stride times
-  // the inner size (size-1 dims are free).
-  int64_t row_stride = -1, expect = -1;
+  // the inner size (size-1 dims are free). check_extent bounds every stride (>= 0) and span.
+  bool found = false;
+  int64_t row_stride = 0, expect = 0;
   for (int32_t d = last - 1; d >= 0; --d) {
     if (t->shape[d] == 1) continue;
-    if (row_stride < 0) {
+    if (!found) {
+      found = true;
       row_stride = t->strides[d];
-      expect = row_stride * t->shape[d];
-    } else {
-      if (t->strides[d] != expect)
-        return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                    "%s: the leading dimensions must collapse into rows of one stride (dimension %d has stride "
-                    "%" PRId64 ", expected %" PRId64 "); make it contiguous first",
-                    name, static_cast<int>(d), t->strides[d], expect);
-      expect *= t->shape[d];
+    } else if (t->strides[d] != expect) {
+      return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                  "%s: the leading dimensions must collapse into rows of one stride (dimension %d has stride "
+                  "%" PRId64 ", expected %" PRId64 "); make it contiguous first",
+                  name, static_cast<int>(d), t->strides[d], expect);
     }
+    if (__builtin_mul_overflow(t->strides[d], t->shape[d], &expect)) expect = -1;  // matches no stride
   }
-  if (row_stride >= 0) {
+  if (found) {
     if (row_stride < hidden)
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: rows overlap (row stride %" PRId64 " < hidden size %" PRId64 ")",
                   name, row_stride, hidden);
@@ -136,19 +183,20 @@ fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dt
 }
 
 fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t n, void** data) {
-  if (fuselet_status s = check_header(t, name)) return s;
-  char buf[160];
+  int64_t numel = 0;
+  if (fuselet_status s = check_header(t, name, &numel)) return s;
+  char buf[200];
   if (t->dtype != dtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s, got %s", name, dtype_name(dtype),
                 dtype_name(t->dtype));
-  if (numel(t) != n)
+  if (numel != n)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected %" PRId64 " elements, got shape %s", name, n,
                 shape_string(t, buf, sizeof(buf)));
   int64_t expect = 1;
   for (int32_t d = t->ndim - 1; d >= 0 && n > 0; --d) {  // no elements: any strides will do
     if (t->shape[d] != 1 && t->strides[d] != expect)
       return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a contiguous tensor", name);
-    expect *= t->shape[d];
+    expect *= t->shape[d];  // a product of the sizes: within numel
   }
   if (n > 0 && t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer is NULL", name);
   *data = t->data;

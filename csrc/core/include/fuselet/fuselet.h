@@ -57,8 +57,18 @@ typedef enum fuselet_dtype {
  *   data:    first element (host or device memory, as the entry point says)
  *   dtype:   element type
  *   ndim:    number of dimensions, 0..FUSELET_MAX_DIMS
- *   shape:   extent of each dimension (only the first ndim entries are read)
+ *   shape:   extent of each dimension (only the first ndim entries are read), >= 0
  *   strides: step between neighbours of each dimension, in ELEMENTS, not bytes
+ * Every entry point checks what a view claims before it touches memory, and refuses with
+ * FUSELET_ERR_INVALID_ARGUMENT, naming the argument:
+ *   - negative strides (a reversed view such as numpy's a[::-1]): not supported; make the
+ *     tensor contiguous first. The stride of a dimension of size 1 is never used, so any
+ *     value is accepted there, and a view of no elements takes any strides;
+ *   - a number of elements (the product of the shape) that overflows int64;
+ *   - a span that does not fit: the offset of its last byte, (sum over the dimensions of
+ *     (size - 1) x stride + 1) x the element size, must fit in int64 (and in ptrdiff_t).
+ * The checks cannot know how much memory lies behind `data`: a view within these bounds
+ * must still point at memory that holds it.
  */
 typedef struct fuselet_tensor {
   void* data;
@@ -104,10 +114,16 @@ FUSELET_API const char* fuselet_cpu_isa(void);
 FUSELET_API fuselet_status fuselet_set_cpu_isa(const char* isa);
 
 /*
- * Number of threads the CPU kernels use. Default: the FUSELET_NUM_THREADS environment
- * variable if set to a positive integer, else the number of hardware threads.
- * fuselet_set_num_threads(n) with n >= 1 overrides it; n < 1 is FUSELET_ERR_INVALID_ARGUMENT.
+ * Number of threads the CPU kernels use, at most FUSELET_MAX_THREADS. Default: the
+ * FUSELET_NUM_THREADS environment variable if set to a positive integer (a larger one than
+ * FUSELET_MAX_THREADS is clamped to it, with one warning on stderr), else the number of
+ * hardware threads (likewise at most FUSELET_MAX_THREADS). fuselet_set_num_threads(n) with
+ * 1 <= n <= FUSELET_MAX_THREADS overrides it; any other n is FUSELET_ERR_INVALID_ARGUMENT.
+ * The pool of n - 1 worker threads starts on the first kernel that splits its rows; if the
+ * system refuses to start them (a thread limit), the kernels still run, on the pool already
+ * running or else on the calling thread alone, with one warning on stderr.
  */
+#define FUSELET_MAX_THREADS 1024
 FUSELET_API int fuselet_get_num_threads(void);
 FUSELET_API fuselet_status fuselet_set_num_threads(int n);
 

@@ -125,15 +125,6 @@ fuselet_status run(const CrossEntropyProblem& p, int mode, void* stream) {
   });
 }
 
-template <typename F>
-fuselet_status guarded(F&& f) {
-  try {
-    return f();
-  } catch (...) {
-    return fail(FUSELET_ERR_INTERNAL, "cross_entropy (CUDA): unexpected C++ exception");
-  }
-}
-
 }  // namespace
 }  // namespace fuselet
 
@@ -142,7 +133,7 @@ extern "C" {
 fuselet_status fuselet_cross_entropy_fwd_cuda(const fuselet_tensor* logits, const fuselet_tensor* target,
                                               const fuselet_cross_entropy_options* opts, fuselet_tensor* loss,
                                               fuselet_tensor* z, fuselet_tensor* lse, void* stream) {
-  return fuselet::guarded([&] {
+  return fuselet::guarded("fuselet_cross_entropy_fwd_cuda", [&] {
     fuselet::CrossEntropyProblem p;
     if (fuselet_status s = fuselet::check_cross_entropy_fwd(logits, target, opts, loss, z, lse, &p)) return s;
     return fuselet::run(p, fuselet::kFwd, stream);
@@ -153,7 +144,7 @@ fuselet_status fuselet_cross_entropy_bwd_cuda(const fuselet_tensor* dloss, const
                                               const fuselet_tensor* target, const fuselet_tensor* lse,
                                               const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits,
                                               void* stream) {
-  return fuselet::guarded([&] {
+  return fuselet::guarded("fuselet_cross_entropy_bwd_cuda", [&] {
     fuselet::CrossEntropyProblem p;
     if (fuselet_status s = fuselet::check_cross_entropy_bwd(dloss, logits, target, lse, opts, dlogits, &p)) return s;
     return fuselet::run(p, fuselet::kBwd, stream);
@@ -164,7 +155,7 @@ fuselet_status fuselet_cross_entropy_fwd_bwd_cuda(const fuselet_tensor* logits, 
                                                   const fuselet_cross_entropy_options* opts, float grad_scale,
                                                   fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* dlogits,
                                                   void* stream) {
-  return fuselet::guarded([&] {
+  return fuselet::guarded("fuselet_cross_entropy_fwd_bwd_cuda", [&] {
     fuselet::CrossEntropyProblem p;
     if (fuselet_status s =
             fuselet::check_cross_entropy_fwd_bwd(logits, target, opts, grad_scale, loss, z, dlogits, &p))

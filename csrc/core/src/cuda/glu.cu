@@ -106,16 +106,20 @@ fuselet_status run(const GluProblem& p, bool backward, void* stream) {
 extern "C" {
 
 fuselet_status fuselet_glu_fwd_cuda(const fuselet_tensor* x, int32_t activation, fuselet_tensor* y, void* stream) {
-  fuselet::GluProblem p;
-  if (fuselet_status s = fuselet::check_glu_fwd(x, activation, y, &p)) return s;
-  return fuselet::run(p, false, stream);
+  return fuselet::guarded("fuselet_glu_fwd_cuda", [&] {
+    fuselet::GluProblem p;
+    if (fuselet_status s = fuselet::check_glu_fwd(x, activation, y, &p)) return s;
+    return fuselet::run(p, false, stream);
+  });
 }
 
 fuselet_status fuselet_glu_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation,
                                     fuselet_tensor* dx, void* stream) {
-  fuselet::GluProblem p;
-  if (fuselet_status s = fuselet::check_glu_bwd(dy, x, activation, dx, &p)) return s;
-  return fuselet::run(p, true, stream);
+  return fuselet::guarded("fuselet_glu_bwd_cuda", [&] {
+    fuselet::GluProblem p;
+    if (fuselet_status s = fuselet::check_glu_bwd(dy, x, activation, dx, &p)) return s;
+    return fuselet::run(p, true, stream);
+  });
 }
 
 }  // extern "C"

@@ -623,30 +623,37 @@ size_t fuselet_norm_bwd_workspace_bytes_cuda(int64_t rows, int64_t hidden) {
 
 fuselet_status fuselet_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
                                          uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd, void* stream) {
-  fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, &p))
-    return s;
-  return fuselet::norm_fwd<false>(p, stream);
+  return fuselet::guarded("fuselet_rms_norm_fwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s = fuselet::check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, &p))
+      return s;
+    return fuselet::norm_fwd<false>(p, stream);
+  });
 }
 
 fuselet_status fuselet_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
                                          const fuselet_tensor* weight, const fuselet_tensor* rstd, uint32_t flags,
                                          fuselet_tensor* dx, fuselet_tensor* dweight, void* workspace,
                                          size_t workspace_bytes, void* stream) {
-  fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
-    return s;
-  return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+  return fuselet::guarded("fuselet_rms_norm_bwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s =
+            fuselet::check_norm_bwd(dy, x, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, &p))
+      return s;
+    return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+  });
 }
 
 fuselet_status fuselet_add_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* residual,
                                              const fuselet_tensor* weight, float eps, uint32_t flags,
                                              fuselet_tensor* y, fuselet_tensor* residual_out, fuselet_tensor* rstd,
                                              void* stream) {
-  fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
-    return s;
-  return fuselet::norm_fwd<false>(p, stream);
+  return fuselet::guarded("fuselet_add_rms_norm_fwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s = fuselet::check_add_norm_fwd(x, residual, weight, eps, flags, y, residual_out, rstd, &p))
+      return s;
+    return fuselet::norm_fwd<false>(p, stream);
+  });
 }
 
 fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
@@ -654,19 +661,23 @@ fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fus
                                              const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                              fuselet_tensor* dweight, void* workspace, size_t workspace_bytes,
                                              void* stream) {
-  fuselet::NormProblem p;
-  if (fuselet_status s =
-          fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
-    return s;
-  return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+  return fuselet::guarded("fuselet_add_rms_norm_bwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s =
+            fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
+      return s;
+    return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+  });
 }
 
 fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* weight,
                                            const fuselet_tensor* bias, float eps, uint32_t flags, fuselet_tensor* y,
                                            fuselet_tensor* mean, fuselet_tensor* rstd, void* stream) {
-  fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, flags, y, mean, rstd, true, &p)) return s;
-  return fuselet::norm_fwd<true>(p, stream);
+  return fuselet::guarded("fuselet_layer_norm_fwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s = fuselet::check_norm_fwd(x, weight, bias, eps, flags, y, mean, rstd, true, &p)) return s;
+    return fuselet::norm_fwd<true>(p, stream);
+  });
 }
 
 fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
@@ -674,10 +685,12 @@ fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor* dy, const fusel
                                            const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                            fuselet_tensor* dweight, fuselet_tensor* dbias, void* workspace,
                                            size_t workspace_bytes, void* stream) {
-  fuselet::NormProblem p;
-  if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, flags, dx, dweight, dbias, true, &p))
-    return s;
-  return fuselet::norm_bwd<true>(p, workspace, workspace_bytes, stream);
+  return fuselet::guarded("fuselet_layer_norm_bwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s = fuselet::check_norm_bwd(dy, x, weight, mean, rstd, flags, dx, dweight, dbias, true, &p))
+      return s;
+    return fuselet::norm_bwd<true>(p, workspace, workspace_bytes, stream);
+  });
 }
 
 }  // extern "C"

@@ -169,24 +169,20 @@ extern "C" {
 
 fuselet_status fuselet_rope_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                      uint32_t flags, fuselet_tensor* y, void* stream) {
-  try {
+  return fuselet::guarded("fuselet_rope_fwd_cuda", [&] {
     fuselet::RopeProblem p;
     if (fuselet_status s = fuselet::check_rope(x, "x", cos, sin, flags, y, "y", false, &p)) return s;
     return fuselet::run(p, stream);
-  } catch (...) {
-    return fuselet::fail(FUSELET_ERR_INTERNAL, "fuselet_rope_fwd_cuda: unexpected C++ exception");
-  }
+  });
 }
 
 fuselet_status fuselet_rope_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                      uint32_t flags, fuselet_tensor* dx, void* stream) {
-  try {
+  return fuselet::guarded("fuselet_rope_bwd_cuda", [&] {
     fuselet::RopeProblem p;
     if (fuselet_status s = fuselet::check_rope(dy, "dy", cos, sin, flags, dx, "dx", true, &p)) return s;
     return fuselet::run(p, stream);
-  } catch (...) {
-    return fuselet::fail(FUSELET_ERR_INTERNAL, "fuselet_rope_bwd_cuda: unexpected C++ exception");
-  }
+  });
 }
 
 }  // extern "C"

@@ -78,16 +78,20 @@ extern "C" {
 
 fuselet_status fuselet_softmax_fwd_cuda(const fuselet_tensor* x, float scale, uint32_t flags, fuselet_tensor* y,
                                         void* stream) {
-  fuselet::SoftmaxProblem p;
-  if (fuselet_status s = fuselet::check_softmax_fwd(x, scale, flags, y, &p)) return s;
-  return fuselet::run(p, false, stream);
+  return fuselet::guarded("fuselet_softmax_fwd_cuda", [&] {
+    fuselet::SoftmaxProblem p;
+    if (fuselet_status s = fuselet::check_softmax_fwd(x, scale, flags, y, &p)) return s;
+    return fuselet::run(p, false, stream);
+  });
 }
 
 fuselet_status fuselet_softmax_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* y, float scale,
                                         fuselet_tensor* dx, void* stream) {
-  fuselet::SoftmaxProblem p;
-  if (fuselet_status s = fuselet::check_softmax_bwd(dy, y, scale, dx, &p)) return s;
-  return fuselet::run(p, true, stream);
+  return fuselet::guarded("fuselet_softmax_bwd_cuda", [&] {
+    fuselet::SoftmaxProblem p;
+    if (fuselet_status s = fuselet::check_softmax_bwd(dy, y, scale, dx, &p)) return s;
+    return fuselet::run(p, true, stream);
+  });
 }
 
 }  // extern "C"
