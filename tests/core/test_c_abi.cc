@@ -259,6 +259,19 @@ void thread_bound() {
   expect(rms_norm(&y), "a kernel after the refused thread counts");
 }
 
+// A status code of no enumerator (a C caller's int) is named, not read as the C++ enum: under
+// UBSan that load is an error.
+void status_codes() {
+  const int codes[] = {-1, 5, 65536, INT_MAX};
+  for (int code : codes) {
+    fuselet_status status;
+    std::memcpy(&status, &code, sizeof status);
+    expect(std::strcmp(fuselet_status_string(status), "unknown status") == 0,
+           "status_string(" + std::to_string(code) + ") is \"unknown status\"");
+  }
+  expect(std::strcmp(fuselet_status_string(FUSELET_ERR_INTERNAL), "internal error") == 0, "status_string(INTERNAL)");
+}
+
 // In a child (the variable is read once per process, on the first use of the thread count):
 // FUSELET_NUM_THREADS=`value` gives `want` threads, and a kernel on them computes what it
 // computes on one thread. The child's exit code says what went wrong.
@@ -368,10 +381,12 @@ int main(int argc, char** argv) {
     env_threads();
   else if (group == "pool_failure")
     pool_failure();
+  else if (group == "status_codes")
+    status_codes();
   else {
     std::printf(
         "usage: test_c_abi negative_strides|stride_overflow|numel_overflow|huge_last_dim|thread_bound|"
-        "env_threads|pool_failure\n");
+        "env_threads|pool_failure|status_codes\n");
     return 2;
   }
   return fuselet_test::report();

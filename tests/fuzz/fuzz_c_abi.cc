@@ -595,7 +595,7 @@ void op_rope(Ctx& c, bool backward, bool cuda) {
   const uint32_t flags = pick_flags(c.in) & (c.in.u8() < 0xF0 ? 3u : ~0u);
   const bool batch = !(c.in.u8() & 1), per_sequence = batch && (c.in.u8() & 1);
   const int64_t B = pick_dim(c.in), S = pick_dim(c.in), N = pick_dim(c.in);
-  const int64_t D = pick_dim(c.in) * 2;
+  const int64_t D = static_cast<int64_t>(static_cast<uint64_t>(pick_dim(c.in)) * 2u);  // wraps, as a caller's might
   const int64_t half = D / 2 > 0 ? D / 2 : 1;
   const int64_t R = 2 * (1 + static_cast<int64_t>(static_cast<uint64_t>(c.in.u8()) % static_cast<uint64_t>(half)));
   const bool bhsd = flags & FUSELET_ROPE_BHSD;

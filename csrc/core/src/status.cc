@@ -210,7 +210,11 @@ extern "C" {
 const char* fuselet_last_error(void) { return fuselet::g_last_error; }
 
 const char* fuselet_status_string(fuselet_status status) {
-  switch (status) {
+  // Read as the integer the caller stored: a value of no enumerator is legal C, but loading it
+  // as the C++ enum is undefined behaviour (as for the dtype field, dtype_code()).
+  std::underlying_type_t<fuselet_status> code;
+  std::memcpy(&code, &status, sizeof code);
+  switch (code) {
     case FUSELET_OK: return "ok";
     case FUSELET_ERR_INVALID_ARGUMENT: return "invalid argument";
     case FUSELET_ERR_UNSUPPORTED: return "unsupported";
