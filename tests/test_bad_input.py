@@ -556,3 +556,25 @@ def test_torch_op_direct_cross_entropy(torch):
         torch.ops.fuselet.cross_entropy_fwd_bwd_(x, t, -100, 0.0, 0.0, 0.0, float("inf"))
     with raises(ValueError, "logits: the last dimension (classes) must be > 0, got 0"):
         torch.ops.fuselet.cross_entropy_fwd(torch.ones(2, 0), t, -100, 0.0, 0.0, 0.0)
+
+
+def test_torch_huge_int_scalars(torch):
+    """An int too large for a float is a ValueError naming the argument, not an OverflowError."""
+    import fuselet.torch as F
+
+    x, t, big = torch.ones(2, 4), torch.zeros(2, dtype=torch.long), 10**400
+    for name, call in [
+        ("eps", lambda: F.rms_norm(x, eps=big)),
+        ("eps", lambda: F.layer_norm(x, eps=big)),
+        ("eps", lambda: F.add_rms_norm(x, x, eps=big)),
+        ("eps", lambda: F.RMSNorm(4, eps=big)(x)),
+        ("eps", lambda: F.LayerNorm(4, eps=big)(x)),
+        ("scale", lambda: F.softmax(x, scale=big)),
+        ("scale", lambda: F.softmax(x, scale=-big)),
+        ("z_loss", lambda: F.cross_entropy(x, t, z_loss=big)),
+        ("softcap", lambda: F.cross_entropy(x, t, softcap=big)),
+        ("grad_scale", lambda: F.cross_entropy.fwd_bwd(x, t, grad_scale=big)),
+        ("z_loss", lambda: F.fused_linear_cross_entropy(x, torch.ones(5, 4), t, z_loss=big)),
+    ]:
+        with raises(ValueError, f"{name}: expected"):
+            call()
