@@ -558,6 +558,156 @@ def test_torch_op_direct_cross_entropy(torch):
         torch.ops.fuselet.cross_entropy_fwd(torch.ones(2, 0), t, -100, 0.0, 0.0, 0.0)
 
 
+def _bad_op_calls(torch):
+    """(exception, message, op, args) of raw op calls that the op refuses: the message part is
+    one that the op on CPU tensors and its fake impl (meta tensors, torch.compile) both give."""
+    f = torch.ones
+    t2, t3 = torch.zeros(2, dtype=torch.long), torch.zeros(3, dtype=torch.long)
+    x, w, r = f(2, 4), f(4), f(2)
+    q = f(2, 3, 4, 8)
+    return [
+        (ValueError, "weight: expected", "rms_norm_fwd", (x, f(5), 1e-6)),
+        (TypeError, "x: expected dtype float32, float16 or bfloat16", "rms_norm_fwd", (x.double(), None, 1e-6)),
+        (ValueError, "eps: expected a finite", "rms_norm_fwd", (x, w, -1.0)),
+        (ValueError, "x: the hidden size (last dimension) must be > 0", "rms_norm_fwd", (f(2, 0), None, 1e-6)),
+        (ValueError, "dy: expected", "rms_norm_bwd", (f(2, 3), x, w, r)),
+        (ValueError, "rstd: expected", "rms_norm_bwd", (x, x, w, f(3))),
+        (ValueError, "bias: expected", "layer_norm_fwd", (x, w, f(3), 1e-5)),
+        (ValueError, "mean: expected", "layer_norm_bwd", (x, x, w, w, f(3), r)),
+        (ValueError, "residual: expected", "add_rms_norm_fwd", (x, f(2, 3), w, 1e-6)),
+        (ValueError, "dresidual_out: expected", "add_rms_norm_bwd", (x, f(2, 3), x, w, r)),
+        (ValueError, "x: expected an even last dimension > 0", "swiglu_fwd", (f(2, 5),)),
+        (ValueError, "dy: expected", "swiglu_bwd", (x, x)),
+        (ValueError, "approximate: expected 'none' or 'tanh'", "geglu_fwd", (x, "fast")),
+        (ValueError, "dy: expected", "geglu_bwd", (f(2, 3), x)),
+        (ValueError, "needs x of shape [..., Q, K]", "softmax_fwd", (f(4), 1.0, True)),
+        (ValueError, "scale: expected a finite", "softmax_fwd", (x, float("inf"))),
+        (ValueError, "dy: expected", "softmax_bwd", (f(2, 3), x)),
+        (ValueError, "cos: the rotary dim R (last dimension) must be even", "rope_fwd", (q, f(3, 7), f(3, 7))),
+        (ValueError, "cos: expected 3 positions", "rope_bwd", (q, f(4, 8), f(4, 8))),
+        (ValueError, "sin: expected shape", "rope_fwd", (q, f(3, 8), f(2, 3, 8))),
+        (ValueError, "target: expected", "cross_entropy_fwd", (x, t3, -100, 0.0, 0.0, 0.0)),
+        (TypeError, "target: expected dtype int32 or int64 (class ids)", "cross_entropy_fwd", (x, r, -100, 0.0, 0.0, 0.0)),
+        (ValueError, "softcap: expected", "cross_entropy_fwd", (x, t2, -100, 0.0, 0.0, -1.0)),
+        (ValueError, "dloss: expected", "cross_entropy_bwd", (f(3), x, t2, r, -100, 0.0, 0.0, 0.0)),
+        (ValueError, "lse: expected", "cross_entropy_bwd_", (r, x, t2, f(3), -100, 0.0, 0.0, 0.0)),
+        (ValueError, "label_smoothing: expected", "cross_entropy_fwd_bwd", (x, t2, -100, 2.0, 0.0, 0.0, 1.0)),
+        (ValueError, "grad_scale: expected a finite", "cross_entropy_fwd_bwd_", (x, t2, -100, 0.0, 0.0, 0.0, float("inf"))),
+    ]
+
+
+def _on(torch, device, args):
+    return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def test_torch_op_direct_fake_impls_check(torch):
+    """The fake impls (meta tensors, torch.compile's tracing) refuse what the ops refuse."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    for exc, message, op, args in _bad_op_calls(torch):
+        with raises(exc, message):
+            getattr(torch.ops.fuselet, op)(*args)
+        with raises(exc, message):
+            getattr(torch.ops.fuselet, op)(*_on(torch, "meta", args))
+        with FakeTensorMode() as mode:
+            fake = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args)
+            with raises(exc, message):
+                getattr(torch.ops.fuselet, op)(*fake)
+
+
+def _mixed_calls(torch):
+    """(argument, reference argument, op, args) of raw op calls with valid shapes."""
+    f = torch.ones
+    x, w, r, t = f(2, 4), f(4), f(2), torch.zeros(2, dtype=torch.long)
+    q, c = f(2, 3, 4, 8), f(3, 8)
+    return [
+        ("weight", "x", "rms_norm_fwd", (x, w, 1e-6)),
+        ("rstd", "x", "rms_norm_bwd", (x, x, w, r)),
+        ("dy", "x", "rms_norm_bwd", (x, x, w, r)),
+        ("bias", "x", "layer_norm_fwd", (x, w, w, 1e-5)),
+        ("mean", "x", "layer_norm_bwd", (x, x, w, w, r, r)),
+        ("bias", "x", "layer_norm_bwd", (x, x, w, w, r, r)),
+        ("residual", "x", "add_rms_norm_fwd", (x, x, w, 1e-6)),
+        ("weight", "residual_out", "add_rms_norm_bwd", (x, x, x, w, r)),
+        ("dy", "x", "swiglu_bwd", (f(2, 2), x)),
+        ("dy", "x", "geglu_bwd", (f(2, 2), x, "none")),
+        ("dy", "y", "softmax_bwd", (x, x, 1.0)),
+        ("sin", "x", "rope_fwd", (q, c, c)),
+        ("cos", "dy", "rope_bwd", (q, c, c)),
+        ("target", "logits", "cross_entropy_fwd", (x, t, -100, 0.0, 0.0, 0.0)),
+        ("lse", "logits", "cross_entropy_bwd", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
+        ("dloss", "logits", "cross_entropy_bwd_", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
+        ("target", "logits", "cross_entropy_fwd_bwd", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),
+        ("target", "logits", "cross_entropy_fwd_bwd_", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),
+    ]
+
+
+def _arg_names(torch, op):
+    return [a.name for a in getattr(torch.ops.fuselet, op).default._schema.arguments]
+
+
+def test_torch_op_direct_mixed_meta_devices(torch):
+    """One tensor on meta, the others on the CPU (the dispatcher then runs the fake impl): the
+    meta tensor is named, rather than uninitialised CPU outputs returned."""
+    for name, ref, op, args in _mixed_calls(torch):
+        names = _arg_names(torch, op)
+        mixed = list(args)
+        mixed[names.index(name)] = mixed[names.index(name)].to("meta")
+        with raises(ValueError, f"{name}: expected a tensor on cpu (the device of {ref}), got meta"):
+            getattr(torch.ops.fuselet, op)(*mixed)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda F, x: F.rms_norm(x),
+        lambda F, x: F.layer_norm(x),
+        lambda F, x: F.add_rms_norm(x, x),
+        lambda F, x: F.swiglu(x),
+        lambda F, x: F.geglu(x),
+        lambda F, x: F.softmax(x),
+        lambda F, x: F.RMSNorm(4)(x),
+        lambda F, x: F.LayerNorm(4)(x),
+    ],
+)
+def test_torch_not_a_dense_tensor(torch, call):
+    import fuselet.torch as F
+
+    with raises(TypeError, "x: expected a torch.Tensor, got NoneType"):
+        call(F, None)
+    with raises(NotImplementedError, "x: expected a strided (dense) tensor, got layout torch.sparse_coo"):
+        call(F, torch.ones(2, 4).to_sparse())
+    with raises(NotImplementedError, "x: expected a strided (dense) tensor, got a nested tensor"):
+        call(F, torch.nested.nested_tensor([torch.ones(2, 4), torch.ones(3, 4)], layout=torch.jagged))
+
+
+def test_torch_other_arguments_not_dense(torch):
+    import fuselet.torch as F
+
+    x, c, t = torch.ones(2, 3, 4, 8), torch.ones(3, 8), torch.zeros(2, dtype=torch.long)
+    sparse = "expected a strided (dense) tensor, got layout torch.sparse_coo"
+    with raises(NotImplementedError, f"weight: {sparse}"):
+        F.rms_norm(torch.ones(2, 4), torch.ones(4).to_sparse())
+    with raises(NotImplementedError, f"residual: {sparse}"):
+        F.add_rms_norm(torch.ones(2, 4), torch.ones(2, 4).to_sparse())
+    with raises(NotImplementedError, f"cos: {sparse}"):
+        F.rope(x, c.to_sparse(), c)
+    with raises(NotImplementedError, f"x: {sparse}"):
+        F.rope(x.to_sparse(), c, c)
+    with raises(NotImplementedError, f"target: {sparse}"):
+        F.cross_entropy(torch.ones(2, 4), t.to_sparse())
+    with raises(NotImplementedError, f"logits: {sparse}"):
+        F.cross_entropy(torch.ones(2, 4).to_sparse(), t)
+    with raises(NotImplementedError, f"hidden: {sparse}"):
+        F.fused_linear_cross_entropy(torch.ones(2, 4).to_sparse(), torch.ones(5, 4), t)
+    with raises(NotImplementedError, f"weight: {sparse}"):
+        F.fused_linear_cross_entropy(torch.ones(2, 4), torch.ones(5, 4).to_sparse(), t)
+    with raises(TypeError, "logits: expected a torch.Tensor, got NoneType"):
+        F.cross_entropy(None, t)
+    with raises(TypeError, "hidden: expected a torch.Tensor, got NoneType"):
+        F.fused_linear_cross_entropy(None, torch.ones(5, 4), t)
+
+
 def test_torch_huge_int_scalars(torch):
     """An int too large for a float is a ValueError naming the argument, not an OverflowError."""
     import fuselet.torch as F

@@ -24,6 +24,7 @@ import torch
 
 from fuselet._checks import check_linear_cross_entropy_args
 from fuselet._fused_linear_cross_entropy import chunk_size_for, options
+from fuselet.torch._args import check_dense, check_same_device
 from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
@@ -309,8 +310,7 @@ def fused_linear_cross_entropy(
     torch.nn.Linear this replaces would cast them (its logits are a matmul's; the loss is float32
     math either way), and their gradients flow back in their own dtypes."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
-        if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
-            raise TypeError(f"{name}: expected a torch.Tensor{' or None' if name == 'bias' else ''}, got {type(t).__name__}")
+        check_dense(name, t, optional=name == "bias")
     if hidden.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(hidden.device.type):
         low = torch.get_autocast_dtype(hidden.device.type)
         hidden, weight, bias = (t.to(low) if t is not None and t.is_floating_point() else t for t in (hidden, weight, bias))
@@ -319,9 +319,7 @@ def fused_linear_cross_entropy(
         for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))
     }
     check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
-    for name, t in (("weight", weight), ("bias", bias), ("target", target)):
-        if t is not None and t.device != hidden.device:
-            raise ValueError(f"{name}: expected a tensor on {hidden.device} (the device of hidden), got {t.device}")
+    check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
     opts = options(
         tuple(target.shape),
         str(target.dtype).removeprefix("torch."),
