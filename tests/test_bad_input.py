@@ -467,9 +467,9 @@ def test_torch_op_direct_bad_dtype(torch):
 
 def test_torch_op_direct_parameter_dtypes(torch):
     x = torch.ones(2, 4, dtype=torch.bfloat16)
-    with raises(ValueError, "weight: expected dtype bfloat16 (the dtype of x) or float32, got float16"):
+    with raises(TypeError, "weight: expected dtype bfloat16 (the dtype of x) or float32, got float16"):
         torch.ops.fuselet.rms_norm_fwd(x, torch.ones(4, dtype=torch.float16), 1e-6)
-    with raises(ValueError, "bias: expected dtype float32 (the dtype of weight), got bfloat16"):
+    with raises(TypeError, "bias: expected dtype float32 (the dtype of weight), got bfloat16"):
         torch.ops.fuselet.layer_norm_fwd(x, torch.ones(4), torch.ones(4, dtype=torch.bfloat16), 1e-5)
     with raises(ValueError, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight"):
         torch.ops.fuselet.rms_norm_fwd(x, None, 1e-6, True)
@@ -478,7 +478,7 @@ def test_torch_op_direct_parameter_dtypes(torch):
 def test_torch_op_direct_add_rms_norm(torch):
     with raises(ValueError, "residual: expected 2 rows of 4 elements like x, got 2 rows of 3"):
         torch.ops.fuselet.add_rms_norm_fwd(torch.ones(2, 4), torch.ones(2, 3), torch.ones(4), 1e-6)
-    with raises(ValueError, "dresidual_out: expected dtype float32 (the dtype of x), got bfloat16"):
+    with raises(TypeError, "dresidual_out: expected dtype float32 (the dtype of residual_out), got bfloat16"):
         torch.ops.fuselet.add_rms_norm_bwd(
             torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4), torch.ones(4), torch.ones(2)
         )
@@ -521,7 +521,7 @@ def test_torch_op_direct_rope(torch):
         torch.ops.fuselet.rope_bwd(x, torch.ones(4, 8), torch.ones(4, 8))
     with raises(ValueError, "sin: expected shape [3, 8] (the shape of cos), got [2, 3, 8]"):
         torch.ops.fuselet.rope_fwd(x, torch.ones(3, 8), torch.ones(2, 3, 8))
-    with raises(ValueError, "cos: expected dtype float32 or bfloat16 (the dtype of x), got float16"):
+    with raises(TypeError, "cos: expected dtype float32 or bfloat16 (the dtype of x), got float16"):
         torch.ops.fuselet.rope_fwd(x.bfloat16(), torch.ones(3, 8, dtype=torch.float16), torch.ones(3, 8))
     with raises(ValueError, "x: expected shape [B, N, S, D] or [N, S, D], got [3, 8]"):
         torch.ops.fuselet.rope_fwd(torch.ones(3, 8), torch.ones(3, 8), torch.ones(3, 8), True)
@@ -728,3 +728,73 @@ def test_torch_huge_int_scalars(torch):
     ]:
         with raises(ValueError, f"{name}: expected"):
             call()
+
+
+def test_torch_op_direct_names_the_argument(torch):
+    """None for a required tensor, and checks of one argument reported under its own name."""
+    ops, x, w, r = torch.ops.fuselet, torch.ones(2, 4), torch.ones(4), torch.ones(2)
+    with raises(TypeError, "dy: expected a tensor, got None"):
+        ops.rms_norm_bwd(None, x, w, r)
+    with raises(TypeError, "x: expected a tensor, got None"):
+        ops.rms_norm_fwd(None, w, 1e-6)
+    with raises(TypeError, "rstd: expected a tensor, got None"):
+        ops.layer_norm_bwd(x, x, w, w, r, None)
+    with raises(TypeError, "target: expected a tensor, got None"):
+        ops.cross_entropy_fwd(x, None, -100, 0.0, 0.0, 0.0)
+    with raises(TypeError, "sin: expected a tensor, got None"):
+        ops.rope_fwd(torch.ones(2, 3, 4, 8), torch.ones(3, 8), None)
+    with raises(ValueError, "bias: expected"):
+        ops.layer_norm_bwd(x, x, w, torch.ones(3), r, r)
+    with raises(ValueError, "y: expected a tensor of shape [..., K], got a 0-d tensor"):
+        ops.softmax_bwd(torch.ones(()), torch.ones(()))
+    with raises(ValueError, "residual_out: expected a tensor of shape [..., H], got a 0-d tensor"):
+        ops.add_rms_norm_bwd(torch.ones(()), torch.ones(()), torch.ones(()), None, torch.ones(()))
+    with raises(ValueError, "dy: expected a tensor on cpu (the device of residual_out), got meta"):
+        ops.add_rms_norm_bwd(x.to("meta"), x, x, w, r)
+
+
+_NO_COPY_CHILD = r"""
+import resource, torch, fuselet.torch as F
+ops = torch.ops.fuselet
+def big(*shape, dtype=torch.float32):  # no memory: every element is the one of torch.empty(1)
+    return torch.empty(1, dtype=dtype).expand(*shape)
+n = 2**24  # rows of 8 float32: a 512 MiB contiguous copy
+calls = [
+    lambda: F.rms_norm(big(2**31, dtype=torch.bfloat16)),  # H >= 2^31: refused by the core
+    lambda: ops.rms_norm_fwd(big(2**31, dtype=torch.bfloat16), None, 1e-6),
+    lambda: ops.rms_norm_fwd(big(n, 8), torch.ones(5), 1e-6),
+    lambda: ops.layer_norm_fwd(big(n, 8), torch.ones(8), torch.ones(5), 1e-5),
+    lambda: ops.layer_norm_bwd(big(n, 8), big(n, 8), None, torch.ones(3), big(n), big(n)),
+    lambda: ops.add_rms_norm_fwd(big(n, 8), big(n, 4), None, 1e-6),
+    lambda: ops.add_rms_norm_bwd(big(n, 8), big(n, 4), big(n, 8), None, big(n)),
+    lambda: ops.swiglu_fwd(big(n, 7)),
+    lambda: ops.geglu_bwd(big(n, 8), big(n, 8)),
+    lambda: ops.softmax_bwd(big(n, 4), big(n, 8)),
+    lambda: ops.rope_fwd(big(2, n // 8, 4, 8), torch.ones(3, 8), torch.ones(3, 8)),
+    lambda: ops.cross_entropy_fwd(big(n, 8), torch.zeros(3, dtype=torch.long), -100, 0.0, 0.0, 0.0),
+    lambda: ops.cross_entropy_fwd_bwd(big(n, 8), torch.zeros(3, dtype=torch.long), -100, 0.0, 0.0, 0.0, 1.0),
+    lambda: ops.cross_entropy_bwd(big(n), big(n, 8), big(n, dtype=torch.long), big(3), -100, 0.0, 0.0, 0.0),
+]
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for i, call in enumerate(calls):
+    try:
+        call()
+        print("call", i, "was not refused")
+    except (ValueError, TypeError):
+        pass
+    grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024
+    print("call", i, "grew", grown, "MiB")
+"""
+
+
+def test_torch_op_refuses_before_copying(torch):
+    """A refused call costs no copy of its arguments: stride-0 views of 2^24..2^31 elements
+    (no memory of their own) are refused before they are made contiguous."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _NO_COPY_CHILD], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 14 and not any("not refused" in line for line in lines), out.stdout
+    assert int(lines[-1].split()[-2]) < 100, out.stdout
