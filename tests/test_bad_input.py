@@ -615,6 +615,20 @@ def test_torch_op_direct_fake_impls_check(torch):
                 getattr(torch.ops.fuselet, op)(*fake)
 
 
+def test_torch_op_direct_trace_time_errors(torch):
+    """torch.export and torch.compile meet the op's error while tracing, before any kernel runs."""
+
+    class Norm(torch.nn.Module):
+        def forward(self, x, w):
+            return torch.ops.fuselet.rms_norm_fwd(x, w, 1e-6)[0]
+
+    args = (torch.ones(2, 4), torch.ones(5))
+    with raises(ValueError, "weight: expected shape (4,)"):
+        torch.export.export(Norm(), args)
+    with pytest.raises(Exception, match=re.escape("weight: expected shape (4,)")):
+        torch.compile(Norm(), backend="eager", fullgraph=True)(*args)
+
+
 def _mixed_calls(torch):
     """(argument, reference argument, op, args) of raw op calls with valid shapes."""
     f = torch.ones
