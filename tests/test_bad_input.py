@@ -593,6 +593,25 @@ def _bad_op_calls(torch):
         (ValueError, "lse: expected", "cross_entropy_bwd_", (r, x, t2, f(3), -100, 0.0, 0.0, 0.0)),
         (ValueError, "label_smoothing: expected", "cross_entropy_fwd_bwd", (x, t2, -100, 2.0, 0.0, 0.0, 1.0)),
         (ValueError, "grad_scale: expected a finite", "cross_entropy_fwd_bwd_", (x, t2, -100, 0.0, 0.0, 0.0, float("inf"))),
+        (
+            ValueError,
+            "weight: expected shape [V, 4]",
+            "fused_linear_cross_entropy_none",
+            (x, f(5, 3), None, t2, -100, 0.0, 0.0, 0.0, 0),
+        ),
+        (
+            ValueError,
+            "target: expected shape (2,)",
+            "fused_linear_cross_entropy_reduced",
+            (x, f(5, 4), None, t3, -100, 0.0, 0.0, 0.0, True, 0),
+        ),
+        (ValueError, "z_loss: expected", "fused_linear_cross_entropy_none", (x, f(5, 4), None, t2, -100, 0.0, -1.0, 0.0, 0)),
+        (
+            ValueError,
+            "lse: expected shape [2]",
+            "fused_linear_cross_entropy_none_bwd",
+            (r, x, f(5, 4), None, t2, f(3), -100, 0.0, 0.0, 0.0, 0),
+        ),
     ]
 
 
@@ -653,6 +672,8 @@ def _mixed_calls(torch):
         ("dloss", "logits", "cross_entropy_bwd_", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
         ("target", "logits", "cross_entropy_fwd_bwd", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),
         ("target", "logits", "cross_entropy_fwd_bwd_", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),
+        ("weight", "hidden", "fused_linear_cross_entropy_none", (x, f(5, 4), None, t, -100, 0.0, 0.0, 0.0, 0)),
+        ("dloss", "hidden", "fused_linear_cross_entropy_none_bwd", (r, x, f(5, 4), None, t, r, -100, 0.0, 0.0, 0.0, 0)),
     ]
 
 

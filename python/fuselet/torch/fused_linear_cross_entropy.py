@@ -24,7 +24,7 @@ import torch
 
 from fuselet._checks import check_linear_cross_entropy_args
 from fuselet._fused_linear_cross_entropy import chunk_size_for, options
-from fuselet.torch._args import check_dense, check_same_device
+from fuselet.torch._args import check_dense, check_same_device, op_tensors, shape_str
 from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
@@ -99,6 +99,41 @@ class _Accumulator:
         return dweight, dbias
 
 
+def _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, **tokens):
+    """The checks of the ops below (and of their fake impls): hidden [N, H], weight [V, H], bias
+    [V] or None, target [N] (class ids), the cross-entropy options (softcap 0.0: none),
+    chunk_size (0: the default) and per-token `tokens` [N] (dloss: any float dtype; lse: float32)."""
+    op_tensors(("bias",), hidden=hidden, weight=weight, bias=bias, target=target, **tokens)
+    if hidden.dim() != 2:
+        raise ValueError(f"hidden: expected shape [N, H], got {shape_str(hidden)}")
+
+    def facts(t):
+        return None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+
+    chunk = None if chunk_size == 0 else chunk_size
+    check_linear_cross_entropy_args(facts(hidden), facts(weight), facts(bias), tuple(target.shape), chunk)
+    target_dtype = str(target.dtype).removeprefix("torch.")
+    soft = None if softcap == 0.0 else softcap
+    options(
+        tuple(target.shape),
+        target_dtype,
+        weight.shape[0],
+        facts(hidden)[1],
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        soft,
+        "none",
+        False,
+    )
+    for name, t in tokens.items():
+        if not t.is_floating_point() or (name == "lse" and t.dtype != torch.float32):
+            expected = "float32" if name == "lse" else "a float dtype"
+            raise TypeError(f"{name}: expected {expected}, got {str(t.dtype).removeprefix('torch.')}")
+        if tuple(t.shape) != (hidden.shape[0],):
+            raise ValueError(f"{name}: expected shape [{hidden.shape[0]}] (the rows of hidden), got {shape_str(t)}")
+
+
 @torch.library.custom_op("fuselet::fused_linear_cross_entropy_reduced", mutates_args=())
 def _reduced(
     hidden: torch.Tensor,
@@ -113,6 +148,7 @@ def _reduced(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     n, chunk_size = hidden.shape[0], _resolve(chunk_size, hidden, weight)
     scale = 1.0 / int(_counted(target, ignore_index)) if mean else 1.0
     loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -133,6 +169,7 @@ def _reduced(
 
 @_reduced.register_fake
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     scalar = hidden.new_empty((), dtype=torch.float32)
     dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
     return scalar, torch.empty_like(scalar), torch.empty_like(hidden), torch.empty_like(weight), dbias
@@ -179,6 +216,7 @@ def _per_token(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, lse): float32 per token of hidden [N, H]."""
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     n = hidden.shape[0]
     out = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
     chunk_size = _resolve(chunk_size, hidden, weight)
@@ -193,6 +231,7 @@ def _per_token(
 
 @_per_token.register_fake
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(3))
 
 
@@ -211,6 +250,7 @@ def _per_token_bwd(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dhidden, dweight, dbias) from the per-token upstream gradient dloss [N] (logits recomputed)."""
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, dloss=dloss, lse=lse)
     dloss = dloss.to(torch.float32).contiguous()
     dhidden = torch.empty_like(hidden)
     chunk_size = _resolve(chunk_size, hidden, weight)
@@ -227,6 +267,7 @@ def _per_token_bwd(
 
 @_per_token_bwd.register_fake
 def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, dloss=dloss, lse=lse)
     dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
     return torch.empty_like(hidden), torch.empty_like(weight), dbias
 
