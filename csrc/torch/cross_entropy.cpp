@@ -1,6 +1,8 @@
 // CPU and CUDA implementations of fuselet::cross_entropy_{fwd,bwd,bwd_,fwd_bwd,fwd_bwd_}:
 // allocate outputs, hand core views to libfuselet (on the current CUDA stream for CUDA
 // tensors). The trailing-underscore ops write dlogits into the logits' own memory.
+#include <cmath>
+
 #include "fuselet/cross_entropy.h"
 #include "op.h"
 
@@ -11,32 +13,52 @@ fuselet_cross_entropy_options options(int64_t ignore_index, double label_smoothi
   return {ignore_index, static_cast<float>(label_smoothing), static_cast<float>(z_loss), static_cast<float>(softcap)};
 }
 
-void check_args(const Tensor& logits, std::initializer_list<std::pair<const char*, const Tensor*>> others) {
-  TORCH_CHECK_VALUE(logits.dim() >= 1, "logits: expected a tensor of shape [..., V], got a 0-d tensor");
-  for (const auto& [name, t] : others)
-    TORCH_CHECK_VALUE(t->device() == logits.device(), name, ": expected a tensor on ", logits.device(),
-                      " (the device of logits), got ", t->device());
+// The core's checks of logits [..., V], target, the options, grad_scale (NaN: none) and the
+// per-token float32 `tokens` (dloss, lse): before any copy.
+void check_args(const Tensor& logits, const Tensor& target, const fuselet_cross_entropy_options& o,
+                std::initializer_list<std::pair<const char*, const Tensor*>> tokens, double grad_scale = NAN) {
+  check_defined(logits, "logits");
+  check_same_device(logits, target, "target", "logits");
+  for (const auto& [name, t] : tokens) check_same_device(logits, *t, name, "logits");
+  const Rows r = rows_of(logits, "logits", "V");
+  TORCH_CHECK_VALUE(r.cols > 0, "logits: the last dimension (classes) must be > 0, got 0");
+  TORCH_CHECK_TYPE(target.scalar_type() == at::kInt || target.scalar_type() == at::kLong,
+                   "target: expected dtype int32 or int64 (class ids), got ", target.scalar_type());
+  TORCH_CHECK_VALUE(target.dim() <= FUSELET_MAX_DIMS, "target: expected at most ", FUSELET_MAX_DIMS,
+                    " dimensions, got ", target.dim());
+  TORCH_CHECK_VALUE(target.numel() == r.rows, "target: expected ", r.rows,
+                    " elements (the rows of logits), got shape ", shape_str(target));
+  TORCH_CHECK_VALUE(o.label_smoothing >= 0.f && o.label_smoothing <= 1.f,
+                    "label_smoothing: expected a number in [0, 1], got ", o.label_smoothing);
+  TORCH_CHECK_VALUE(std::isfinite(o.z_loss) && o.z_loss >= 0.f, "z_loss: expected a finite number >= 0, got ",
+                    o.z_loss);
+  TORCH_CHECK_VALUE(o.softcap == 0.f || (std::isfinite(o.softcap) && o.softcap > 0.f),
+                    "softcap: expected a finite number > 0, or 0 for none, got ", o.softcap);
+  if (!std::isnan(grad_scale))
+    TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(grad_scale)), "grad_scale: expected a finite number, got ",
+                      static_cast<float>(grad_scale));
+  for (const auto& [name, t] : tokens) vector_of(*t, name, r.rows);
 }
 
 std::tuple<Tensor, Tensor, Tensor> cross_entropy_fwd(const Tensor& logits_in, const Tensor& target_in,
                                                      int64_t ignore_index, double label_smoothing, double z_loss,
                                                      double softcap) {
-  check_args(logits_in, {{"target", &target_in}});
+  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  check_args(logits_in, target_in, o, {});
   const Tensor logits = logits_in.contiguous(), target = target_in.contiguous();
   fuselet_tensor vx = view(logits, "logits"), vt = index_view(target, "target");
   Tensor loss = row_stats(logits), z = row_stats(logits), lse = row_stats(logits);
   fuselet_tensor vl = view(loss, "loss"), vz = view(z, "z"), vlse = view(lse, "lse");
-  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
   run_on(
       logits, [&] { return fuselet_cross_entropy_fwd(&vx, &vt, &o, &vl, &vz, &vlse); },
       [&](void* stream) { return fuselet_cross_entropy_fwd_cuda(&vx, &vt, &o, &vl, &vz, &vlse, stream); });
   return {loss, z, lse};
 }
 
-// The backward into `dlogits` (contiguous, logits' shape and dtype; may be `logits` itself).
+// The backward into `dlogits` (contiguous, logits' shape and dtype; may be `logits` itself), of
+// checked arguments.
 void backward_into(const Tensor& dloss_in, const Tensor& logits, const Tensor& target_in, const Tensor& lse_in,
                    const fuselet_cross_entropy_options& o, Tensor& dlogits) {
-  check_args(logits, {{"dloss", &dloss_in}, {"target", &target_in}, {"lse", &lse_in}});
   const Tensor dloss = dloss_in.contiguous(), target = target_in.contiguous(), lse = lse_in.contiguous();
   fuselet_tensor vg = view(dloss, "dloss"), vx = view(logits, "logits"), vt = index_view(target, "target"),
                  vlse = view(lse, "lse"), vdx = view(dlogits, "dlogits");
@@ -47,17 +69,18 @@ void backward_into(const Tensor& dloss_in, const Tensor& logits, const Tensor& t
 
 Tensor cross_entropy_bwd(const Tensor& dloss, const Tensor& logits_in, const Tensor& target, const Tensor& lse,
                          int64_t ignore_index, double label_smoothing, double z_loss, double softcap) {
-  check_args(logits_in, {});
+  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  check_args(logits_in, target, o, {{"dloss", &dloss}, {"lse", &lse}});
   const Tensor logits = logits_in.contiguous();
   Tensor dlogits = at::empty_like(logits);
-  backward_into(dloss, logits, target, lse, options(ignore_index, label_smoothing, z_loss, softcap), dlogits);
+  backward_into(dloss, logits, target, lse, o, dlogits);
   return dlogits;
 }
 
 void cross_entropy_bwd_(const Tensor& dloss, const Tensor& logits, const Tensor& target, const Tensor& lse,
                         int64_t ignore_index, double label_smoothing, double z_loss, double softcap) {
-  check_args(logits, {});
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  check_args(logits, target, o, {{"dloss", &dloss}, {"lse", &lse}});
   if (logits.is_contiguous()) {
     Tensor inplace = logits;
     backward_into(dloss, logits, target, lse, o, inplace);
@@ -70,10 +93,9 @@ void cross_entropy_bwd_(const Tensor& dloss, const Tensor& logits, const Tensor&
   logits.copy_(out);
 }
 
-// Forward and backward in one pass into `dlogits` (may be `logits` itself).
+// Forward and backward in one pass into `dlogits` (may be `logits` itself), of checked arguments.
 std::tuple<Tensor, Tensor> fwd_bwd_into(const Tensor& logits, const Tensor& target_in,
                                         const fuselet_cross_entropy_options& o, double grad_scale, Tensor& dlogits) {
-  check_args(logits, {{"target", &target_in}});
   const Tensor target = target_in.contiguous();
   fuselet_tensor vx = view(logits, "logits"), vt = index_view(target, "target"), vdx = view(dlogits, "dlogits");
   Tensor loss = row_stats(logits), z = row_stats(logits);
@@ -88,19 +110,19 @@ std::tuple<Tensor, Tensor> fwd_bwd_into(const Tensor& logits, const Tensor& targ
 std::tuple<Tensor, Tensor, Tensor> cross_entropy_fwd_bwd(const Tensor& logits_in, const Tensor& target,
                                                          int64_t ignore_index, double label_smoothing, double z_loss,
                                                          double softcap, double grad_scale) {
-  check_args(logits_in, {});
+  const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  check_args(logits_in, target, o, {}, grad_scale);
   const Tensor logits = logits_in.contiguous();
   Tensor dlogits = at::empty_like(logits);
-  auto [loss, z] =
-      fwd_bwd_into(logits, target, options(ignore_index, label_smoothing, z_loss, softcap), grad_scale, dlogits);
+  auto [loss, z] = fwd_bwd_into(logits, target, o, grad_scale, dlogits);
   return {loss, z, dlogits};
 }
 
 std::tuple<Tensor, Tensor> cross_entropy_fwd_bwd_(const Tensor& logits, const Tensor& target, int64_t ignore_index,
                                                   double label_smoothing, double z_loss, double softcap,
                                                   double grad_scale) {
-  check_args(logits, {});
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
+  check_args(logits, target, o, {}, grad_scale);
   if (logits.is_contiguous()) {
     Tensor inplace = logits;
     return fwd_bwd_into(logits, target, o, grad_scale, inplace);

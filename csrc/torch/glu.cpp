@@ -14,14 +14,20 @@ int32_t gelu_activation(const std::string& approximate) {
   return approximate == "tanh" ? FUSELET_GLU_GELU_TANH : FUSELET_GLU_GELU;
 }
 
+// x [..., 2F]: its rows, checked before any copy.
+Rows check_glu_x(const Tensor& x) {
+  const Rows r = rows_of(x, "x", "2F");
+  TORCH_CHECK_VALUE(r.cols > 0 && r.cols % 2 == 0,
+                    "x: expected an even last dimension > 0 (2F: the gate and up halves), got ", r.cols);
+  return r;
+}
+
 // y [..., F] of x [..., 2F] (a contiguous x, so that its rows are views of x's).
 Tensor glu_fwd(const Tensor& x_in, int32_t activation) {
-  check_x(x_in);
+  check_glu_x(x_in);
   const Tensor x = x_in.contiguous();
   fuselet_tensor vx = view(x, "x");
   std::vector<int64_t> shape = x.sizes().vec();
-  TORCH_CHECK_VALUE(shape.back() % 2 == 0, "x: expected an even last dimension > 0 (2F: the gate and up halves), got ",
-                    shape.back());
   shape.back() /= 2;
   Tensor y = at::empty(shape, x.options());
   fuselet_tensor vy = view(y, "y");
@@ -32,8 +38,10 @@ Tensor glu_fwd(const Tensor& x_in, int32_t activation) {
 }
 
 Tensor glu_bwd(const Tensor& dy_in, const Tensor& x_in, int32_t activation) {
-  check_x(x_in);
+  check_defined(x_in, "x");
   check_same_device(x_in, dy_in, "dy");
+  const Rows r = check_glu_x(x_in);
+  rows_like(dy_in, "dy", x_in, "x", {r.rows, r.cols / 2});
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
   fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x");
   Tensor dx = at::empty_like(x);

@@ -2,6 +2,9 @@
 // hand core views to libfuselet (on the current CUDA stream for CUDA tensors).
 #include <torch/library.h>
 
+#include <cmath>
+#include <limits>
+
 #include "fuselet/norm.h"
 #include "op.h"
 
@@ -17,12 +20,39 @@ Tensor workspace(const Tensor& x) {
 
 uint32_t norm_flags(bool zero_centered_gamma) { return zero_centered_gamma ? FUSELET_NORM_ZERO_CENTERED_GAMMA : 0; }
 
+// The checks of x (named `x_name`: x, or residual_out in add_rms_norm_bwd), the parameters,
+// zero_centered_gamma and eps (NaN: none, the backward), and the devices of `others`: before
+// any copy. Returns x's rows.
+Rows check_norm(const Tensor& x, const char* x_name, const OptTensor& weight, const OptTensor& bias,
+                bool zero_centered_gamma, double eps,
+                std::initializer_list<std::pair<const char*, const Tensor*>> others) {
+  check_defined(x, x_name);
+  for (const auto& [name, t] : others) check_same_device(x, *t, name, x_name);
+  if (weight.has_value()) check_same_device(x, *weight, "weight", x_name);
+  if (bias.has_value()) check_same_device(x, *bias, "bias", x_name);
+  const Rows r = rows_of(x, x_name);
+  TORCH_CHECK_VALUE(r.cols > 0, x_name, ": the hidden size (last dimension) must be > 0, got 0");
+  TORCH_CHECK_VALUE(r.cols <= INT32_MAX, x_name, ": the hidden size must be < 2^31, got ", r.cols);
+  Params params(x, r.cols, x_name);
+  params.check(weight, "weight");
+  params.check(bias, "bias");
+  TORCH_CHECK_VALUE(!zero_centered_gamma || weight.has_value(),
+                    "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
+  if (!std::isnan(eps)) {
+    const float e = static_cast<float>(eps);
+    TORCH_CHECK_VALUE(std::isfinite(e) && e > 0.f, "eps: expected a finite number > 0, got ", e);
+  }
+  return r;
+}
+
+constexpr double kNoEps = std::numeric_limits<double>::quiet_NaN();
+
 std::tuple<Tensor, Tensor> rms_norm_fwd(const Tensor& x_in, const OptTensor& weight_in, double eps,
                                         bool zero_centered_gamma) {
-  check_x(x_in);
+  check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, eps, {});
   const Tensor x = x_in.contiguous();
   fuselet_tensor vx = view(x, "x");
-  Param w(x, weight_in, "weight");
+  Param w(weight_in, "weight");
   Tensor y = at::empty_like(x), rstd = row_stats(x);
   fuselet_tensor vy = view(y, "y"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
@@ -35,12 +65,13 @@ std::tuple<Tensor, Tensor> rms_norm_fwd(const Tensor& x_in, const OptTensor& wei
 
 std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const OptTensor& weight_in,
                                         const Tensor& rstd_in, bool zero_centered_gamma) {
-  check_x(x_in);
-  check_same_device(x_in, dy_in, "dy");
-  check_same_device(x_in, rstd_in, "rstd");
+  const Rows r = check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, kNoEps,
+                            {{"dy", &dy_in}, {"rstd", &rstd_in}});
+  rows_like(dy_in, "dy", x_in, "x", r, " like x");
+  vector_of(rstd_in, "rstd", r.rows);
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), rstd = rstd_in.contiguous();
   fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vr = view(rstd, "rstd");
-  Param w(x, weight_in, "weight");
+  Param w(weight_in, "weight");
   Tensor dx = at::empty_like(x), dweight = w.grad_like(x);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight");
@@ -57,10 +88,10 @@ std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in,
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_fwd(const Tensor& x_in, const OptTensor& weight_in,
                                                   const OptTensor& bias_in, double eps, bool zero_centered_gamma) {
-  check_x(x_in);
+  check_norm(x_in, "x", weight_in, bias_in, zero_centered_gamma, eps, {});
   const Tensor x = x_in.contiguous();
   fuselet_tensor vx = view(x, "x");
-  Param w(x, weight_in, "weight"), b(x, bias_in, "bias");
+  Param w(weight_in, "weight"), b(bias_in, "bias");
   Tensor y = at::empty_like(x), mean = row_stats(x), rstd = row_stats(x);
   fuselet_tensor vy = view(y, "y"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
@@ -76,14 +107,15 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_fwd(const Tensor& x_in, const OptT
 std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const OptTensor& weight_in,
                                                   const OptTensor& bias_in, const Tensor& mean_in,
                                                   const Tensor& rstd_in, bool zero_centered_gamma) {
-  check_x(x_in);
-  check_same_device(x_in, dy_in, "dy");
-  check_same_device(x_in, mean_in, "mean");
-  check_same_device(x_in, rstd_in, "rstd");
+  const Rows r = check_norm(x_in, "x", weight_in, bias_in, zero_centered_gamma, kNoEps,
+                            {{"dy", &dy_in}, {"mean", &mean_in}, {"rstd", &rstd_in}});
+  rows_like(dy_in, "dy", x_in, "x", r, " like x");
+  vector_of(mean_in, "mean", r.rows);
+  vector_of(rstd_in, "rstd", r.rows);
   const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), mean = mean_in.contiguous(),
                rstd = rstd_in.contiguous();
   fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
-  Param w(x, weight_in, "weight"), b(x, bias_in, "bias");
+  Param w(weight_in, "weight"), b(bias_in, "bias");
   Tensor dx = at::empty_like(x), dweight = w.grad_like(x), dbias = b.grad_like(x);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight"), vdb(b, dbias, "dbias");
@@ -100,11 +132,12 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Ten
 
 std::tuple<Tensor, Tensor, Tensor> add_rms_norm_fwd(const Tensor& x_in, const Tensor& residual_in,
                                                     const OptTensor& weight_in, double eps, bool zero_centered_gamma) {
-  check_x(x_in);
-  check_same_device(x_in, residual_in, "residual");
+  const Rows r =
+      check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, eps, {{"residual", &residual_in}});
+  rows_like(residual_in, "residual", x_in, "x", r, " like x");
   const Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
   fuselet_tensor vx = view(x, "x"), vres = view(residual, "residual");
-  Param w(x, weight_in, "weight");
+  Param w(weight_in, "weight");
   Tensor y = at::empty_like(x), h = at::empty_like(x), rstd = row_stats(x);
   fuselet_tensor vy = view(y, "y"), vh = view(h, "residual_out"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
@@ -120,14 +153,15 @@ std::tuple<Tensor, Tensor, Tensor> add_rms_norm_fwd(const Tensor& x_in, const Te
 std::tuple<Tensor, Tensor> add_rms_norm_bwd(const Tensor& dy_in, const Tensor& dh_in, const Tensor& h_in,
                                             const OptTensor& weight_in, const Tensor& rstd_in,
                                             bool zero_centered_gamma) {
-  check_x(h_in);
-  check_same_device(h_in, dy_in, "dy");
-  check_same_device(h_in, dh_in, "dresidual_out");
-  check_same_device(h_in, rstd_in, "rstd");
+  const Rows r = check_norm(h_in, "residual_out", weight_in, std::nullopt, zero_centered_gamma, kNoEps,
+                            {{"dy", &dy_in}, {"dresidual_out", &dh_in}, {"rstd", &rstd_in}});
+  rows_like(dy_in, "dy", h_in, "residual_out", r, " like residual_out");
+  rows_like(dh_in, "dresidual_out", h_in, "residual_out", r, " like residual_out");
+  vector_of(rstd_in, "rstd", r.rows);
   const Tensor dy = dy_in.contiguous(), dh = dh_in.contiguous(), h = h_in.contiguous(), rstd = rstd_in.contiguous();
   fuselet_tensor vdy = view(dy, "dy"), vdh = view(dh, "dresidual_out"), vh = view(h, "residual_out"),
                  vr = view(rstd, "rstd");
-  Param w(h, weight_in, "weight");
+  Param w(weight_in, "weight");
   Tensor dx = at::empty_like(h), dweight = w.grad_like(h);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight");

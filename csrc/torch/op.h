@@ -13,17 +13,13 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "checks.h"
 #include "view.h"
 
 namespace fuselet_torch {
 
 using at::Tensor;
 using OptTensor = std::optional<Tensor>;
-
-// x [..., N] must have at least one dimension.
-inline void check_x(const Tensor& x) {
-  TORCH_CHECK_VALUE(x.dim() >= 1, "x: expected a tensor of shape [..., H], got a 0-d tensor");
-}
 
 // Float32 values, one per row of x: shape x.shape[:-1].
 inline Tensor row_stats(const Tensor& x) {
@@ -46,13 +42,13 @@ void run_on(const Tensor& x, Cpu&& cpu, [[maybe_unused]] Cuda&& cuda) {
   check(cpu());
 }
 
-// An optional parameter made contiguous (on x's device), and its core view (NULL when absent).
+// An optional parameter made contiguous (on x's device: checked before), and its core view
+// (NULL when absent).
 struct Param {
   OptTensor t;
   fuselet_tensor v{};
-  Param(const Tensor& x, const OptTensor& in, const char* name) {
+  Param(const OptTensor& in, const char* name) {
     if (!in.has_value()) return;
-    check_same_device(x, *in, name);
     t = in->contiguous();
     v = view(*t, name);
   }

@@ -1,13 +1,27 @@
 // CPU and CUDA implementations of fuselet::softmax_{fwd,bwd}: allocate outputs, hand core
 // views to libfuselet (on the current CUDA stream for CUDA tensors).
+#include <cmath>
+
 #include "fuselet/softmax.h"
 #include "op.h"
 
 namespace fuselet_torch {
 namespace {
 
+// x (y in the backward) [..., K] and scale: checked before any copy.
+Rows check_softmax(const Tensor& x, const char* name, double scale) {
+  const Rows r = rows_of(x, name, "K");
+  TORCH_CHECK_VALUE(r.cols > 0, name, ": the last dimension (keys) must be > 0, got 0");
+  TORCH_CHECK_VALUE(std::isfinite(static_cast<float>(scale)), "scale: expected a finite number, got ",
+                    static_cast<float>(scale));
+  return r;
+}
+
 Tensor softmax_fwd(const Tensor& x_in, double scale, bool causal) {
-  check_x(x_in);
+  check_softmax(x_in, "x", scale);
+  TORCH_CHECK_VALUE(!causal || x_in.dim() >= 2,
+                    "flags: FUSELET_SOFTMAX_CAUSAL needs x of shape [..., Q, K] (2 or more dimensions), got ",
+                    x_in.dim());
   const Tensor x = x_in.contiguous();
   fuselet_tensor vx = view(x, "x");
   Tensor y = at::empty_like(x);
@@ -21,8 +35,10 @@ Tensor softmax_fwd(const Tensor& x_in, double scale, bool causal) {
 }
 
 Tensor softmax_bwd(const Tensor& dy_in, const Tensor& y_in, double scale) {
-  check_x(y_in);
-  check_same_device(y_in, dy_in, "dy");
+  check_defined(y_in, "y");
+  check_same_device(y_in, dy_in, "dy", "y");
+  const Rows r = check_softmax(y_in, "y", scale);
+  rows_like(dy_in, "dy", y_in, "y", r);
   const Tensor dy = dy_in.contiguous(), y = y_in.contiguous();
   fuselet_tensor vdy = view(dy, "dy"), vy = view(y, "y");
   Tensor dx = at::empty_like(y);

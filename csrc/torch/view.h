@@ -56,10 +56,17 @@ inline void check(fuselet_status status) {
   TORCH_CHECK(false, "fuselet (", fuselet_status_string(status), "): ", msg);
 }
 
-// x (rows of the last dim) must have at least one dimension; every tensor on x's device.
-inline void check_same_device(const at::Tensor& x, const at::Tensor& t, const char* name) {
-  TORCH_CHECK_VALUE(t.device() == x.device(), name, ": expected a tensor on ", x.device(), " (the device of x), got ",
-                    t.device());
+// A required tensor argument: None reaches the op as an undefined tensor.
+inline void check_defined(const at::Tensor& t, const char* name) {
+  TORCH_CHECK_TYPE(t.defined(), name, ": expected a tensor, got None");
+}
+
+// Every tensor on the device of the reference argument `ref` (named `ref_name`).
+inline void check_same_device(const at::Tensor& ref, const at::Tensor& t, const char* name,
+                              const char* ref_name = "x") {
+  check_defined(t, name);
+  TORCH_CHECK_VALUE(t.device() == ref.device(), name, ": expected a tensor on ", ref.device(), " (the device of ",
+                    ref_name, "), got ", t.device());
 }
 
 }  // namespace fuselet_torch

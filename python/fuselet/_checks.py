@@ -13,7 +13,18 @@ _INF = float("inf")
 def _finite(v) -> bool:
     """_finite(v) in comparisons only (False for NaN and +-inf): torch.compile traces
     them on a symbolic float (a SymFloat eps or scale), where math.isfinite breaks the graph."""
-    return -_INF < v < _INF
+    return -_INF < v < _INF and _fits_float(v)
+
+
+def _fits_float(v) -> bool:
+    """False for a Python int beyond the float range (float(v) would raise OverflowError)."""
+    if type(v) is not int:
+        return True
+    try:
+        float(v)
+    except OverflowError:
+        return False
+    return True
 
 
 def check_dtype(name: str, dtype: str, like: str | None = None) -> None:

@@ -13,20 +13,17 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_cross_entropy_args, check_grad_scale
+from fuselet.torch._args import check_dense, check_same_device, op_tensors, rows_of, shape_str, vector
+from fuselet.torch._args import dtype_name as _dtype
 from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
 
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
 def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none", return_z_loss=False) -> tuple:
     """Checks the arguments; the op's scalar arguments (softcap None -> 0.0)."""
     for name, t in (("logits", logits), ("target", target)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        check_dense(name, t)
     check_cross_entropy_args(
         tuple(logits.shape),
         _dtype(logits),
@@ -39,8 +36,7 @@ def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduc
         reduction,
         return_z_loss,
     )
-    if target.device != logits.device:
-        raise ValueError(f"target: expected a tensor on {logits.device} (the device of logits), got {target.device}")
+    check_same_device("logits", logits, target=target)
     return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
 
 
@@ -123,28 +119,56 @@ def _tokens(logits):
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
 
 
+def _fake_check(logits, target, options, grad_scale=1.0, **tensors):
+    """The op's checks: logits [..., V], target (its rows' class ids, any shape), the options
+    (softcap 0.0: none), grad_scale, and per-token float32 `tensors` (dloss, lse)."""
+    op_tensors(logits=logits, target=target, **tensors)
+    ignore_index, label_smoothing, z_loss, softcap = options
+    rows, _ = rows_of("logits", logits, "V")
+    check_cross_entropy_args(
+        tuple(logits.shape),
+        _dtype(logits),
+        tuple(logits.shape[:-1]),
+        _dtype(target),
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        None if softcap == 0.0 else softcap,
+    )
+    check_grad_scale(grad_scale)
+    if target.numel() != rows:
+        raise ValueError(f"target: expected {rows} elements (the rows of logits), got shape {shape_str(target)}")
+    for name, t in tensors.items():
+        vector(name, t, rows)
+
+
 @torch.library.register_fake("fuselet::cross_entropy_fwd")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap):
+    _fake_check(logits, target, (ignore_index, label_smoothing, z_loss, softcap))
     return _tokens(logits), _tokens(logits), _tokens(logits)
 
 
 @torch.library.register_fake("fuselet::cross_entropy_bwd")
 def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
+    _fake_check(logits, target, (ignore_index, label_smoothing, z_loss, softcap), dloss=dloss, lse=lse)
     return torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fuselet::cross_entropy_bwd_")
 def _(dloss, logits, target, lse, ignore_index, label_smoothing, z_loss, softcap):
+    _fake_check(logits, target, (ignore_index, label_smoothing, z_loss, softcap), dloss=dloss, lse=lse)
     return None
 
 
 @torch.library.register_fake("fuselet::cross_entropy_fwd_bwd")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    _fake_check(logits, target, (ignore_index, label_smoothing, z_loss, softcap), grad_scale)
     return _tokens(logits), _tokens(logits), torch.empty_like(logits, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fuselet::cross_entropy_fwd_bwd_")
 def _(logits, target, ignore_index, label_smoothing, z_loss, softcap, grad_scale):
+    _fake_check(logits, target, (ignore_index, label_smoothing, z_loss, softcap), grad_scale)
     return _tokens(logits), _tokens(logits)
 
 

@@ -24,6 +24,7 @@ import torch
 
 from fuselet._checks import check_linear_cross_entropy_args
 from fuselet._fused_linear_cross_entropy import chunk_size_for, options
+from fuselet.torch._args import check_dense, check_same_device, op_tensors, shape_str
 from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
@@ -98,6 +99,41 @@ class _Accumulator:
         return dweight, dbias
 
 
+def _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, **tokens):
+    """The checks of the ops below (and of their fake impls): hidden [N, H], weight [V, H], bias
+    [V] or None, target [N] (class ids), the cross-entropy options (softcap 0.0: none),
+    chunk_size (0: the default) and per-token `tokens` [N] (dloss: any float dtype; lse: float32)."""
+    op_tensors(("bias",), hidden=hidden, weight=weight, bias=bias, target=target, **tokens)
+    if hidden.dim() != 2:
+        raise ValueError(f"hidden: expected shape [N, H], got {shape_str(hidden)}")
+
+    def facts(t):
+        return None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
+
+    chunk = None if chunk_size == 0 else chunk_size
+    check_linear_cross_entropy_args(facts(hidden), facts(weight), facts(bias), tuple(target.shape), chunk)
+    target_dtype = str(target.dtype).removeprefix("torch.")
+    soft = None if softcap == 0.0 else softcap
+    options(
+        tuple(target.shape),
+        target_dtype,
+        weight.shape[0],
+        facts(hidden)[1],
+        ignore_index,
+        label_smoothing,
+        z_loss,
+        soft,
+        "none",
+        False,
+    )
+    for name, t in tokens.items():
+        if not t.is_floating_point() or (name == "lse" and t.dtype != torch.float32):
+            expected = "float32" if name == "lse" else "a float dtype"
+            raise TypeError(f"{name}: expected {expected}, got {str(t.dtype).removeprefix('torch.')}")
+        if tuple(t.shape) != (hidden.shape[0],):
+            raise ValueError(f"{name}: expected shape [{hidden.shape[0]}] (the rows of hidden), got {shape_str(t)}")
+
+
 @torch.library.custom_op("fuselet::fused_linear_cross_entropy_reduced", mutates_args=())
 def _reduced(
     hidden: torch.Tensor,
@@ -112,6 +148,7 @@ def _reduced(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     n, chunk_size = hidden.shape[0], _resolve(chunk_size, hidden, weight)
     scale = 1.0 / int(_counted(target, ignore_index)) if mean else 1.0
     loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
@@ -132,6 +169,7 @@ def _reduced(
 
 @_reduced.register_fake
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     scalar = hidden.new_empty((), dtype=torch.float32)
     dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
     return scalar, torch.empty_like(scalar), torch.empty_like(hidden), torch.empty_like(weight), dbias
@@ -178,6 +216,7 @@ def _per_token(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, lse): float32 per token of hidden [N, H]."""
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     n = hidden.shape[0]
     out = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
     chunk_size = _resolve(chunk_size, hidden, weight)
@@ -192,6 +231,7 @@ def _per_token(
 
 @_per_token.register_fake
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
     return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(3))
 
 
@@ -210,6 +250,7 @@ def _per_token_bwd(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dhidden, dweight, dbias) from the per-token upstream gradient dloss [N] (logits recomputed)."""
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, dloss=dloss, lse=lse)
     dloss = dloss.to(torch.float32).contiguous()
     dhidden = torch.empty_like(hidden)
     chunk_size = _resolve(chunk_size, hidden, weight)
@@ -226,6 +267,7 @@ def _per_token_bwd(
 
 @_per_token_bwd.register_fake
 def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
+    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, dloss=dloss, lse=lse)
     dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
     return torch.empty_like(hidden), torch.empty_like(weight), dbias
 
@@ -309,8 +351,7 @@ def fused_linear_cross_entropy(
     torch.nn.Linear this replaces would cast them (its logits are a matmul's; the loss is float32
     math either way), and their gradients flow back in their own dtypes."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
-        if not isinstance(t, torch.Tensor) and not (name == "bias" and t is None):
-            raise TypeError(f"{name}: expected a torch.Tensor{' or None' if name == 'bias' else ''}, got {type(t).__name__}")
+        check_dense(name, t, optional=name == "bias")
     if hidden.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(hidden.device.type):
         low = torch.get_autocast_dtype(hidden.device.type)
         hidden, weight, bias = (t.to(low) if t is not None and t.is_floating_point() else t for t in (hidden, weight, bias))
@@ -319,9 +360,7 @@ def fused_linear_cross_entropy(
         for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))
     }
     check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
-    for name, t in (("weight", weight), ("bias", bias), ("target", target)):
-        if t is not None and t.device != hidden.device:
-            raise ValueError(f"{name}: expected a tensor on {hidden.device} (the device of hidden), got {t.device}")
+    check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
     opts = options(
         tuple(target.shape),
         str(target.dtype).removeprefix("torch."),

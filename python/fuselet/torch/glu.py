@@ -6,17 +6,19 @@ x's dtype (float32, float16 or bfloat16; the math runs in float32).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from fuselet._checks import check_approximate, check_glu_args
+from fuselet.torch._args import check_dense, op_tensors, rows_like
 from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
 
 def _check(x) -> None:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    check_dense("x", x)
     check_glu_args(tuple(x.shape), str(x.dtype).removeprefix("torch."))
 
 
@@ -40,23 +42,36 @@ def _half(x):
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
+def _fake_check(x, approximate="none", **dy):
+    """The op's checks of x [..., 2F], approximate and (the backward: dy=...) dy [..., F]."""
+    op_tensors(x=x, **dy)
+    check_glu_args(tuple(x.shape), str(x.dtype).removeprefix("torch."))
+    check_approximate(approximate)
+    if dy:
+        rows_like("dy", dy["dy"], "x", x, math.prod(x.shape[:-1]), x.shape[-1] // 2)
+
+
 @torch.library.register_fake("fuselet::swiglu_fwd")
 def _(x):
+    _fake_check(x)
     return _half(x)
 
 
 @torch.library.register_fake("fuselet::swiglu_bwd")
 def _(dy, x):
+    _fake_check(x, dy=dy)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fuselet::geglu_fwd")
 def _(x, approximate="none"):
+    _fake_check(x, approximate)
     return _half(x)
 
 
 @torch.library.register_fake("fuselet::geglu_bwd")
 def _(dy, x, approximate="none"):
+    _fake_check(x, approximate, dy=dy)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 

@@ -11,19 +11,17 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_like_x, check_norm_args
+from fuselet.torch._args import check_dense, check_same_device, op_tensors, rows_like, rows_of, vector
+from fuselet.torch._args import dtype_name as _dtype
 from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
 
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
-
-
 def _check(x, eps, zero_centered_gamma, **params) -> None:
-    for name, t in {"x": x, **params}.items():
-        if t is not None and not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor{'' if name == 'x' else ' or None'}, got {type(t).__name__}")
+    check_dense("x", x)
+    for name, t in params.items():
+        check_dense(name, t, optional=True)
     check_norm_args(
         tuple(x.shape),
         _dtype(x),
@@ -31,9 +29,7 @@ def _check(x, eps, zero_centered_gamma, **params) -> None:
         eps,
         zero_centered_gamma,
     )
-    for name, t in params.items():
-        if t is not None and t.device != x.device:
-            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
+    check_same_device("x", x, **params)
 
 
 def rms_norm(
@@ -71,11 +67,9 @@ def add_rms_norm(
 
     The pre-norm transformer step in one pass; residual has x's shape and dtype."""
     _check(x, eps, zero_centered_gamma, weight=weight)
-    if not isinstance(residual, torch.Tensor):
-        raise TypeError(f"residual: expected a torch.Tensor, got {type(residual).__name__}")
+    check_dense("residual", residual)
     check_like_x("residual", tuple(residual.shape), _dtype(residual), tuple(x.shape), _dtype(x))
-    if residual.device != x.device:
-        raise ValueError(f"residual: expected a tensor on {x.device} (the device of x), got {residual.device}")
+    check_same_device("x", x, residual=residual)
     y, residual_out, _ = ops.add_rms_norm_fwd(x, residual, weight, float(eps), zero_centered_gamma)
     return y, residual_out
 
@@ -158,34 +152,69 @@ def _grad_of(param, x):
     return x.new_empty(0) if param is None else torch.empty_like(param)
 
 
+def _fake_check(x, eps=1.0, zero_centered_gamma=False, **params):
+    """The op's checks of x [..., H] and the parameters (eps: the backward has none)."""
+    check_norm_args(
+        tuple(x.shape),
+        _dtype(x),
+        {n: None if t is None else (tuple(t.shape), _dtype(t)) for n, t in params.items()},
+        eps,
+        zero_centered_gamma,
+    )
+    return rows_of("x", x)
+
+
 @torch.library.register_fake("fuselet::rms_norm_fwd")
 def _(x, weight, eps, zero_centered_gamma=False):
+    op_tensors(("weight",), x=x, weight=weight)
+    _fake_check(x, eps, zero_centered_gamma, weight=weight)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x)
 
 
 @torch.library.register_fake("fuselet::rms_norm_bwd")
 def _(dy, x, weight, rstd, zero_centered_gamma=False):
+    op_tensors(("weight",), x=x, dy=dy, weight=weight, rstd=rstd)
+    rows, hidden = _fake_check(x, zero_centered_gamma=zero_centered_gamma, weight=weight)
+    rows_like("dy", dy, "x", x, rows, hidden, " like x")
+    vector("rstd", rstd, rows)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x)
 
 
 @torch.library.register_fake("fuselet::add_rms_norm_fwd")
 def _(x, residual, weight, eps, zero_centered_gamma=False):
+    op_tensors(("weight",), x=x, residual=residual, weight=weight)
+    rows, hidden = _fake_check(x, eps, zero_centered_gamma, weight=weight)
+    rows_like("residual", residual, "x", x, rows, hidden, " like x")
     like = torch.empty_like(x, memory_format=torch.contiguous_format)
     return like, torch.empty_like(like), _rows(x)
 
 
 @torch.library.register_fake("fuselet::add_rms_norm_bwd")
 def _(dy, dresidual_out, residual_out, weight, rstd, zero_centered_gamma=False):
+    op_tensors(("weight",), residual_out=residual_out, dy=dy, dresidual_out=dresidual_out, weight=weight, rstd=rstd)
+    if residual_out.dim() == 0:
+        raise ValueError("residual_out: expected a tensor of shape [..., H], got a 0-d tensor")
+    rows, hidden = _fake_check(residual_out, zero_centered_gamma=zero_centered_gamma, weight=weight)
+    rows_like("dy", dy, "residual_out", residual_out, rows, hidden, " like residual_out")
+    rows_like("dresidual_out", dresidual_out, "residual_out", residual_out, rows, hidden, " like residual_out")
+    vector("rstd", rstd, rows)
     return torch.empty_like(residual_out, memory_format=torch.contiguous_format), _grad_of(weight, residual_out)
 
 
 @torch.library.register_fake("fuselet::layer_norm_fwd")
 def _(x, weight, bias, eps, zero_centered_gamma=False):
+    op_tensors(("weight", "bias"), x=x, weight=weight, bias=bias)
+    _fake_check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x), _rows(x)
 
 
 @torch.library.register_fake("fuselet::layer_norm_bwd")
 def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
+    op_tensors(("weight", "bias"), x=x, dy=dy, weight=weight, bias=bias, mean=mean, rstd=rstd)
+    rows, hidden = _fake_check(x, zero_centered_gamma=zero_centered_gamma, weight=weight, bias=bias)
+    rows_like("dy", dy, "x", x, rows, hidden, " like x")
+    vector("mean", mean, rows)
+    vector("rstd", rstd, rows)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x), _grad_of(bias, x)
 
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 import torch
 
 from fuselet._checks import check_rope_args
+from fuselet.torch._args import check_dense, check_same_device, op_tensors
+from fuselet.torch._args import dtype_name as _dtype
 from fuselet.torch._dtensor import placements, sharding
 
 ops = torch.ops.fuselet
-
-
-def _dtype(t: torch.Tensor) -> str:
-    return str(t.dtype).removeprefix("torch.")
 
 
 def rope(
@@ -27,22 +25,41 @@ def rope(
 ) -> torch.Tensor:
     """y[..., i] = x[..., i] * cos[i] + rot(x)[..., i] * sin[i] for i < R; x[..., i] beyond."""
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    for name, t in (("cos", cos), ("sin", sin)):
-        if t.device != x.device:
-            raise ValueError(f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}")
+        check_dense(name, t)
+    check_same_device("x", x, cos=cos, sin=sin)
     check_rope_args(tuple(x.shape), _dtype(x), tuple(cos.shape), _dtype(cos), tuple(sin.shape), _dtype(sin), layout, interleaved)
     return ops.rope_fwd(x, cos, sin, layout == "bhsd", interleaved)
 
 
+def _fake_check(name, x, cos, sin, bhsd, interleaved):
+    """The op's checks of x (the forward) or dy (the backward: reported under its own name)."""
+    op_tensors(**{name: x}, cos=cos, sin=sin)
+    try:
+        check_rope_args(
+            tuple(x.shape),
+            _dtype(x),
+            tuple(cos.shape),
+            _dtype(cos),
+            tuple(sin.shape),
+            _dtype(sin),
+            "bhsd" if bhsd else "bshd",
+            interleaved,
+        )
+    except (TypeError, ValueError) as e:
+        if name == "x" or not str(e).startswith("x: "):
+            raise
+        raise type(e)(f"{name}: {str(e)[3:]}") from None
+
+
 @torch.library.register_fake("fuselet::rope_fwd")
 def _(x, cos, sin, bhsd=False, interleaved=False):
+    _fake_check("x", x, cos, sin, bhsd, interleaved)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 @torch.library.register_fake("fuselet::rope_bwd")
 def _(dy, cos, sin, bhsd=False, interleaved=False):
+    _fake_check("dy", dy, cos, sin, bhsd, interleaved)
     return torch.empty(dy.shape, dtype=dy.dtype, device=dy.device)
 
 
