@@ -8,6 +8,7 @@ from __future__ import annotations
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 _INF = float("inf")
+_FLOAT32_TINY = 1.401298464324817e-45  # the smallest float32 subnormal
 
 
 def _finite(v) -> bool:
@@ -205,6 +206,11 @@ def check_cross_entropy_args(
             raise TypeError(f"softcap: expected None or a Python float, got {type(softcap).__name__}")
         if not (_finite(softcap) and softcap > 0):
             raise ValueError(f"softcap: expected None or a finite float > 0, got {softcap}")
+        if softcap <= _FLOAT32_TINY / 2:  # 0 in float32: the kernels' "no softcap"
+            raise ValueError(
+                f"softcap: expected a value > 0 in float32 (>= {_FLOAT32_TINY:.4g}; the kernels compute in float32), "
+                f"got {softcap}, which float32 rounds to 0"
+            )
     if not isinstance(reduction, str):
         raise TypeError(f"reduction: expected 'none', 'sum' or 'mean', got {type(reduction).__name__}")
     if reduction not in REDUCTIONS:
