@@ -897,3 +897,26 @@ def test_torch_op_refuses_before_copying(torch):
     lines = out.stdout.splitlines()
     assert len(lines) == 14 and not any("not refused" in line for line in lines), out.stdout
     assert int(lines[-1].split()[-2]) < 100, out.stdout
+
+
+_THREADS_CHILD = r"""
+import torch, fuselet.torch as F
+x = torch.randn(256, 1024)
+torch.testing.assert_close(F.softmax(x), torch.softmax(x, -1))
+from fuselet import _core
+print(_core.load().fuselet_get_num_threads())
+"""
+
+
+def test_torch_thread_count_from_the_environment_is_bounded(torch):
+    """FUSELET_NUM_THREADS beyond FUSELET_MAX_THREADS (1024) is clamped, with a warning: the
+    kernels run and compute right (it hung, a half-built pool of ~900 threads unwinding)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "FUSELET_NUM_THREADS": "2147483647"}
+    out = subprocess.run([sys.executable, "-c", _THREADS_CHILD], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1024"], out.stdout
+    assert "FUSELET_NUM_THREADS=2147483647 is above the bound of 1024 threads; using 1024" in out.stderr, out.stderr
