@@ -53,7 +53,7 @@ export UBSAN_OPTIONS="$UBSAN_OPTIONS:log_path=$reports/ubsan"
 rc=0
 (cd "$ROOT/build" && LD_PRELOAD="$preload" PYTHONPATH="$target" FUSELET_SANITIZED="$target" \
   "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q "$ROOT/tests/torch" "$ROOT/tests/jax" \
-  "$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_norm_properties.py" "$ROOT/tests/test_cpu_isa.py") || rc=$?
+  "$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_c_abi.py" "$ROOT/tests/test_norm_properties.py" "$ROOT/tests/test_cpu_isa.py") || rc=$?
 if compgen -G "$reports/*" >/dev/null; then
   for report in "$reports"/*; do log "sanitize: $report"; head -n 40 "$report"; done
   exit 1
