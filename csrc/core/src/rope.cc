@@ -126,7 +126,9 @@ fuselet_status check_rope(const fuselet_tensor* in, const char* in_name, const f
   p->out_b = o ? stride_of(out, 0) : 0;
   p->out_s = stride_of(out, ds);
   p->out_n = stride_of(out, dn);
-  p->rows = p->B * p->S * p->N;  // no overflow: x has rows * D elements, D >= 1
+  // No overflow: a view of no elements has no rows (B * S alone may overflow when N is 0), and
+  // otherwise x holds rows * D elements, D >= 1, a count check_view found to fit.
+  p->rows = p->B == 0 || p->S == 0 || p->N == 0 ? 0 : p->B * p->S * p->N;
   return ok();
 }
 
