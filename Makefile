@@ -20,7 +20,7 @@ test:            ## build, then run every test (core C++, CUDA compile check, py
 core-test:       ## the framework-free core alone: C++ tests + find_package consumer
 	scripts/core-test.sh
 
-sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan; the layers' tests under ASan + UBSan; 120 s of libFuzzer over the C ABI (CI runs it)
+sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan; the layers' tests under ASan + UBSan; 100000 reproducible libFuzzer inputs over the C ABI (CI runs it)
 	scripts/sanitize.sh
 
 cuda-build:      ## compile all CUDA sources with nvcc (no GPU needed)

@@ -3,14 +3,25 @@
 # target under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang into build/fuzz
 # (FUSELET_FUZZ=ON); make sanitize runs it last. Any report fails the run:
 #   1. every file of tests/fuzz/regressions/ (inputs that once crashed) is replayed;
-#   2. libFuzzer runs for SECONDS (default: FUSELET_FUZZ_SECONDS, else 120) from the seed
-#      corpus tests/fuzz/corpus/ into a fresh working corpus, build/fuzz/corpus; what it finds
-#      goes to build/fuzz/artifacts/ (crash-*, leak-*, timeout-*, oom-*).
+#   2. libFuzzer runs from the seed corpus tests/fuzz/corpus/ into a fresh working corpus,
+#      build/fuzz/corpus; what it finds goes to build/fuzz/artifacts/ (crash-*, leak-*,
+#      timeout-*, oom-*). Without SECONDS (make sanitize, CI): a reproducible run, seed
+#      FUSELET_FUZZ_SEED (1) and FUSELET_FUZZ_RUNS inputs (100000, about two minutes here; at
+#      most 10 minutes whatever the machine), so that a finding fails every run of the same tree,
+#      not one run in some. With SECONDS: a search of that many seconds from a random seed, to
+#      find what the reproducible run does not reach.
 #   scripts/fuzz.sh [SECONDS]
 # clang and its libFuzzer runtime come from Debian (apt-get, as root or through sudo -n) when
 # a probe compile finds them missing.
 source "$(dirname "$0")/env.sh"
-seconds="${1:-${FUSELET_FUZZ_SECONDS:-120}}"
+if [[ -n "${1:-}" ]]; then
+  bound=(-max_total_time="$1")
+  what="a search of $1 s from a random seed"
+else
+  runs="${FUSELET_FUZZ_RUNS:-100000}" seed="${FUSELET_FUZZ_SEED:-1}"
+  bound=(-seed="$seed" -runs="$runs" -max_total_time=600)
+  what="$runs inputs from seed $seed"
+fi
 build="$ROOT/build/fuzz"
 mkdir -p "$build"
 
@@ -68,9 +79,9 @@ log "fuzz: ${#regressions[@]} regression inputs replayed, ${#failed[@]} failed"
 # there, tests/fuzz/corpus is only read).
 rm -rf "$build/corpus" "$build/artifacts"
 mkdir -p "$build/corpus" "$build/artifacts"
-log "fuzz: libFuzzer for $seconds s (log: build/fuzz/fuzz.log)"
+log "fuzz: libFuzzer, $what (log: build/fuzz/fuzz.log)"
 rc=0
-"$fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
+"$fuzzer" "${bound[@]}" -timeout=10 -rss_limit_mb=2048 -max_len=4096 -print_final_stats=1 \
   -artifact_prefix="$build/artifacts/" "$build/corpus" "$ROOT/tests/fuzz/corpus" >"$build/fuzz.log" 2>&1 || rc=$?
 if [[ $rc -ne 0 ]]; then
   grep -v -E '^#[0-9]+|NEW_FUNC' "$build/fuzz.log" | tail -n 60

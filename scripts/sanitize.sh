@@ -7,7 +7,7 @@
 #      run, fork after use: tests/core/test_parallel.cc);
 #   3. the torch and JAX layers' CPU tests (pytest) against an ASan + UBSan build of all three
 #      libraries, in .venv's own (uninstrumented) python;
-#   4. libFuzzer over the C ABI, 120 s under ASan + UBSan, after its regression inputs
+#   4. libFuzzer over the C ABI, 100000 inputs from a fixed seed under ASan + UBSan, after its regression inputs
 #      (scripts/fuzz.sh: clang, tests/fuzz/).
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
