@@ -262,7 +262,7 @@ Span span_of(const fuselet_tensor& t, int32_t dtype, size_t* bytes) {
     return Span::kSmall;
   }
   int64_t b;
-  if (__builtin_mul_overflow(last + 1, elem_size(dtype), &b)) return Span::kImpossible;
+  if (__builtin_add_overflow(last, 1, &b) || __builtin_mul_overflow(b, elem_size(dtype), &b)) return Span::kImpossible;
   if (static_cast<uint64_t>(b) > kMaxBuffer) return Span::kTooLarge;
   *bytes = static_cast<size_t>(b);
   return Span::kSmall;
