@@ -58,7 +58,7 @@ fuselet_status check_target(const fuselet_tensor* t, int64_t n, CrossEntropyProb
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got code %d", code);
   }
   int64_t numel = 0;
-  if (fuselet_status s = check_extent(t, "target", dtype_bytes(code), &numel)) return s;
+  if (fuselet_status s = check_extent(t, "target", &numel)) return s;
   char buf[160];
   if (numel != n)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,

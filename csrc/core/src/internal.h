@@ -35,9 +35,6 @@ fuselet_status ok();
 const char* dtype_name(fuselet_dtype dtype);
 bool is_float_dtype(int dtype);
 
-// Bytes of one element of dtype code `dtype` (0 for an unknown code).
-int64_t dtype_bytes(int dtype);
-
 // Runs f() (which returns a fuselet_status) for the C entry point `entry`: a C++ exception
 // that escapes it becomes FUSELET_ERR_INTERNAL, as none may cross the C ABI. Zero-cost
 // exceptions: nothing runs unless one is thrown.
@@ -70,12 +67,16 @@ struct Rows {
   int64_t row_stride = 0;
 };
 
-// Checks the memory `t` claims (named `name` in messages; `elem` bytes an element): sizes >= 0;
+// Checks the memory `t` claims (named `name` in messages; its dtype a known code): sizes >= 0;
 // the number of elements within int64 (set in *numel); and, when there are elements, strides
 // >= 0 on every dimension of more than one element (the stride of a size-1 dimension is never
 // used) and the offset of the last byte it spans, ((size - 1) x stride summed) + 1 elements of
-// `elem` bytes, within int64 and the address space. Views of no elements take any strides.
-fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t elem, int64_t* numel);
+// its dtype, within int64 and the address space. Views of no elements take any strides.
+fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t* numel);
+
+// Checks `t` (named `name` in messages): non-null, 0..FUSELET_MAX_DIMS dims, a float dtype,
+// check_extent (the number of elements in *numel).
+fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel);
 
 // Checks `t` (named `name` in messages): non-null, float dtype, check_extent, last dim of
 // stride 1, leading dims collapsible into one row stride, non-null data when non-empty.

@@ -13,19 +13,12 @@ namespace {
 
 constexpr uint32_t kKnownFlags = FUSELET_ROPE_INTERLEAVED | FUSELET_ROPE_BHSD;
 
-// Checks a strided view: non-null, 0..8 dims, float dtype, check_extent (sizes >= 0, strides
+// Checks a strided view: check_header (non-null, 0..8 dims, float dtype, sizes >= 0, strides
 // >= 0 where a dim has more than one element, every element and byte offset within int64), last
 // stride 1, data non-null when there are elements.
 fuselet_status check_view(const fuselet_tensor* t, const char* name) {
-  if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
-  if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected 0..%d dimensions, got %d", name, FUSELET_MAX_DIMS,
-                static_cast<int>(t->ndim));
-  if (!is_float_dtype(dtype_code(t)))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
-                dtype_code(t));
   int64_t numel = 0;
-  if (fuselet_status s = check_extent(t, name, dtype_bytes(dtype_code(t)), &numel)) return s;
+  if (fuselet_status s = check_header(t, name, &numel)) return s;
   if (numel == 0) return FUSELET_OK;
   const int32_t last = t->ndim - 1;
   if (t->ndim > 0 && t->shape[last] > 1 && t->strides[last] != 1)

@@ -59,7 +59,7 @@ const char* shape_string(const fuselet_tensor* t, char* buf, size_t len) {
   return buf;
 }
 
-int64_t dtype_bytes(int dtype) {
+static int64_t dtype_bytes(int dtype) {
   switch (dtype) {
     case FUSELET_FLOAT32: return 4;
     case FUSELET_FLOAT16: return 2;
@@ -70,7 +70,8 @@ int64_t dtype_bytes(int dtype) {
   return 0;
 }
 
-fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t elem, int64_t* numel) {
+fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t* numel) {
+  const int64_t elem = dtype_bytes(dtype_code(t));
   char buf[200];
   bool empty = false;
   for (int32_t d = 0; d < t->ndim; ++d) {
@@ -107,8 +108,7 @@ fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t e
   return FUSELET_OK;
 }
 
-// Non-null, 0..8 dims, a float dtype, check_extent.
-static fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel) {
+fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel) {
   if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
   if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected 0..%d dimensions, got %d", name, FUSELET_MAX_DIMS,
@@ -116,7 +116,7 @@ static fuselet_status check_header(const fuselet_tensor* t, const char* name, in
   if (!is_float_dtype(dtype_code(t)))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
                 dtype_code(t));
-  return check_extent(t, name, dtype_bytes(dtype_code(t)), numel);
+  return check_extent(t, name, numel);
 }
 
 fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
