@@ -56,7 +56,8 @@ def check_float32(name: str, value, positive: bool = False) -> None:
 
 
 def check_scalars(z_loss, softcap) -> None:
-    """check_float32 of cross-entropy's float options (label_smoothing, in [0, 1], always fits)."""
+    """check_float32 of cross-entropy's float options (label_smoothing, in [0, 1], always fits; a
+    softcap that float32 rounds to 0 is check_cross_entropy_args' to refuse, for both layers)."""
     check_float32("z_loss", z_loss)
     if softcap is not None:
-        check_float32("softcap", softcap, positive=True)
+        check_float32("softcap", softcap)

@@ -18,10 +18,8 @@ from fuselet.torch._dtensor import rowwise, sharding
 ops = torch.ops.fuselet
 
 
-def _check(x, eps, zero_centered_gamma, **params) -> None:
-    check_dense("x", x)
-    for name, t in params.items():
-        check_dense(name, t, optional=True)
+def _norm_args(x, eps, zero_centered_gamma, **params) -> None:
+    """check_norm_args of x [..., H] and the parameters (None: absent), for the wrappers and the fake impls."""
     check_norm_args(
         tuple(x.shape),
         _dtype(x),
@@ -29,6 +27,13 @@ def _check(x, eps, zero_centered_gamma, **params) -> None:
         eps,
         zero_centered_gamma,
     )
+
+
+def _check(x, eps, zero_centered_gamma, **params) -> None:
+    check_dense("x", x)
+    for name, t in params.items():
+        check_dense(name, t, optional=True)
+    _norm_args(x, eps, zero_centered_gamma, **params)
     check_same_device("x", x, **params)
 
 
@@ -154,13 +159,7 @@ def _grad_of(param, x):
 
 def _fake_check(x, eps=1.0, zero_centered_gamma=False, **params):
     """The op's checks of x [..., H] and the parameters (eps: the backward has none)."""
-    check_norm_args(
-        tuple(x.shape),
-        _dtype(x),
-        {n: None if t is None else (tuple(t.shape), _dtype(t)) for n, t in params.items()},
-        eps,
-        zero_centered_gamma,
-    )
+    _norm_args(x, eps, zero_centered_gamma, **params)
     return rows_of("x", x)
 
 
