@@ -70,7 +70,9 @@ def inputs(batch: int, seed: int = 0) -> tuple:
 
 
 def run_child(*args) -> subprocess.CompletedProcess:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    # the tree for tests.torch.aoti_child, after whatever PYTHONPATH brought fuselet from
+    path = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=path)
     return subprocess.run(
         [sys.executable, "-m", "tests.torch.aoti_child", *map(str, args)],
         cwd=ROOT,
@@ -120,7 +122,7 @@ def cpp_loader(tmp_path_factory) -> Path:
     exe = tmp_path_factory.mktemp("loader") / "aoti_loader"
     cmd = [
         os.environ.get("CXX", "c++"),
-        "-std=c++17",
+        "-std=c++20",  # torch >= 2.14's headers need it
         "-O0",
         "-w",
         str(ROOT / "tests/torch/aoti_loader.cpp"),
