@@ -173,6 +173,49 @@ def test_torch_mismatches(built_info, running, expected):
     assert _guard.torch_mismatches(built_info, running) == expected
 
 
+STABLE = {**TORCH, "abi": "stable", "torch_target": "2.12", "cuda_kernels": False}
+STABLE_CUDA = {**TORCH_CUDA, "version": "2.14.1+cu130", "abi": "stable", "torch_target": "2.12", "cuda_kernels": True}
+OLDER = "torch 2.11 < 2.12, the oldest torch this stable-ABI build runs on"
+
+
+@pytest.mark.parametrize(
+    "built_info, running, expected",
+    [
+        (STABLE, TORCH, []),
+        (STABLE, {**TORCH, "version": "2.12.0+cpu"}, []),
+        (STABLE, {**TORCH, "version": "2.16.0.dev20270101+cpu"}, []),  # any later torch, nightlies too
+        (STABLE, {**TORCH, "version": "3.0.0"}, []),
+        (STABLE, TORCH_CUDA, []),  # CPU kernels under a CUDA torch: CPU tensors work
+        (STABLE, {**TORCH, "cxx11_abi": False}, []),  # no C++ symbol crosses: the flag does not matter
+        (STABLE, {**TORCH, "version": "2.11.0+cpu"}, [OLDER]),
+        (STABLE_CUDA, {**TORCH_CUDA, "version": "2.12.0+cu130"}, []),
+        (STABLE_CUDA, TORCH, ["a build with CUDA kernels (it links libtorch_cuda) != CPU torch"]),
+        (STABLE_CUDA, {**TORCH_CUDA, "cuda": "12.8"}, ["CUDA major 13 != 12"]),
+        (
+            STABLE_CUDA,
+            {**TORCH, "version": "2.11.0"},
+            [OLDER, "a build with CUDA kernels (it links libtorch_cuda) != CPU torch"],
+        ),
+    ],
+    ids=[
+        "same",
+        "target",
+        "nightly",
+        "major",
+        "cuda-torch",
+        "cxx11-abi",
+        "older",
+        "cuda",
+        "cuda-vs-cpu",
+        "cuda-major",
+        "several",
+    ],
+)
+def test_stable_torch_mismatches(built_info, running, expected):
+    """A stable-ABI build runs on every torch >= its target; with CUDA kernels, on its CUDA major."""
+    assert _guard.torch_mismatches(built_info, running) == expected
+
+
 def jaxlib(version, api):
     return {"jaxlib_version": version, "ffi_api": api}
 
@@ -218,6 +261,7 @@ def test_enforce(monkeypatch):
 def test_describe():
     assert _guard.describe("torch", TORCH_CUDA) == "torch 2.13.0+cu130 (CUDA 13.0, cxx11_abi=1)"
     assert _guard.describe("jax", jaxlib("0.10.2", [0, 3])) == "jaxlib 0.10.2 (XLA FFI API 0.3)"
+    assert _guard.describe("torch", STABLE) == "the stable ABI of torch >= 2.12 (built with torch 2.13.0+cpu)"
 
 
 def test_read_build_info(tmp_path):
@@ -301,6 +345,22 @@ def test_abi_guard_skip_env_torch(tmp_path):
     assert lines[0].startswith(f"warning RuntimeWarning fuselet.torch was built against torch {claimed}")
     assert "Loading anyway" in lines[0]
     assert float(lines[-1]) == pytest.approx(6.0, rel=1e-5)  # the op library loaded and ran
+
+
+def test_abi_guard_stable_refuses_older_torch(tmp_path):
+    """A stable-ABI build for torch >= the next minor refuses the running torch, unmapped."""
+    import_layer("torch")
+    _, running = claimed_torch_version()
+    major, minor = map(int, running.split("."))
+    target = f"{major}.{minor + 1}"
+    doctored_copy(tmp_path, "torch", abi="stable", torch_target=target, cuda_kernels=False)
+    out = import_copy(tmp_path, "torch")
+    assert out.stdout.startswith(
+        f"ImportError FuseletABIError fuselet.torch was built against the stable ABI of torch >= {target}"
+    )
+    assert f"(torch {running} < {target}, the oldest torch this stable-ABI build runs on)" in out.stdout
+    assert f"pip install 'torch>={target}'" in out.stdout
+    assert out.stdout.endswith("\nnot mapped\n"), out.stdout
 
 
 def test_abi_guard_refuses_newer_ffi_api(tmp_path):

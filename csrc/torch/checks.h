@@ -5,9 +5,6 @@
 // python/fuselet/torch/*.py check the same for meta tensors and torch.compile.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/util/Exception.h>
-
 #include <cmath>
 #include <optional>
 #include <sstream>
@@ -17,19 +14,7 @@
 
 namespace fuselet_torch {
 
-// The core's name of a dtype (float32, ...), else torch's.
-inline std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    default: return c10::toString(t);
-  }
-}
-
-inline std::string shape_str(const at::Tensor& t) {
+inline std::string shape_str(const Tensor& t) {
   std::ostringstream s;
   s << "[";
   for (int64_t d = 0; d < t.dim(); ++d) s << (d ? ", " : "") << t.size(d);
@@ -37,9 +22,9 @@ inline std::string shape_str(const at::Tensor& t) {
   return s.str();
 }
 
-inline bool is_float(const at::Tensor& t) {
+inline bool is_float(const Tensor& t) {
   const auto d = t.scalar_type();
-  return d == at::kFloat || d == at::kHalf || d == at::kBFloat16;
+  return d == ScalarType::Float || d == ScalarType::Half || d == ScalarType::BFloat16;
 }
 
 // A tensor read as rows [..., last]: defined, float32 / float16 / bfloat16, 1..MAX_DIMS dims.
@@ -48,65 +33,67 @@ struct Rows {
   bool operator==(const Rows& o) const { return rows == o.rows && cols == o.cols; }
 };
 
-inline Rows rows_of(const at::Tensor& t, const char* name, const char* last = "H") {
+inline Rows rows_of(const Tensor& t, const char* name, const char* last = "H") {
   check_defined(t, name);
-  TORCH_CHECK_TYPE(is_float(t), name, ": expected dtype float32, float16 or bfloat16, got ", t.scalar_type());
-  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
-                    t.dim());
-  TORCH_CHECK_VALUE(t.dim() >= 1, name, ": expected a tensor of shape [..., ", last, "], got a 0-d tensor");
+  FUSELET_CHECK_TYPE(is_float(t), name, ": expected dtype float32, float16 or bfloat16, got ",
+                     dtype_name(t.scalar_type()));
+  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
+                      t.dim());
+  FUSELET_CHECK_VALUE(t.dim() >= 1, name, ": expected a tensor of shape [..., ", last, "], got a 0-d tensor");
   Rows r{1, t.size(-1)};
   for (int64_t d = 0; d + 1 < t.dim(); ++d) r.rows *= t.size(d);
   return r;
 }
 
 // `t` in the dtype of `ref` (named `ref_name`), read as `want` rows (any leading shape).
-inline void rows_like(const at::Tensor& t, const char* name, const at::Tensor& ref, const char* ref_name, Rows want,
+inline void rows_like(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name, Rows want,
                       const char* suffix = "") {
   check_defined(t, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, ": expected dtype ", dtype_name(ref.scalar_type()),
-                   " (the dtype of ", ref_name, "), got ", dtype_name(t.scalar_type()));
+  FUSELET_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, ": expected dtype ", dtype_name(ref.scalar_type()),
+                     " (the dtype of ", ref_name, "), got ", dtype_name(t.scalar_type()));
   const Rows got = rows_of(t, name);
-  TORCH_CHECK_VALUE(got == want, name, ": expected ", want.rows, " rows of ", want.cols, " elements", suffix, ", got ",
-                    got.rows, " rows of ", got.cols);
+  FUSELET_CHECK_VALUE(got == want, name, ": expected ", want.rows, " rows of ", want.cols, " elements", suffix,
+                      ", got ", got.rows, " rows of ", got.cols);
 }
 
 // `n` elements of `dtype` (per-row statistics, per-token losses), any shape.
-inline void vector_of(const at::Tensor& t, const char* name, int64_t n, at::ScalarType dtype = at::kFloat) {
+inline void vector_of(const Tensor& t, const char* name, int64_t n, ScalarType dtype = ScalarType::Float) {
   check_defined(t, name);
-  TORCH_CHECK_TYPE(t.scalar_type() == dtype, name, ": expected dtype ", dtype_name(dtype), ", got ",
-                   dtype_name(t.scalar_type()));
-  TORCH_CHECK_VALUE(t.numel() == n, name, ": expected ", n, " elements, got shape ", shape_str(t));
+  FUSELET_CHECK_TYPE(t.scalar_type() == dtype, name, ": expected dtype ", dtype_name(dtype), ", got ",
+                     dtype_name(t.scalar_type()));
+  FUSELET_CHECK_VALUE(t.numel() == n, name, ": expected ", n, " elements, got shape ", shape_str(t));
 }
 
 // The parameters of a normalization: [H], in x's dtype or float32, all in one dtype.
 class Params {
  public:
-  Params(const at::Tensor& x, int64_t hidden, const char* x_name = "x") : x_(x), x_name_(x_name), hidden_(hidden) {}
-  void check(const std::optional<at::Tensor>& t, const char* name) {
+  Params(const Tensor& x, int64_t hidden, const char* x_name = "x") : x_(x), x_name_(x_name), hidden_(hidden) {}
+  void check(const std::optional<Tensor>& t, const char* name) {
     if (!t.has_value()) return;
-    TORCH_CHECK_VALUE(t->dim() == 1, name, ": expected a 1-D tensor of ", hidden_, " elements, got shape ",
-                      shape_str(*t));
-    TORCH_CHECK_VALUE(t->size(0) == hidden_, name, ": expected ", hidden_, " elements (the hidden size of ", x_name_,
-                      "), got ", t->size(0));
+    FUSELET_CHECK_VALUE(t->dim() == 1, name, ": expected a 1-D tensor of ", hidden_, " elements, got shape ",
+                        shape_str(*t));
+    FUSELET_CHECK_VALUE(t->size(0) == hidden_, name, ": expected ", hidden_, " elements (the hidden size of ", x_name_,
+                        "), got ", t->size(0));
     const auto d = t->scalar_type();
     if (like_ != nullptr) {
-      TORCH_CHECK_TYPE(d == like_dtype_, name, ": expected dtype ", dtype_name(like_dtype_), " (the dtype of ", like_,
-                       "), got ", dtype_name(d));
+      FUSELET_CHECK_TYPE(d == like_dtype_, name, ": expected dtype ", dtype_name(like_dtype_), " (the dtype of ",
+                         like_, "), got ", dtype_name(d));
     } else {
       const auto xd = x_.scalar_type();
-      TORCH_CHECK_TYPE(d == xd || d == at::kFloat, name, ": expected dtype ", dtype_name(xd), " (the dtype of ",
-                       x_name_, ")", xd == at::kFloat ? "" : " or float32", ", got ", dtype_name(d));
+      FUSELET_CHECK_TYPE(d == xd || d == ScalarType::Float, name, ": expected dtype ", dtype_name(xd),
+                         " (the dtype of ", x_name_, ")", xd == ScalarType::Float ? "" : " or float32", ", got ",
+                         dtype_name(d));
       like_ = name;
       like_dtype_ = d;
     }
   }
 
  private:
-  const at::Tensor& x_;
+  const Tensor& x_;
   const char* x_name_;
   int64_t hidden_;
   const char* like_ = nullptr;
-  at::ScalarType like_dtype_ = at::kFloat;
+  ScalarType like_dtype_ = ScalarType::Float;
 };
 
 }  // namespace fuselet_torch

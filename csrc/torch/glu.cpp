@@ -9,27 +9,27 @@ namespace fuselet_torch {
 namespace {
 
 int32_t gelu_activation(const std::string& approximate) {
-  TORCH_CHECK_VALUE(approximate == "none" || approximate == "tanh", "approximate: expected 'none' or 'tanh', got '",
-                    approximate, "'");
+  FUSELET_CHECK_VALUE(approximate == "none" || approximate == "tanh", "approximate: expected 'none' or 'tanh', got '",
+                      approximate, "'");
   return approximate == "tanh" ? FUSELET_GLU_GELU_TANH : FUSELET_GLU_GELU;
 }
 
 // x [..., 2F]: its rows, checked before any copy.
 Rows check_glu_x(const Tensor& x) {
   const Rows r = rows_of(x, "x", "2F");
-  TORCH_CHECK_VALUE(r.cols > 0 && r.cols % 2 == 0,
-                    "x: expected an even last dimension > 0 (2F: the gate and up halves), got ", r.cols);
+  FUSELET_CHECK_VALUE(r.cols > 0 && r.cols % 2 == 0,
+                      "x: expected an even last dimension > 0 (2F: the gate and up halves), got ", r.cols);
   return r;
 }
 
 // y [..., F] of x [..., 2F] (a contiguous x, so that its rows are views of x's).
 Tensor glu_fwd(const Tensor& x_in, int32_t activation) {
   check_glu_x(x_in);
-  const Tensor x = x_in.contiguous();
+  const Tensor x = make_contiguous(x_in);
   fuselet_tensor vx = view(x, "x");
-  std::vector<int64_t> shape = x.sizes().vec();
+  std::vector<int64_t> shape = shape_of(x);
   shape.back() /= 2;
-  Tensor y = at::empty(shape, x.options());
+  Tensor y = alloc(x, shape, x.scalar_type());
   fuselet_tensor vy = view(y, "y");
   run_on(
       x, [&] { return fuselet_glu_fwd(&vx, activation, &vy); },
@@ -42,9 +42,9 @@ Tensor glu_bwd(const Tensor& dy_in, const Tensor& x_in, int32_t activation) {
   check_same_device(x_in, dy_in, "dy");
   const Rows r = check_glu_x(x_in);
   rows_like(dy_in, "dy", x_in, "x", {r.rows, r.cols / 2});
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous();
+  const Tensor dy = make_contiguous(dy_in), x = make_contiguous(x_in);
   fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x");
-  Tensor dx = at::empty_like(x);
+  Tensor dx = alloc_like(x);
   fuselet_tensor vdx = view(dx, "dx");
   run_on(
       x, [&] { return fuselet_glu_bwd(&vdy, &vx, activation, &vdx); },
@@ -59,11 +59,11 @@ Tensor geglu_bwd(const Tensor& dy, const Tensor& x, const std::string& approxima
   return glu_bwd(dy, x, gelu_activation(approximate));
 }
 
-void impls(torch::Library& m) {
-  m.impl("swiglu_fwd", &swiglu_fwd);
-  m.impl("swiglu_bwd", &swiglu_bwd);
-  m.impl("geglu_fwd", &geglu_fwd);
-  m.impl("geglu_bwd", &geglu_bwd);
+void impls(Library& m) {
+  FUSELET_IMPL(m, "swiglu_fwd", swiglu_fwd);
+  FUSELET_IMPL(m, "swiglu_bwd", swiglu_bwd);
+  FUSELET_IMPL(m, "geglu_fwd", geglu_fwd);
+  FUSELET_IMPL(m, "geglu_bwd", geglu_bwd);
 }
 
 }  // namespace

@@ -1,7 +1,5 @@
 // CPU and CUDA implementations of fuselet::{rms,layer,add_rms}_norm_{fwd,bwd}: allocate outputs,
 // hand core views to libfuselet (on the current CUDA stream for CUDA tensors).
-#include <torch/library.h>
-
 #include <cmath>
 #include <limits>
 
@@ -15,7 +13,7 @@ namespace {
 Tensor workspace(const Tensor& x) {
   const int64_t hidden = x.size(-1);
   const size_t bytes = fuselet_norm_bwd_workspace_bytes_cuda(hidden ? x.numel() / hidden : 0, hidden);
-  return at::empty({static_cast<int64_t>(bytes)}, x.options().dtype(at::kByte));
+  return alloc(x, {static_cast<int64_t>(bytes)}, ScalarType::Byte);
 }
 
 uint32_t norm_flags(bool zero_centered_gamma) { return zero_centered_gamma ? FUSELET_NORM_ZERO_CENTERED_GAMMA : 0; }
@@ -31,16 +29,16 @@ Rows check_norm(const Tensor& x, const char* x_name, const OptTensor& weight, co
   if (weight.has_value()) check_same_device(x, *weight, "weight", x_name);
   if (bias.has_value()) check_same_device(x, *bias, "bias", x_name);
   const Rows r = rows_of(x, x_name);
-  TORCH_CHECK_VALUE(r.cols > 0, x_name, ": the hidden size (last dimension) must be > 0, got 0");
-  TORCH_CHECK_VALUE(r.cols <= INT32_MAX, x_name, ": the hidden size must be < 2^31, got ", r.cols);
+  FUSELET_CHECK_VALUE(r.cols > 0, x_name, ": the hidden size (last dimension) must be > 0, got 0");
+  FUSELET_CHECK_VALUE(r.cols <= INT32_MAX, x_name, ": the hidden size must be < 2^31, got ", r.cols);
   Params params(x, r.cols, x_name);
   params.check(weight, "weight");
   params.check(bias, "bias");
-  TORCH_CHECK_VALUE(!zero_centered_gamma || weight.has_value(),
-                    "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
+  FUSELET_CHECK_VALUE(!zero_centered_gamma || weight.has_value(),
+                      "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
   if (!std::isnan(eps)) {
     const float e = static_cast<float>(eps);
-    TORCH_CHECK_VALUE(std::isfinite(e) && e > 0.f, "eps: expected a finite number > 0, got ", e);
+    FUSELET_CHECK_VALUE(std::isfinite(e) && e > 0.f, "eps: expected a finite number > 0, got ", e);
   }
   return r;
 }
@@ -50,10 +48,10 @@ constexpr double kNoEps = std::numeric_limits<double>::quiet_NaN();
 std::tuple<Tensor, Tensor> rms_norm_fwd(const Tensor& x_in, const OptTensor& weight_in, double eps,
                                         bool zero_centered_gamma) {
   check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, eps, {});
-  const Tensor x = x_in.contiguous();
+  const Tensor x = make_contiguous(x_in);
   fuselet_tensor vx = view(x, "x");
   Param w(weight_in, "weight");
-  Tensor y = at::empty_like(x), rstd = row_stats(x);
+  Tensor y = alloc_like(x), rstd = row_stats(x);
   fuselet_tensor vy = view(y, "y"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
   const float e = static_cast<float>(eps);
@@ -69,10 +67,10 @@ std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in,
                             {{"dy", &dy_in}, {"rstd", &rstd_in}});
   rows_like(dy_in, "dy", x_in, "x", r, " like x");
   vector_of(rstd_in, "rstd", r.rows);
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), rstd = rstd_in.contiguous();
+  const Tensor dy = make_contiguous(dy_in), x = make_contiguous(x_in), rstd = make_contiguous(rstd_in);
   fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vr = view(rstd, "rstd");
   Param w(weight_in, "weight");
-  Tensor dx = at::empty_like(x), dweight = w.grad_like(x);
+  Tensor dx = alloc_like(x), dweight = w.grad_like(x);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight");
   const uint32_t flags = norm_flags(zero_centered_gamma);
@@ -89,10 +87,10 @@ std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in,
 std::tuple<Tensor, Tensor, Tensor> layer_norm_fwd(const Tensor& x_in, const OptTensor& weight_in,
                                                   const OptTensor& bias_in, double eps, bool zero_centered_gamma) {
   check_norm(x_in, "x", weight_in, bias_in, zero_centered_gamma, eps, {});
-  const Tensor x = x_in.contiguous();
+  const Tensor x = make_contiguous(x_in);
   fuselet_tensor vx = view(x, "x");
   Param w(weight_in, "weight"), b(bias_in, "bias");
-  Tensor y = at::empty_like(x), mean = row_stats(x), rstd = row_stats(x);
+  Tensor y = alloc_like(x), mean = row_stats(x), rstd = row_stats(x);
   fuselet_tensor vy = view(y, "y"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
   const float e = static_cast<float>(eps);
@@ -112,11 +110,11 @@ std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Ten
   rows_like(dy_in, "dy", x_in, "x", r, " like x");
   vector_of(mean_in, "mean", r.rows);
   vector_of(rstd_in, "rstd", r.rows);
-  const Tensor dy = dy_in.contiguous(), x = x_in.contiguous(), mean = mean_in.contiguous(),
-               rstd = rstd_in.contiguous();
+  const Tensor dy = make_contiguous(dy_in), x = make_contiguous(x_in), mean = make_contiguous(mean_in),
+               rstd = make_contiguous(rstd_in);
   fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
   Param w(weight_in, "weight"), b(bias_in, "bias");
-  Tensor dx = at::empty_like(x), dweight = w.grad_like(x), dbias = b.grad_like(x);
+  Tensor dx = alloc_like(x), dweight = w.grad_like(x), dbias = b.grad_like(x);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight"), vdb(b, dbias, "dbias");
   const uint32_t flags = norm_flags(zero_centered_gamma);
@@ -135,10 +133,10 @@ std::tuple<Tensor, Tensor, Tensor> add_rms_norm_fwd(const Tensor& x_in, const Te
   const Rows r =
       check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, eps, {{"residual", &residual_in}});
   rows_like(residual_in, "residual", x_in, "x", r, " like x");
-  const Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
+  const Tensor x = make_contiguous(x_in), residual = make_contiguous(residual_in);
   fuselet_tensor vx = view(x, "x"), vres = view(residual, "residual");
   Param w(weight_in, "weight");
-  Tensor y = at::empty_like(x), h = at::empty_like(x), rstd = row_stats(x);
+  Tensor y = alloc_like(x), h = alloc_like(x), rstd = row_stats(x);
   fuselet_tensor vy = view(y, "y"), vh = view(h, "residual_out"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
   const float e = static_cast<float>(eps);
@@ -158,11 +156,12 @@ std::tuple<Tensor, Tensor> add_rms_norm_bwd(const Tensor& dy_in, const Tensor& d
   rows_like(dy_in, "dy", h_in, "residual_out", r, " like residual_out");
   rows_like(dh_in, "dresidual_out", h_in, "residual_out", r, " like residual_out");
   vector_of(rstd_in, "rstd", r.rows);
-  const Tensor dy = dy_in.contiguous(), dh = dh_in.contiguous(), h = h_in.contiguous(), rstd = rstd_in.contiguous();
+  const Tensor dy = make_contiguous(dy_in), dh = make_contiguous(dh_in), h = make_contiguous(h_in),
+               rstd = make_contiguous(rstd_in);
   fuselet_tensor vdy = view(dy, "dy"), vdh = view(dh, "dresidual_out"), vh = view(h, "residual_out"),
                  vr = view(rstd, "rstd");
   Param w(weight_in, "weight");
-  Tensor dx = at::empty_like(h), dweight = w.grad_like(h);
+  Tensor dx = alloc_like(h), dweight = w.grad_like(h);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight");
   const uint32_t flags = norm_flags(zero_centered_gamma);
@@ -176,13 +175,13 @@ std::tuple<Tensor, Tensor> add_rms_norm_bwd(const Tensor& dy_in, const Tensor& d
   return {dx, dweight};
 }
 
-void impls(torch::Library& m) {
-  m.impl("add_rms_norm_fwd", &add_rms_norm_fwd);
-  m.impl("add_rms_norm_bwd", &add_rms_norm_bwd);
-  m.impl("rms_norm_fwd", &rms_norm_fwd);
-  m.impl("rms_norm_bwd", &rms_norm_bwd);
-  m.impl("layer_norm_fwd", &layer_norm_fwd);
-  m.impl("layer_norm_bwd", &layer_norm_bwd);
+void impls(Library& m) {
+  FUSELET_IMPL(m, "add_rms_norm_fwd", add_rms_norm_fwd);
+  FUSELET_IMPL(m, "add_rms_norm_bwd", add_rms_norm_bwd);
+  FUSELET_IMPL(m, "rms_norm_fwd", rms_norm_fwd);
+  FUSELET_IMPL(m, "rms_norm_bwd", rms_norm_bwd);
+  FUSELET_IMPL(m, "layer_norm_fwd", layer_norm_fwd);
+  FUSELET_IMPL(m, "layer_norm_bwd", layer_norm_bwd);
 }
 
 }  // namespace

@@ -3,27 +3,17 @@
 // device), optional parameters, float32 per-row outputs.
 #pragma once
 
-#include <ATen/ATen.h>
-#include <torch/library.h>
-
-#include <optional>
-
-#ifdef FUSELET_TORCH_CUDA
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#endif
-
+#include "api.h"
 #include "checks.h"
 #include "view.h"
 
 namespace fuselet_torch {
 
-using at::Tensor;
-using OptTensor = std::optional<Tensor>;
-
 // Float32 values, one per row of x: shape x.shape[:-1].
 inline Tensor row_stats(const Tensor& x) {
-  return at::empty(x.sizes().slice(0, x.dim() - 1), x.options().dtype(at::kFloat));
+  std::vector<int64_t> shape = shape_of(x);
+  shape.pop_back();
+  return alloc(x, shape, ScalarType::Float);
 }
 
 // Calls the core: cpu() for tensors in host memory, cuda(stream) for CUDA tensors with x's
@@ -32,12 +22,12 @@ template <typename Cpu, typename Cuda>
 void run_on(const Tensor& x, Cpu&& cpu, [[maybe_unused]] Cuda&& cuda) {
 #ifdef FUSELET_TORCH_CUDA
   if (x.is_cuda()) {
-    const c10::cuda::CUDAGuard guard(x.device());
-    check(cuda(static_cast<void*>(at::cuda::getCurrentCUDAStream(x.device().index()).stream())));
+    const CudaScope scope(x);
+    check(cuda(scope.stream()));
     return;
   }
 #else
-  TORCH_CHECK_NOT_IMPLEMENTED(!x.is_cuda(), "fuselet: this fuselet-torch was built without CUDA kernels");
+  FUSELET_CHECK_NOT_IMPLEMENTED(!x.is_cuda(), "fuselet: this fuselet-torch was built without CUDA kernels");
 #endif
   check(cpu());
 }
@@ -49,12 +39,12 @@ struct Param {
   fuselet_tensor v{};
   Param(const OptTensor& in, const char* name) {
     if (!in.has_value()) return;
-    t = in->contiguous();
+    t = make_contiguous(*in);
     v = view(*t, name);
   }
   fuselet_tensor* ptr() { return t.has_value() ? &v : nullptr; }
   // The gradient of this parameter: like it, or an empty tensor of x's dtype when absent.
-  Tensor grad_like(const Tensor& x) const { return t.has_value() ? at::empty_like(*t) : x.new_empty({0}); }
+  Tensor grad_like(const Tensor& x) const { return t.has_value() ? alloc_like(*t) : alloc(x, {0}, x.scalar_type()); }
 };
 
 // View of a gradient output that exists only when its parameter does.
@@ -69,14 +59,3 @@ struct GradView {
 };
 
 }  // namespace fuselet_torch
-
-// Registers a family's implementations, fn(torch::Library&), for CPU tensors and (in builds
-// with CUDA kernels) CUDA tensors: the same functions serve both.
-#ifdef FUSELET_TORCH_CUDA
-#define FUSELET_TORCH_IMPLS(fn)                  \
-  TORCH_LIBRARY_IMPL(fuselet, CPU, m) { fn(m); } \
-  TORCH_LIBRARY_IMPL(fuselet, CUDA, m) { fn(m); }
-#else
-#define FUSELET_TORCH_IMPLS(fn) \
-  TORCH_LIBRARY_IMPL(fuselet, CPU, m) { fn(m); }
-#endif

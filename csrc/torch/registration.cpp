@@ -1,9 +1,9 @@
 // Every schema of the fuselet torch library, in one place. Implementations live in the
 // per-family files (norm.cpp, ...); fake impls and autograd are registered from Python
 // (python/fuselet/torch/<family>.py). FFI targets of the JAX layer use the same names.
-#include <torch/library.h>
+#include "api.h"
 
-TORCH_LIBRARY(fuselet, m) {
+FUSELET_TORCH_LIBRARY(m) {
   // Normalization (norm.cpp): math and shapes in csrc/core/include/fuselet/norm.h.
   // weight / bias: None for none; the backward returns an empty dweight / dbias for those.
   m.def(

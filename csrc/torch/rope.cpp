@@ -13,7 +13,7 @@ uint32_t rope_flags(bool bhsd, bool interleaved) {
 
 // The core reads any strides with a unit last one.
 Tensor unit_last_stride(const Tensor& t) {
-  return t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1 ? t.contiguous() : t;
+  return t.dim() >= 1 && t.size(-1) > 1 && t.stride(-1) != 1 ? make_contiguous(t) : t;
 }
 
 // The core's checks of x (dy in the backward: `name`), cos and sin, before any copy.
@@ -21,30 +21,32 @@ void check_rope(const Tensor& x, const char* name, const Tensor& cos, const Tens
   check_defined(x, name);
   check_same_device(x, cos, "cos", name);
   check_same_device(x, sin, "sin", name);
-  TORCH_CHECK_TYPE(is_float(x), name, ": expected dtype float32, float16 or bfloat16, got ", x.scalar_type());
-  TORCH_CHECK_VALUE(x.dim() == 3 || x.dim() == 4, name, ": expected shape ", bhsd ? "[B, N, S, D]" : "[B, S, N, D]",
-                    " or ", bhsd ? "[N, S, D]" : "[S, N, D]", ", got ", shape_str(x));
+  FUSELET_CHECK_TYPE(is_float(x), name, ": expected dtype float32, float16 or bfloat16, got ",
+                     dtype_name(x.scalar_type()));
+  FUSELET_CHECK_VALUE(x.dim() == 3 || x.dim() == 4, name, ": expected shape ", bhsd ? "[B, N, S, D]" : "[B, S, N, D]",
+                      " or ", bhsd ? "[N, S, D]" : "[S, N, D]", ", got ", shape_str(x));
   const int64_t o = x.dim() - 3, ds = o + (bhsd ? 1 : 0), D = x.size(-1);
-  TORCH_CHECK_VALUE(D > 0, name, ": the head dim D (last dimension) must be > 0, got shape ", shape_str(x));
+  FUSELET_CHECK_VALUE(D > 0, name, ": the head dim D (last dimension) must be > 0, got shape ", shape_str(x));
   for (const auto& [n, t] : {std::pair<const char*, const Tensor*>{"cos", &cos}, {"sin", &sin}})
-    TORCH_CHECK_TYPE(is_float(*t), n, ": expected dtype float32, float16 or bfloat16, got ", t->scalar_type());
-  TORCH_CHECK_TYPE(cos.scalar_type() == at::kFloat || cos.scalar_type() == x.scalar_type(),
-                   "cos: expected dtype float32 or ", dtype_name(x.scalar_type()), " (the dtype of ", name, "), got ",
-                   dtype_name(cos.scalar_type()));
-  TORCH_CHECK_TYPE(sin.scalar_type() == cos.scalar_type(), "sin: expected dtype ", dtype_name(cos.scalar_type()),
-                   " (the dtype of cos), got ", dtype_name(sin.scalar_type()));
-  TORCH_CHECK_VALUE(cos.dim() == 2 || (cos.dim() == 3 && o == 1), "cos: expected shape ",
-                    o ? "[S, R] or [B, S, R]" : "[S, R] (x has no batch dim)", ", got ", shape_str(cos));
+    FUSELET_CHECK_TYPE(is_float(*t), n, ": expected dtype float32, float16 or bfloat16, got ",
+                       dtype_name(t->scalar_type()));
+  FUSELET_CHECK_TYPE(cos.scalar_type() == ScalarType::Float || cos.scalar_type() == x.scalar_type(),
+                     "cos: expected dtype float32 or ", dtype_name(x.scalar_type()), " (the dtype of ", name,
+                     "), got ", dtype_name(cos.scalar_type()));
+  FUSELET_CHECK_TYPE(sin.scalar_type() == cos.scalar_type(), "sin: expected dtype ", dtype_name(cos.scalar_type()),
+                     " (the dtype of cos), got ", dtype_name(sin.scalar_type()));
+  FUSELET_CHECK_VALUE(cos.dim() == 2 || (cos.dim() == 3 && o == 1), "cos: expected shape ",
+                      o ? "[S, R] or [B, S, R]" : "[S, R] (x has no batch dim)", ", got ", shape_str(cos));
   const int64_t R = cos.size(-1);
-  TORCH_CHECK_VALUE(R >= 2 && R <= D && R % 2 == 0,
-                    "cos: the rotary dim R (last dimension) must be even and in [2, D = ", D, "], got shape ",
-                    shape_str(cos));
-  TORCH_CHECK_VALUE(cos.size(-2) == x.size(ds), "cos: expected ", x.size(ds), " positions (S, dimension ", ds, " of ",
-                    name, "), got shape ", shape_str(cos));
-  TORCH_CHECK_VALUE(cos.dim() == 2 || cos.size(0) == x.size(0), "cos: expected a batch of ", x.size(0),
-                    " (B, dimension 0 of ", name, "), got shape ", shape_str(cos));
-  TORCH_CHECK_VALUE(sin.sizes() == cos.sizes(), "sin: expected shape ", shape_str(cos), " (the shape of cos), got ",
-                    shape_str(sin));
+  FUSELET_CHECK_VALUE(R >= 2 && R <= D && R % 2 == 0,
+                      "cos: the rotary dim R (last dimension) must be even and in [2, D = ", D, "], got shape ",
+                      shape_str(cos));
+  FUSELET_CHECK_VALUE(cos.size(-2) == x.size(ds), "cos: expected ", x.size(ds), " positions (S, dimension ", ds,
+                      " of ", name, "), got shape ", shape_str(cos));
+  FUSELET_CHECK_VALUE(cos.dim() == 2 || cos.size(0) == x.size(0), "cos: expected a batch of ", x.size(0),
+                      " (B, dimension 0 of ", name, "), got shape ", shape_str(cos));
+  FUSELET_CHECK_VALUE(shape_of(sin) == shape_of(cos), "sin: expected shape ", shape_str(cos),
+                      " (the shape of cos), got ", shape_str(sin));
 }
 
 // The core view of cos / sin (on x's device, made contiguous: they are small).
@@ -52,7 +54,7 @@ struct Table {
   Tensor t;
   fuselet_tensor v{};
   Table(const Tensor& in, const char* name) {
-    t = in.contiguous();
+    t = make_contiguous(in);
     v = view(t, name);
   }
 };
@@ -62,7 +64,7 @@ Tensor rope_fwd(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_in, 
   const Tensor x = unit_last_stride(x_in);
   Table cos(cos_in, "cos"), sin(sin_in, "sin");
   fuselet_tensor vx = view(x, "x");
-  Tensor y = at::empty(x.sizes(), x.options());
+  Tensor y = alloc(x, shape_of(x), x.scalar_type());
   fuselet_tensor vy = view(y, "y");
   const uint32_t f = rope_flags(bhsd, interleaved);
   run_on(
@@ -76,7 +78,7 @@ Tensor rope_bwd(const Tensor& dy_in, const Tensor& cos_in, const Tensor& sin_in,
   const Tensor dy = unit_last_stride(dy_in);
   Table cos(cos_in, "cos"), sin(sin_in, "sin");
   fuselet_tensor vdy = view(dy, "dy");
-  Tensor dx = at::empty(dy.sizes(), dy.options());
+  Tensor dx = alloc(dy, shape_of(dy), dy.scalar_type());
   fuselet_tensor vdx = view(dx, "dx");
   const uint32_t f = rope_flags(bhsd, interleaved);
   run_on(
@@ -85,9 +87,9 @@ Tensor rope_bwd(const Tensor& dy_in, const Tensor& cos_in, const Tensor& sin_in,
   return dx;
 }
 
-void impls(torch::Library& m) {
-  m.impl("rope_fwd", &rope_fwd);
-  m.impl("rope_bwd", &rope_bwd);
+void impls(Library& m) {
+  FUSELET_IMPL(m, "rope_fwd", rope_fwd);
+  FUSELET_IMPL(m, "rope_bwd", rope_bwd);
 }
 
 }  // namespace

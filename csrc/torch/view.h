@@ -1,24 +1,41 @@
-// at::Tensor -> fuselet_tensor views and fuselet_status -> Python exceptions.
+// Tensor -> fuselet_tensor views and fuselet_status -> Python exceptions.
 #pragma once
 
-#include <ATen/core/Tensor.h>
-#include <c10/util/Exception.h>
-
+#include "api.h"
 #include "fuselet/fuselet.h"
 
 namespace fuselet_torch {
 
+// A dtype as Python names it (torch.float32 is float32), as the fake impls say it.
+inline std::string dtype_name(ScalarType t) {
+  switch (t) {
+    case ScalarType::Double: return "float64";
+    case ScalarType::Char: return "int8";
+    case ScalarType::Short: return "int16";
+    case ScalarType::Byte: return "uint8";
+    case ScalarType::Bool: return "bool";
+    case ScalarType::Float: return "float32";
+    case ScalarType::Half: return "float16";
+    case ScalarType::BFloat16: return "bfloat16";
+    case ScalarType::Int: return "int32";
+    case ScalarType::Long: return "int64";
+    default: return c10::toString(t);
+  }
+}
+
 // A non-owning core view of `t`; `name` is the argument name used in error messages.
-inline fuselet_tensor view(const at::Tensor& t, const char* name) {
+inline fuselet_tensor view(const Tensor& t, const char* name) {
   fuselet_tensor v{};
   switch (t.scalar_type()) {
-    case at::kFloat: v.dtype = FUSELET_FLOAT32; break;
-    case at::kHalf: v.dtype = FUSELET_FLOAT16; break;
-    case at::kBFloat16: v.dtype = FUSELET_BFLOAT16; break;
-    default: TORCH_CHECK_TYPE(false, name, ": expected dtype float32, float16 or bfloat16, got ", t.scalar_type());
+    case ScalarType::Float: v.dtype = FUSELET_FLOAT32; break;
+    case ScalarType::Half: v.dtype = FUSELET_FLOAT16; break;
+    case ScalarType::BFloat16: v.dtype = FUSELET_BFLOAT16; break;
+    default:
+      fail(Error::Type,
+           concat(name, ": expected dtype float32, float16 or bfloat16, got ", dtype_name(t.scalar_type())));
   }
-  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
-                    t.dim());
+  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
+                      t.dim());
   v.data = t.data_ptr();
   v.ndim = static_cast<int32_t>(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -29,15 +46,17 @@ inline fuselet_tensor view(const at::Tensor& t, const char* name) {
 }
 
 // A core view of a class-id tensor (int32 or int64: cross-entropy's target).
-inline fuselet_tensor index_view(const at::Tensor& t, const char* name) {
+inline fuselet_tensor index_view(const Tensor& t, const char* name) {
   fuselet_tensor v{};
   switch (t.scalar_type()) {
-    case at::kInt: v.dtype = FUSELET_INT32; break;
-    case at::kLong: v.dtype = FUSELET_INT64; break;
-    default: TORCH_CHECK_TYPE(false, name, ": expected dtype int32 or int64 (class ids), got ", t.scalar_type());
+    case ScalarType::Int: v.dtype = FUSELET_INT32; break;
+    case ScalarType::Long: v.dtype = FUSELET_INT64; break;
+    default:
+      fail(Error::Type,
+           concat(name, ": expected dtype int32 or int64 (class ids), got ", dtype_name(t.scalar_type())));
   }
-  TORCH_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
-                    t.dim());
+  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
+                      t.dim());
   v.data = t.data_ptr();
   v.ndim = static_cast<int32_t>(t.dim());
   for (int64_t d = 0; d < t.dim(); ++d) {
@@ -51,22 +70,21 @@ inline fuselet_tensor index_view(const at::Tensor& t, const char* name) {
 inline void check(fuselet_status status) {
   if (status == FUSELET_OK) return;
   const char* msg = fuselet_last_error();
-  TORCH_CHECK_VALUE(status != FUSELET_ERR_INVALID_ARGUMENT, "fuselet: ", msg);
-  TORCH_CHECK_NOT_IMPLEMENTED(status != FUSELET_ERR_UNSUPPORTED, "fuselet: ", msg);
-  TORCH_CHECK(false, "fuselet (", fuselet_status_string(status), "): ", msg);
+  FUSELET_CHECK_VALUE(status != FUSELET_ERR_INVALID_ARGUMENT, "fuselet: ", msg);
+  FUSELET_CHECK_NOT_IMPLEMENTED(status != FUSELET_ERR_UNSUPPORTED, "fuselet: ", msg);
+  fail(Error::Runtime, concat("fuselet (", fuselet_status_string(status), "): ", msg));
 }
 
 // A required tensor argument: None reaches the op as an undefined tensor.
-inline void check_defined(const at::Tensor& t, const char* name) {
-  TORCH_CHECK_TYPE(t.defined(), name, ": expected a tensor, got None");
+inline void check_defined(const Tensor& t, const char* name) {
+  FUSELET_CHECK_TYPE(t.defined(), name, ": expected a tensor, got None");
 }
 
 // Every tensor on the device of the reference argument `ref` (named `ref_name`).
-inline void check_same_device(const at::Tensor& ref, const at::Tensor& t, const char* name,
-                              const char* ref_name = "x") {
+inline void check_same_device(const Tensor& ref, const Tensor& t, const char* name, const char* ref_name = "x") {
   check_defined(t, name);
-  TORCH_CHECK_VALUE(t.device() == ref.device(), name, ": expected a tensor on ", ref.device(), " (the device of ",
-                    ref_name, "), got ", t.device());
+  FUSELET_CHECK_VALUE(same_device(t, ref), name, ": expected a tensor on ", device_name(ref), " (the device of ",
+                      ref_name, "), got ", device_name(t));
 }
 
 }  // namespace fuselet_torch

@@ -59,9 +59,14 @@ def _flavor(cuda: str | None) -> str:
 def torch_mismatches(built: dict, running: dict) -> list[str]:
     """Differences that make a torch extension unsafe to load (empty list: compatible).
 
-    built/running: {"version": "2.13.0+cpu", "cuda": None | "13.0", "cxx11_abi": bool}.
-    Compared: torch major.minor, CPU vs CUDA flavor, CUDA major, the C++11 ABI flag.
+    built/running: {"version": "2.13.0+cpu", "cuda": None | "13.0", "cxx11_abi": bool}; built
+    also has "abi": "exact" (the default) or "stable" with "torch_target": "2.12".
+    An exact-ABI build: torch major.minor, CPU vs CUDA flavor, CUDA major and the C++11 ABI flag
+    must match. A stable-ABI build: torch >= its target; with CUDA kernels, a CUDA torch of the
+    same CUDA major (the library links libtorch_cuda); without, any flavor (CPU tensors only).
     """
+    if is_stable(built):
+        return _stable_torch_mismatches(built, running)
     problems = []
     if _minor(built["version"]) != _minor(running["version"]):
         problems.append(
@@ -73,6 +78,26 @@ def torch_mismatches(built: dict, running: dict) -> list[str]:
         problems.append(f"CUDA major {built['cuda'].split('.')[0]} != {running['cuda'].split('.')[0]}")
     if bool(built["cxx11_abi"]) != bool(running["cxx11_abi"]):
         problems.append(f"_GLIBCXX_USE_CXX11_ABI {int(built['cxx11_abi'])} != {int(running['cxx11_abi'])}")
+    return problems
+
+
+def is_stable(built: dict) -> bool:
+    """A torch layer built on LibTorch's stable ABI (runs on every torch >= its target)."""
+    return built.get("abi") == "stable"
+
+
+def _stable_torch_mismatches(built: dict, running: dict) -> list[str]:
+    problems = []
+    target = built["torch_target"]
+    if _minor(running["version"]) < _minor(target):
+        problems.append(
+            f"torch {'.'.join(map(str, _minor(running['version'])))} < {target}, the oldest torch this stable-ABI build runs on"
+        )
+    if built.get("cuda_kernels"):
+        if not running["cuda"]:
+            problems.append("a build with CUDA kernels (it links libtorch_cuda) != CPU torch")
+        elif built["cuda"].split(".")[0] != running["cuda"].split(".")[0]:
+            problems.append(f"CUDA major {built['cuda'].split('.')[0]} != {running['cuda'].split('.')[0]}")
     return problems
 
 
@@ -106,6 +131,8 @@ def enforce(layer: str, built: dict, running: dict, problems: list[str], fix: st
 
 
 def describe(layer: str, info: dict) -> str:
+    if layer == "torch" and is_stable(info):
+        return f"the stable ABI of torch >= {info['torch_target']} (built with torch {info['version']})"
     if layer == "torch":
         return f"torch {info['version']} ({_flavor(info['cuda'])}, cxx11_abi={int(bool(info['cxx11_abi']))})"
     api = ".".join(map(str, info["ffi_api"]))

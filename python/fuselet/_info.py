@@ -63,8 +63,9 @@ def info(file=None) -> None:
             continue
         kernels = "CPU + CUDA" if built.get("cuda_kernels") else "CPU"
         running = _guard.describe(layer, s["running"]) if s["running"] else "-"
+        abi = "exact ABI, " if layer == "torch" and not _guard.is_stable(built) else ""
         lines.append(
-            f"  {layer}: built against {_guard.describe(layer, built)}, {kernels} kernels, "
+            f"  {layer}: built against {_guard.describe(layer, built)}, {abi}{kernels} kernels, "
             f"compiler {built['compiler']}, CUDA toolkit {built['cuda_toolkit'] or '-'}"
         )
         lines.append(f"         found {running}: {s['status']}")
