@@ -12,6 +12,10 @@ compiled against the wrong ABI. Here the framework versions come from the enviro
 A framework requested without a version in an isolated build fails at once and says both
 fixes. Without isolation (`pip install --no-build-isolation .`) the installed frameworks are
 used as they are and nothing is added.
+
+FUSELET_TORCH_ABI=stable builds the torch layer on LibTorch's stable ABI, which runs on every torch
+>= FUSELET_TORCH_TARGET (2.12): there any such torch will do, so an isolated build without a
+version asks for `torch>=2.12`, and the wheel requires `torch>=2.12` with no upper bound.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ class FrameworkRequirementError(RuntimeError):
     pass
 
 
+def stable_torch_target(environ=os.environ) -> str | None:
+    """The oldest torch of a stable-ABI torch layer (FUSELET_TORCH_ABI=stable), else None."""
+    abi = environ.get("FUSELET_TORCH_ABI", "exact")
+    if abi not in ("exact", "stable"):
+        raise FrameworkRequirementError(f"FUSELET_TORCH_ABI must be exact or stable; got {abi!r}")
+    return environ.get("FUSELET_TORCH_TARGET", "2.12") if abi == "stable" else None
+
+
 def requested_frameworks(framework: str) -> list[str]:
     if framework not in ("auto", "torch", "jax", "all", "none"):
         raise FrameworkRequirementError(f"FUSELET_FRAMEWORK must be one of auto, torch, jax, all, none; got {framework!r}")
@@ -56,6 +68,8 @@ def framework_requirements(environ=os.environ) -> list[str]:
         version = environ.get(VERSION_ENV[fw])
         if version:
             reqs += [p.format(v=version) for p in PACKAGES[fw]]
+        elif fw == "torch" and stable_torch_target(environ) and importlib.util.find_spec(fw) is None:
+            reqs.append(f"torch>={stable_torch_target(environ)}")  # any torch the stable ABI covers
         elif importlib.util.find_spec(fw) is None:
             raise FrameworkRequirementError(
                 f"fuselet: FUSELET_FRAMEWORK asks for the {fw} extension, but the build environment "
@@ -112,7 +126,9 @@ def framework_dependencies(environ=os.environ) -> list[str]:
 
     deps = []
     for fw in built_frameworks(environ):
-        if fw == "torch":
+        if fw == "torch" and stable_torch_target(environ):
+            deps.append(f"torch>={stable_torch_target(environ)}")
+        elif fw == "torch":
             major, minor = map(int, re.match(r"(\d+)\.(\d+)", importlib.metadata.version("torch")).groups())
             deps.append(f"torch>={major}.{minor},<{major}.{minor + 1}")
         else:

@@ -96,6 +96,25 @@ def test_the_wheel_requires_the_framework_it_was_compiled_against(monkeypatch, t
         fuselet_backend.dynamic_metadata("version")
 
 
+def test_a_stable_abi_build_takes_and_requires_any_torch_since_its_target(monkeypatch):
+    """FUSELET_TORCH_ABI=stable: an isolated build without a version asks for torch >= the target
+    (not an error: any such torch builds the same library), and the wheel requires torch >= the
+    target with no upper bound, whatever torch it was built with."""
+    import importlib.metadata
+
+    stable = {"FUSELET_FRAMEWORK": "torch", "FUSELET_TORCH_ABI": "stable"}
+    monkeypatch.setattr(importlib.metadata, "version", {"torch": "2.14.1"}.__getitem__)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert fuselet_backend.framework_requirements(stable) == ["torch>=2.12"]
+    assert fuselet_backend.framework_requirements({**stable, "FUSELET_TORCH_TARGET": "2.13"}) == ["torch>=2.13"]
+    assert fuselet_backend.framework_requirements({**stable, "FUSELET_TORCH_VERSION": "2.13.0"}) == ["torch==2.13.0"]
+    with pytest.raises(fuselet_backend.FrameworkRequirementError, match="FUSELET_TORCH_ABI must be exact or stable"):
+        fuselet_backend.framework_requirements({**stable, "FUSELET_TORCH_ABI": "abi3"})
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "torch" else None)
+    assert fuselet_backend.framework_dependencies(stable) == ["torch>=2.12"]
+    assert fuselet_backend.framework_dependencies({"FUSELET_FRAMEWORK": "torch"}) == ["torch>=2.14,<2.15"]
+
+
 def test_isolated_build_without_version_fails_at_once(tmp_path):
     proc = pip("wheel", "--no-deps", "-w", str(tmp_path), str(ROOT), env={"FUSELET_FRAMEWORK": "torch"}, timeout=300)
     assert proc.returncode != 0
