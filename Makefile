@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
+.PHONY: help venv build demo test stable-abi-test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -16,6 +16,9 @@ demo:            ## build, then run a short demo in PyTorch and JAX
 
 test:            ## build, then run every test (core C++, CUDA compile check, pytest)
 	scripts/test.sh
+
+stable-abi-test: ## one stable-ABI build of the torch layer; the torch tests under torch 2.13 and 2.14 (make test runs it)
+	scripts/stable-abi-test.sh
 
 core-test:       ## the framework-free core alone: C++ tests + find_package consumer
 	scripts/core-test.sh

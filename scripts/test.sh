@@ -3,7 +3,8 @@
 # variants/offline.yaml (seeded, built, verified: scripts/packages.sh), then pytest against
 # the fuselet built into .venv and those packages: the library's tests and the configuration
 # checks (tests/, beside the package build) and the packaging tool's (tools/fuselet-build/tests,
-# after it). Extra arguments go to one pytest run over what they name, after the packages.
+# after it); last, the torch tests against one stable-ABI build under two torch releases
+# (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after the packages.
 source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache   # after bootstrap, which may have just installed sccache
@@ -59,11 +60,14 @@ log "pytest tools/fuselet-build/tests"
 # The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
 tools_status=0
 FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" tools/fuselet-build/tests || tools_status=$?
+# One stable-ABI build of the torch layer, its torch tests under two torch releases.
+stable_status=0
+"$ROOT/scripts/stable-abi-test.sh" || stable_status=$?
 if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
   log "compiler cache ($SCCACHE_DIR):"
   "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) ' || true
 fi
-if (( tests_status || tools_status )); then
-  log "pytest failed: tests/ exit $tests_status, tools/fuselet-build/tests exit $tools_status"
+if (( tests_status || tools_status || stable_status )); then
+  log "pytest failed: tests/ exit $tests_status, tools/fuselet-build/tests exit $tools_status, stable ABI exit $stable_status"
   exit 1
 fi
