@@ -23,7 +23,9 @@ status=0
 for venv in "$VENV" "$second"; do
   version="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
   log "stable ABI: the torch tests against $site under torch $version"
+  # what requirements/stable-abi.txt installs must import (make test exports its own list)
   (cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable \
+    FUSELET_REQUIRE_IMPORTS="torch numpy ml_dtypes hypothesis transformers onnx onnxscript onnxruntime" \
     "$venv/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q \
     tests/torch tests/test_bad_input.py -k "not jax" "$@") || status=1
 done
