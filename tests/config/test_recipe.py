@@ -44,8 +44,11 @@ def test_offline_matrix_is_additive(offline_jobs):
     v = _variants("offline.yaml")
     cuda, torch, jaxlib = (len(v[k]) for k in ("cuda_compiler_version", "pytorch", "jaxlib"))
     jobs = _by_name(offline_jobs)
-    # cuda and pytorch are zipped here (cpu + 2.13, cuda 13.0 + 2.14): one torch per cuda flavor.
-    assert len(jobs["fuselet-torch"]) == cuda
+    # cuda and pytorch are zipped here (cpu + 2.13, cuda 13.0 + 2.14): one exact-ABI torch per cuda
+    # flavor, and one stable-ABI torch per cuda flavor.
+    assert sorted((j.variant["cuda_compiler_version"], j.variant["torch_abi"]) for j in jobs["fuselet-torch"]) == sorted(
+        itertools.product(map(str, v["cuda_compiler_version"]), ("exact", "stable"))
+    )
     assert len(jobs["fuselet-jax"]) == cuda * jaxlib  # not x pytorch
     assert len(jobs["libfuselet"]) == cuda  # the core: once per CUDA variant, not per python/framework
     assert len(jobs["fuselet"]) == 1  # noarch
@@ -53,22 +56,26 @@ def test_offline_matrix_is_additive(offline_jobs):
 
 
 def test_conda_forge_matrix_counts(conda_forge_jobs):
-    """One fuselet-torch per CUDA flavor x pytorch minor and one fuselet-jax per CUDA flavor x XLA
-    FFI level: neither varies with python (their libraries link no Python) nor with the other
+    """One exact-ABI fuselet-torch per CUDA flavor x pytorch minor, one stable-ABI fuselet-torch per
+    CUDA flavor (6 -> 9 with the stable builds) and one fuselet-jax per CUDA flavor x XLA FFI
+    level: none varies with python (their libraries link no Python) nor with the other
     framework."""
     v = _variants("conda-forge.yaml")
     cudas = [str(c) for c in v["cuda_compiler_version"]]
     jobs = _by_name(conda_forge_jobs)
     # conda-forge has every pytorch of the file in every CUDA flavor (conda-forge-snapshot.yaml)
-    expected_torch = set(itertools.product(cudas, v["pytorch"]))
-    got_torch = [(j.variant["cuda_compiler_version"], j.variant["pytorch"]) for j in jobs["fuselet-torch"]]
+    expected_torch = {(c, p, "exact") for c, p in itertools.product(cudas, v["pytorch"])}
+    expected_torch |= {(c, v["pytorch_stable_host"][0], "stable") for c in cudas}  # per flavor, not per pytorch
+    got_torch = [
+        (j.variant["cuda_compiler_version"], j.variant["pytorch"], j.variant["torch_abi"]) for j in jobs["fuselet-torch"]
+    ]
     assert sorted(got_torch) == sorted(expected_torch)
     jaxlib_cuda = str(v["jaxlib_cuda"][0]).split(",")  # CUDA versions with a CUDA jaxlib on conda-forge
     expected_jax = {(c, j) for c, j in itertools.product(cudas, v["jaxlib"]) if c == "None" or c in jaxlib_cuda}
     got_jax = [(j.variant["cuda_compiler_version"], j.variant["jaxlib"]) for j in jobs["fuselet-jax"]]
     assert sorted(got_jax) == sorted(expected_jax)
     assert len(jobs["libfuselet"]) == len(cudas)
-    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (6, 4)  # the matrix table of docs/install.md
+    assert (len(jobs["fuselet-torch"]), len(jobs["fuselet-jax"])) == (9, 4)  # the matrix table of docs/install.md
     for name, other in (("fuselet-torch", "jaxlib"), ("fuselet-jax", "pytorch")):
         for j in jobs[name]:
             assert other not in j.variant and "python" not in j.variant, (j.key, j.variant)
@@ -90,6 +97,7 @@ def test_build_strings_say_what_is_inside(offline_jobs):
     # no python part: one framework package serves every python
     assert any(re.fullmatch(r"cpu_torch213_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
     assert any(re.fullmatch(r"cuda130_torch214_h[0-9a-f]{7}_0", s) for s in strings["fuselet-torch"])
+    assert {s.split("_h")[0] for s in strings["fuselet-torch"] if "stable" in s} == {"cpu_stable", "cuda130_stable"}
     assert all(re.fullmatch(r"(cpu|cuda130)_ffi0(2_h[0-9a-f]{7}_200|3_h[0-9a-f]{7}_300)", s) for s in strings["fuselet-jax"])
     assert {s.split("_h")[0] for s in strings["fuselet-jax"]} == {"cpu_ffi02", "cpu_ffi03", "cuda130_ffi02", "cuda130_ffi03"}
     assert {s.split("_h")[0] for s in strings["libfuselet"]} == {"cpu", "cuda130"}
@@ -138,12 +146,36 @@ def test_rendered_run_requirements_pin_abi(matrix_mod):
         if job.name == "fuselet-torch":
             flavor = "cpu" if job.variant["cuda_compiler_version"] == "None" else "cuda130"
             assert f"pytorch * {flavor}*" in run, run
-            # the torch minor range: >= the release compiled against, < the next minor
-            assert "{'pin_compatible': {'name': 'pytorch', 'lower_bound': 'x.x.x', 'upper_bound': 'x.x'}}" in run, run
+            pin = "{'pin_compatible': {'name': 'pytorch', 'lower_bound': 'x.x.x', 'upper_bound': 'x.x'}}"
+            if job.variant["torch_abi"] == "stable":
+                # every torch of its flavor from the stable ABI's target on, no upper bound
+                assert "pytorch >=2.12" in run and pin not in run, run
+            else:
+                # the torch minor range: >= the release compiled against, < the next minor
+                assert pin in run, run
         if job.name == "fuselet-jax":
             assert f"jaxlib >={job.variant['jaxlib']},<{job.variant['jaxlib_below']}" in run, run
         if job.variant.get("cuda_compiler_version") == "13.0" and job.name != "fuselet":
             assert "__cuda" in run and any(s.startswith("cuda-version >=13.0,<14") for s in run), run
+
+
+def test_the_stable_abi_build_is_the_one_taken_last(matrix_mod):
+    """The stable-ABI fuselet-torch fits every torch of its flavor, also those an exact-ABI build
+    fits: it is down-prioritized (a track feature) so that the solver takes the exact build where
+    one fits; it is built for the oldest torch CMake's stable build targets, and the configure
+    line passes both ABI and target."""
+    for variants in ("offline.yaml", "conda-forge.yaml"):
+        for r in matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants" / variants]):
+            job = matrix_mod.job_of(r)
+            if job.name == "fuselet-torch":
+                build = r.recipe.to_dict()["build"]
+                stable = job.variant["torch_abi"] == "stable"
+                assert build["variant"]["down_prioritize_variant"] == (1 if stable else 0), job.key
+                assert ("_stable_h" in job.build_string) == stable, job.key
+    cmake = (ROOT / "CMakeLists.txt").read_text()
+    target = re.search(r'set\(FUSELET_TORCH_TARGET "([0-9.]+)"', cmake).group(1)
+    assert f'torch_target: "{target}"' in _recipe_text()
+    assert "-DFUSELET_TORCH_ABI=${{ torch_abi }} -DFUSELET_TORCH_TARGET=${{ torch_target }}" in _recipe_text()
 
 
 def test_release_candidates_are_pinned_exactly(matrix_mod):
@@ -268,7 +300,7 @@ def test_framework_packages_ignore_conda_forges_python_values(matrix_mod, tmp_pa
         for r in matrix_mod.render(ROOT / "recipe/recipe.yaml", [ROOT / "variants/conda-forge.yaml", override])
     ]
     frameworks = [(job, d) for job, d in rendered if job.name in ("fuselet-torch", "fuselet-jax")]
-    assert sorted(collections.Counter(job.name for job, _ in frameworks).items()) == [("fuselet-jax", 4), ("fuselet-torch", 6)]
+    assert sorted(collections.Counter(job.name for job, _ in frameworks).items()) == [("fuselet-jax", 4), ("fuselet-torch", 9)]
     for job, d in frameworks:
         names = {str(r).split(" ")[0] for k in ("host", "run") for r in d["requirements"].get(k, [])}
         assert not names & {"python", "python_abi"}, (job.key, names)

@@ -60,7 +60,13 @@ def test_two_torch_abis_and_two_ffi_levels_are_distinct_packages(built):
     jax = {p for p in built if p.startswith("fuselet-jax-")}
     assert any("_torch213_" in p for p in torch) and any("_torch214_" in p for p in torch), torch
     assert any("_ffi02_" in p for p in jax) and any("_ffi03_" in p for p in jax), jax
-    assert len(torch) == 2 and len(jax) == 4, (torch, jax)
+    assert {p.split("-")[-1].split("_h")[0] for p in torch} == {
+        "cpu_torch213",
+        "cuda130_torch214",
+        "cpu_stable",
+        "cuda130_stable",
+    }
+    assert len(torch) == 4 and len(jax) == 4, (torch, jax)
 
 
 def test_verify_passes(built, cli):
@@ -103,6 +109,119 @@ def test_solver_refuses_the_213_build_with_torch_2141(built):
     )
     versions = {r.name.normalized: str(r.version) for r in solved}
     assert versions["pytorch"] == "2.13.0" and "fuselet-torch" in versions, versions
+
+
+# --- the stable-ABI fuselet-torch (cpu_stable / cuda130_stable): which build the solver takes,
+# and one package file under two torch releases ---------------------------------------------------
+
+
+def _build_of(records, name: str) -> str:
+    return next(str(r.build) for r in records if r.name.normalized == name)
+
+
+def test_the_solver_takes_the_exact_build_where_one_fits(built):
+    """Both CPU fuselet-torch builds fit torch 2.13; the stable one carries a track feature
+    (down_prioritize_variant), so the exact one is installed, asked for with or without the torch."""
+    virtual = channel.virtual_packages()
+    for specs in (["fuselet-torch", "pytorch ==2.13.0", "python 3.11.*"], ["fuselet-torch", "python 3.11.*"]):
+        solved = channel.solve(specs, CHANNELS, virtual_packages=virtual)
+        assert _build_of(solved, "fuselet-torch").startswith("cpu_torch213_"), (specs, _build_of(solved, "fuselet-torch"))
+    solved = channel.solve(
+        ["fuselet-torch * cpu_stable*", "pytorch ==2.13.0", "python 3.11.*"], CHANNELS, virtual_packages=virtual
+    )
+    (stable,) = [r for r in solved if r.name.normalized == "fuselet-torch"]
+    assert list(stable.track_features), stable  # what makes it the last choice
+    assert any(str(d) == "pytorch >=2.12" for d in stable.depends), stable.depends
+
+
+def test_the_solver_takes_the_stable_build_where_no_exact_build_fits(built, tmp_path):
+    """A torch newer than every exact build (a pytorch 2.15.0 in a channel of its own: metadata
+    only, the solver reads repodata) gets the stable build; the exact ones pin their minor."""
+    import json
+
+    newer = tmp_path / "newer-torch"
+    record = {
+        "name": "pytorch",
+        "version": "2.15.0",
+        "build": "cpu_generic_py311_h0000000_0",
+        "build_number": 0,
+        "depends": ["python >=3.11,<3.12.0a0"],
+        "subdir": "linux-64",
+    }
+    for subdir, packages in (("linux-64", {"pytorch-2.15.0-cpu_generic_py311_h0000000_0.conda": record}), ("noarch", {})):
+        (newer / subdir).mkdir(parents=True)
+        repodata = {"info": {"subdir": subdir}, "packages": {}, "packages.conda": packages}
+        (newer / subdir / "repodata.json").write_text(json.dumps(repodata))
+    solved = channel.solve(
+        ["fuselet-torch", "pytorch ==2.15.0", "python 3.11.*"],
+        [str(newer), *CHANNELS],
+        virtual_packages=channel.virtual_packages(),
+    )
+    assert _build_of(solved, "fuselet-torch").startswith("cpu_stable_"), _build_of(solved, "fuselet-torch")
+
+
+STABLE_RUN = """
+import numpy as np, torch, fuselet.torch as ft
+assert ft.BUILD_INFO["abi"] == "stable" and ft.BUILD_INFO["torch_target"] == "2.12", ft.BUILD_INFO
+rng = np.random.default_rng(0)
+x, w = rng.standard_normal((8, 129)), rng.standard_normal(129)
+y = ft.rms_norm(torch.from_numpy(x).float(), torch.from_numpy(w).float(), 1e-6).double().numpy()
+ref = x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * w
+assert np.abs(y - ref).max() < 1e-5 * (1 + np.abs(ref).max()), np.abs(y - ref).max()
+print(torch.__version__, ft.BUILD_INFO["cuda_kernels"])
+"""
+
+
+@pytest.fixture(scope="session")
+def stable213_env(built, tmp_path_factory):
+    return env_with(tmp_path_factory, "stable213", ["fuselet-torch * cpu_stable*", "pytorch ==2.13.0", "python 3.11.*", "numpy"])
+
+
+def test_the_stable_build_installs_and_runs_beside_torch_213(stable213_env):
+    proc = run(stable213_env, STABLE_RUN)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2.13.0+cpu", "False"], proc.stdout
+
+
+@needs_nvcc
+def test_the_same_stable_package_runs_beside_torch_2141(built, stable213_env, tmp_path_factory):
+    """The offline channel holds one CPU pytorch (2.13: no other CPU torch wheel is served here),
+    so the second torch is the CUDA 2.14.1 one. The cuda130_stable package installs beside it (the
+    solver's choice of flavor), runs CPU tensors; then the very cpu_stable package file installed
+    beside torch 2.13 above is extracted over it, as `--no-deps` would (its flavor pin asks for a
+    CPU pytorch), and runs there too: a CPU-only stable build under a CUDA torch, CUDA tensors
+    refused by name."""
+    import rattler.package_streaming as ps
+
+    prefix = tmp_path_factory.mktemp("stable2141") / "env"
+    channel.install(
+        prefix, ["fuselet-torch * cuda130_stable*", "pytorch ==2.14.1", "python 3.11.*", "numpy"], CHANNELS, cuda="13.0"
+    )
+    proc = run(prefix, STABLE_RUN)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2.14.1+cu130", "True"], proc.stdout
+    (record,) = [r for r in channel.installed(stable213_env) if r.name.normalized == "fuselet-torch"]
+    cpu_stable = OUTPUT / "linux-64" / f"fuselet-torch-{record.version}-{record.build}.conda"  # the file installed there
+    unpacked = tmp_path_factory.mktemp("cpu_stable")
+    ps.extract(cpu_stable, unpacked)
+    for src in (unpacked / "lib" / "fuselet" / "torch").iterdir():
+        dest = prefix / "lib" / "fuselet" / "torch" / src.name
+        dest.unlink()  # an installed file may be a hard link into the package cache: never write through it
+        shutil.copy2(src, dest)
+    proc = run(
+        prefix,
+        STABLE_RUN
+        + """
+cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+try:
+    torch.ops.fuselet.rms_norm_fwd.default.redispatch(cuda, torch.ones(2, 4), None, 1e-6)
+except NotImplementedError as e:
+    assert "this build has CPU kernels only" in str(e), e
+    print("refused")
+""",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["2.14.1+cu130", "False", "refused"], proc.stdout
 
 
 @needs_nvcc

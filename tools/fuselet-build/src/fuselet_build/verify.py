@@ -57,7 +57,10 @@ def expected_pins(job: matrix.Job) -> list[str]:
     pins = []
     if job.name in ("fuselet-torch", "fuselet-jax"):
         pins.append(rf"^libfuselet ==?{re.escape(job.version)} " + re.escape(str(v.get("libfuselet", "")).split(" ")[-1]) + "$")
-    if job.name == "fuselet-torch":
+    if job.name == "fuselet-torch" and v.get("torch_abi") == "stable":
+        pins.append(r"^pytorch >=\d+\.\d+$")  # every torch from the stable ABI's target on
+        pins.append(rf"^pytorch \* {flavor}\*$")
+    elif job.name == "fuselet-torch":
         major, minor = str(v["pytorch"]).split(".")[:2]
         pins.append(rf"^pytorch >={major}\.{minor}\.\d+,<{major}\.{int(minor) + 1}\.0a0$")
         pins.append(rf"^pytorch \* {flavor}\*$")
@@ -101,6 +104,8 @@ def provenance(dest: Path, job: matrix.Job) -> tuple[dict | None, list[str]]:
             problems.append(f"built against torch {info['version']}, variant says pytorch {v['pytorch']}")
         if (info["cuda"] is None) != (cuda == "None"):
             problems.append(f"built against torch CUDA {info['cuda']}, variant says cuda {cuda}")
+        if info.get("abi", "exact") != v.get("torch_abi", "exact"):
+            problems.append(f"a {info.get('abi', 'exact')}-ABI torch layer, variant says {v.get('torch_abi', 'exact')}")
     else:
         if info["jaxlib_version"] != str(v["jaxlib"]):
             problems.append(f"built against jaxlib {info['jaxlib_version']}, variant says {v['jaxlib']}")
