@@ -23,6 +23,19 @@ inline std::string dtype_name(ScalarType t) {
   }
 }
 
+// `v` (its dtype set) completed with t's data, shape and strides.
+inline fuselet_tensor with_layout(const Tensor& t, const char* name, fuselet_tensor v) {
+  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
+                      t.dim());
+  v.data = t.data_ptr();
+  v.ndim = static_cast<int32_t>(t.dim());
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    v.shape[d] = t.size(d);
+    v.strides[d] = t.stride(d);
+  }
+  return v;
+}
+
 // A non-owning core view of `t`; `name` is the argument name used in error messages.
 inline fuselet_tensor view(const Tensor& t, const char* name) {
   fuselet_tensor v{};
@@ -34,15 +47,7 @@ inline fuselet_tensor view(const Tensor& t, const char* name) {
       fail(Error::Type,
            concat(name, ": expected dtype float32, float16 or bfloat16, got ", dtype_name(t.scalar_type())));
   }
-  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
-                      t.dim());
-  v.data = t.data_ptr();
-  v.ndim = static_cast<int32_t>(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    v.shape[d] = t.size(d);
-    v.strides[d] = t.stride(d);
-  }
-  return v;
+  return with_layout(t, name, v);
 }
 
 // A core view of a class-id tensor (int32 or int64: cross-entropy's target).
@@ -55,15 +60,7 @@ inline fuselet_tensor index_view(const Tensor& t, const char* name) {
       fail(Error::Type,
            concat(name, ": expected dtype int32 or int64 (class ids), got ", dtype_name(t.scalar_type())));
   }
-  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
-                      t.dim());
-  v.data = t.data_ptr();
-  v.ndim = static_cast<int32_t>(t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    v.shape[d] = t.size(d);
-    v.strides[d] = t.stride(d);
-  }
-  return v;
+  return with_layout(t, name, v);
 }
 
 // Turns a failed core call into the matching Python exception with the core's message.
