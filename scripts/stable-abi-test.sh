@@ -3,6 +3,10 @@
 # torch >= FUSELET_TORCH_TARGET, 2.12) proven across torch releases: built ONCE against .venv's
 # torch into build/stable-abi/site, then the torch tests run against that one build under .venv's
 # torch (requirements/dev.txt) and under .venv-stable-abi's (requirements/stable-abi.txt).
+# Then the pip user's way: an isolated `pip wheel .` with FUSELET_TORCH_ABI=stable against torch
+# 2.14.1 (pip's CUDA wheel: a CPU-only library, built without any CUDA toolkit), whose wheel
+# must require torch>=2.12 and nothing narrower, installed from that wheel and tested under
+# .venv's 2.13.0: a torch older than the headers it was compiled with.
 # FUSELET_EXPECT_TORCH_ABI=stable makes tests/torch/test_stable_abi.py fail if any other build
 # was imported. Extra arguments go to each pytest run.
 source "$(dirname "$0")/env.sh"
@@ -20,13 +24,41 @@ log "stable ABI: built in $(( $(date +%s) - start )) s"
 second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
 "$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
 status=0
-for venv in "$VENV" "$second"; do
-  version="$("$venv/bin/python" -c 'import torch; print(torch.__version__)')"
-  log "stable ABI: the torch tests against $site under torch $version"
+suite() {  # suite SITE VENV: the torch tests against the build in SITE under VENV's torch
+  local version
+  version="$("$2/bin/python" -c 'import torch; print(torch.__version__)')"
+  log "stable ABI: the torch tests against $1 under torch $version"
   # what requirements/stable-abi.txt installs must import (make test exports its own list)
-  (cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable \
+  (cd "$ROOT" && PYTHONPATH="$1" FUSELET_EXPECT_TORCH_ABI=stable \
     FUSELET_REQUIRE_IMPORTS="torch numpy ml_dtypes hypothesis transformers onnx onnxscript onnxruntime" \
-    "$venv/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q \
-    tests/torch tests/test_bad_input.py -k "not jax" "$@") || status=1
-done
+    "$2/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q \
+    tests/torch tests/test_bad_input.py -k "not jax" "${@:3}") || status=1
+}
+suite "$site" "$VENV" "$@"
+suite "$site" "$second" "$@"
+
+wheels="$out/wheel" pipsite="$out/pip-site"
+log "stable ABI: an isolated pip build against torch 2.14.1 ($wheels)"
+start=$(date +%s)
+rm -rf "$wheels" "$pipsite"
+FUSELET_TORCH_ABI=stable FUSELET_FRAMEWORK=torch FUSELET_TORCH_VERSION=2.14.1 \
+  "$PY" -m pip wheel --quiet --no-deps --wheel-dir "$wheels" "$ROOT"
+wheel="$(echo "$wheels"/fuselet-*.whl)"
+log "stable ABI: built $(basename "$wheel") in $(( $(date +%s) - start )) s"
+# what it requires of torch, and what it was built as
+read -r requires built < <("$PY" - "$wheel" <<'EOF'
+import json, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z:
+    meta = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    info = json.loads(z.read("fuselet/torch/_build_info.json"))
+torch = [r.split(":", 1)[1].strip() for r in meta.splitlines() if r.startswith("Requires-Dist: torch")]
+print(",".join(torch), f"{info['abi']}-{info['version']}")
+EOF
+)
+if [[ "$requires" != "torch>=2.12" || "$built" != "stable-2.14.1"* ]]; then
+  log "stable ABI: the wheel requires '$requires' and was built as '$built'; expected torch>=2.12, stable-2.14.1"
+  exit 1
+fi
+"$PY" -m pip install --quiet --no-deps --target "$pipsite" "$wheel"
+suite "$pipsite" "$VENV" "$@"
 exit "$status"
