@@ -15,8 +15,11 @@ removed or renamed: a fused model's state_dict loads strictly into the unfused m
   tokens, in one matmul on the two weights concatenated on the fly (the parameters stay
   gate_proj / up_proj); with fewer, the copy of the two [tokens, F] outputs is the smaller one.
 - rope: each <Family>Attention calls ft.rope (layout "bhsd", read in place) where its forward
-  calls the module-level apply_rotary_pos_emb: the instance gets a copy of its class's forward
-  whose globals name fuselet's function instead (decorators kept).
+  calls the module-level apply_rotary_pos_emb. Where transformers marks the attention class for
+  kernel swapping (`use_kernelized_func`, transformers >= 5.25 with the `kernels` package), the
+  instance's own rotary wrapper gets fuselet's forward, as `kernels.kernelize` would give it a
+  hub kernel; elsewhere the instance gets a copy of its class's forward whose globals name
+  fuselet's function instead (decorators kept).
 - loss: the <Family>ForCausalLM's forward, when given labels, computes the loss with
   ft.fused_linear_cross_entropy from the last hidden states and lm_head.weight, as transformers'
   ForCausalLMLoss does (labels shifted by one, or shift_labels as given; ignore_index -100; mean
@@ -34,6 +37,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 import types
 
 import torch
@@ -54,9 +58,27 @@ FAMILIES = {
 }
 
 
+# The transformers releases fuse() is tested on (CI: the oldest in the stable-ABI environment,
+# requirements/stable-abi.txt; the newest in requirements/dev.txt's lock; the newest release of
+# all in make test-latest). Older ones lack the causal-LM outputs' `cache` fuse() reads.
+OLDEST_TRANSFORMERS = (5, 24)
+
+
+def _check_transformers():
+    transformers = importlib.import_module("transformers")
+    found = tuple(int(part) for part in transformers.__version__.split(".")[:2] if part.isdigit())
+    if found < OLDEST_TRANSFORMERS:
+        oldest = ".".join(map(str, OLDEST_TRANSFORMERS))
+        raise RuntimeError(
+            f"fuselet.torch.transformers.fuse needs transformers >= {oldest}; found {transformers.__version__}. "
+            f"Fix: pip install 'transformers>={oldest}'"
+        )
+
+
 def _family(model):
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model: expected a transformers PreTrainedModel (a torch.nn.Module), got {type(model).__name__}")
+    _check_transformers()
     supported = ", ".join(FAMILIES)
     model_type = getattr(getattr(model, "config", None), "model_type", None)
     if model_type not in FAMILIES:
@@ -170,6 +192,27 @@ def _with_global(fn, name, value):
     return copy
 
 
+def _kernelized_rotary(module):
+    """The attention instance's own wrapper of apply_rotary_pos_emb, where transformers marks the
+    class with `use_kernelized_func(apply_rotary_pos_emb)` and the `kernels` package is installed
+    (transformers >= 5.25): a `Func` module per instance, which the class's forward calls in
+    eager mode and whose `forward` it calls under torch.compile. None elsewhere."""
+    marked = getattr(sys.modules.get(type(module).__module__), "apply_rotary_pos_emb", None)
+    wrappers = vars(module).get("_kernel_funcs", {}).values()  # keyed by the kernel's layer name
+    wrapper = next((w for w in wrappers if isinstance(marked, torch.nn.Module) and type(w) is type(marked)), None)
+    if wrapper is None:
+        return None
+    plain = inspect.getclosurevars(type(wrapper).forward).nonlocals.get("func")
+    return (wrapper, plain) if inspect.isfunction(plain) else None
+
+
+def _fuse_kernelized_rotary(wrapper, plain) -> bool:
+    """Give the instance's wrapper a forward through ft.rope (as `kernels.kernelize` gives it a
+    hub kernel's): no copy of transformers' code, nothing for torch.compile to guard but it."""
+    fused = _fused_rotary(plain)
+    return _own_forward(wrapper, lambda self, *args, **kwargs: fused(*args, **kwargs))
+
+
 @functools.cache
 def _rope_forward(cls):
     """cls.forward with apply_rotary_pos_emb through ft.rope (one copy per attention class)."""
@@ -265,8 +308,10 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
                 module._fuselet_glu = glu
                 _own_forward(module, _mlp_forward)
         elif rope and isinstance(module, attn_cls):
-            forward = _rope_forward(attn_cls)
-            if forward is not None:
+            kernelized = _kernelized_rotary(module)
+            if kernelized is not None:
+                _fuse_kernelized_rotary(*kernelized)
+            elif (forward := _rope_forward(attn_cls)) is not None:
                 _own_forward(module, forward)
         elif loss and isinstance(module, lm_cls) and _plain_linear(module.lm_head):
             _own_forward(module, _causal_lm_forward(lm_cls))
