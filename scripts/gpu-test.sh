@@ -1,78 +1,133 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU whose python has CUDA builds of torch and/or jax:
-#   1. the core's CUDA tests (ctest: tests/core/test_norm_cuda.cc, test_ops_cuda.cc, every op
-#      family), then each under compute-sanitizer's memcheck (leaks included), racecheck,
-#      initcheck and synccheck: any report fails the run;
-#   2. fuselet built with its CUDA kernels into that python, and the whole test suite (the
-#      CUDA variants included);
-#   3. the GPU benchmarks (Liger-Kernel beside fuselet where it installs), the training step last.
-# PYTHON selects the interpreter (default python3); every step runs, the exit code is the
-# first failure's. FUSELET_SANITIZER_TIMEOUT bounds each sanitizer run (default 300 s).
-set -euo pipefail
+# The GPU check, sized for a lease of a GPU machine (no network; torch, jax, nvcc and
+# compute-sanitizer are there; Liger-Kernel is carried as a wheel): one command whose phases run
+# in priority order, each under a time budget of its own, writing what it found to a results
+# folder as it goes, so that a run cut short still returns every phase it finished.
+#   scripts/gpu-test.sh             run every phase (on the GPU machine)
+#   scripts/gpu-test.sh --plan      print the phases and their budgets, check the carried wheels
+#                                   (no GPU needed), last line "total: N s"
+#   scripts/gpu-test.sh --prepare   download the wheels to carry (requirements/gpu.txt) into
+#                                   .device/wheels (needs an index; run it where there is one)
+#   scripts/gpu-test.sh PHASE...    only those phases (names as --plan prints them)
+# PYTHON selects the interpreter (default python3). Results: $FUSELET_GPU_RESULTS, else $OUT/gpu
+# (the device tool's folder), else build/gpu-results: summary.txt (one line a phase: name,
+# status, seconds) and one log a phase. The exit code is 1 if any phase failed or ran out of time.
+set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
-export FUSELET_CUDA=ON FUSELET_CUDA_ARCHS="${FUSELET_CUDA_ARCHS:-90}" PYTHONDONTWRITEBYTECODE=1
-if [[ -z "${CUDACXX:-}" ]] && command -v nvcc >/dev/null; then export CUDACXX="$(command -v nvcc)"; fi
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-status=0
-fail() { echo "==> FAILED: $*"; [[ $status -ne 0 ]] || status=1; }
+WHEELS="$ROOT/.device/wheels"
+# name:budget (seconds): the order is the priority. The budgets add up to 8 minutes, within one
+# command's 10 and a lease's 15 with room for a second run.
+PHASES=(build:150 core:20 layers:110 memcheck:60 sanitizers:45 bench:55 step:40)
 
-# 1. The core alone, and under compute-sanitizer.
+carried() {  # the wheels of requirements/gpu.txt that lie in .device/wheels; 1 if one is missing
+  local missing=0 req name version
+  while read -r req; do
+    name="${req%%==*}" version="${req#*==}"
+    if compgen -G "$WHEELS/${name//-/_}-$version-*.whl" >/dev/null; then
+      echo "carried: $(basename "$(compgen -G "$WHEELS/${name//-/_}-$version-*.whl" | head -1)")"
+    else
+      echo "missing: $req in .device/wheels (run scripts/gpu-test.sh --prepare here, where PyPI is reachable)"
+      missing=1
+    fi
+  done < <(grep -Ev '^\s*(#|$)' "$ROOT/requirements/gpu.txt")
+  return "$missing"
+}
+
+case "${1:-}" in
+  --prepare)
+    mkdir -p "$WHEELS"
+    exec python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$WHEELS" -r "$ROOT/requirements/gpu.txt" ;;
+  --plan)
+    total=0
+    for phase in "${PHASES[@]}"; do
+      printf '%-11s %4d s\n' "${phase%%:*}" "${phase#*:}"
+      total=$(( total + ${phase#*:} ))
+    done
+    status=0
+    carried || status=1
+    echo "total: $total s"
+    exit "$status" ;;
+esac
+selected=("$@")
+results="${FUSELET_GPU_RESULTS:-${OUT:+$OUT/gpu}}"
+results="${results:-$ROOT/build/gpu-results}"
+mkdir -p "$results"
+export FUSELET_CUDA=ON FUSELET_CUDA_ARCHS="${FUSELET_CUDA_ARCHS:-90}" PYTHONDONTWRITEBYTECODE=1
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}"
+if [[ -z "${CUDACXX:-}" ]] && command -v nvcc >/dev/null; then export CUDACXX="$(command -v nvcc)"; fi
 core="$ROOT/build/gpu-core"
-start=$(date +%s)
-cmake -S "$ROOT" -B "$core" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELET_FRAMEWORK=none \
-  -DFUSELET_CUDA=ON -DFUSELET_CUDA_ARCHS="$FUSELET_CUDA_ARCHS" -DFUSELET_TESTS=ON -DFUSELET_PYTHON=OFF \
-  -DPython_EXECUTABLE="$(command -v "$PY")" >"$core.log" 2>&1 || { cat "$core.log"; exit 1; }
-cmake --build "$core"
-echo "==> core built with CUDA kernels (${FUSELET_CUDA_ARCHS}) in $(( $(date +%s) - start )) s"
-ctest --test-dir "$core" --output-on-failure || fail "the core's tests"
 sanitizer="$(command -v compute-sanitizer || true)"
 for dir in ${CUDA_HOME:+"$CUDA_HOME"} /usr/local/cuda; do
-  if [[ -z "$sanitizer" && -x "$dir/bin/compute-sanitizer" ]]; then sanitizer="$dir/bin/compute-sanitizer"; fi
+  [[ -n "$sanitizer" || ! -x "$dir/bin/compute-sanitizer" ]] || sanitizer="$dir/bin/compute-sanitizer"
 done
-if [[ -z "$sanitizer" ]]; then
-  fail "compute-sanitizer not found (PATH, \$CUDA_HOME/bin, /usr/local/cuda/bin): the CUDA kernels were not sanitized"
-else
-  for tool in memcheck racecheck initcheck synccheck; do
-    args=(--tool "$tool" --error-exitcode 3)
-    [[ $tool != memcheck ]] || args+=(--leak-check full)
-    for test in test_norm_cuda test_ops_cuda; do
-      log="$core/sanitize-$tool-$test.log"
-      start=$(date +%s)
-      rc=0
-      timeout "${FUSELET_SANITIZER_TIMEOUT:-300}" "$sanitizer" "${args[@]}" "$core/tests/core/$test" >"$log" 2>&1 || rc=$?
-      echo "==> compute-sanitizer $tool $test: rc $rc in $(( $(date +%s) - start )) s: $(grep -m1 'ERROR SUMMARY' "$log" || tail -n1 "$log")"
-      if [[ $rc -ne 0 ]]; then
-        grep -E '^=+ (ERROR|Invalid|Race|Uninitialized|Barrier|Leaked)|FAIL' "$log" | head -20 || tail -n 20 "$log"
-        fail "compute-sanitizer $tool $test (rc $rc; $log)"
-      fi
-    done
+
+phase_build() {  # the core with its CUDA tests, and the layers with CUDA kernels, all cores
+  cmake -S "$ROOT" -B "$core" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELET_FRAMEWORK=none \
+    -DFUSELET_CUDA=ON -DFUSELET_CUDA_ARCHS="$FUSELET_CUDA_ARCHS" -DFUSELET_TESTS=ON -DFUSELET_PYTHON=OFF \
+    -DPython_EXECUTABLE="$(command -v "$PY")" && cmake --build "$core" || return 1
+  SKBUILD_BUILD_DIR="$ROOT/build/gpu" "$PY" -m pip install --quiet --no-build-isolation --no-deps "$ROOT" || return 1
+  (cd /tmp && "$PY" -m fuselet)
+}
+phase_core() {  # the core's tests, the CUDA kernels of every op family among them
+  ctest --test-dir "$core" --output-on-failure
+}
+phase_layers() {  # the CUDA variants of every op family's tests, in both layers
+  (cd "$ROOT" && "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -m cuda -rs \
+    tests/torch tests/jax tests/test_bad_input.py)
+}
+sanitize() {  # sanitize TOOL TEST [ARGS...]: one test binary under one compute-sanitizer tool
+  local tool=$1 test=$2; shift 2
+  [[ -n "$sanitizer" ]] || { echo "compute-sanitizer not found (PATH, \$CUDA_HOME/bin, /usr/local/cuda/bin)"; return 1; }
+  "$sanitizer" --tool "$tool" --error-exitcode 3 "$@" "$core/tests/core/$test"
+}
+phase_memcheck() {  # every CUDA kernel of the core under memcheck, leaks included
+  sanitize memcheck test_ops_cuda --leak-check full && sanitize memcheck test_norm_cuda --leak-check full
+}
+phase_sanitizers() {  # racecheck, initcheck, synccheck on the smaller test binary (the norms)
+  local tool rc=0
+  for tool in racecheck initcheck synccheck; do sanitize "$tool" test_norm_cuda || rc=1; done
+  return "$rc"
+}
+phase_bench() {  # per-op tables against torch eager, torch.compile, Liger-Kernel
+  if ! "$PY" -c "import liger_kernel" 2>/dev/null; then
+    "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" -r "$ROOT/requirements/gpu.txt" \
+      || echo "Liger-Kernel could not be installed from .device/wheels: its columns are absent"
+  fi
+  local rc=0 bench
+  for bench in bench_norm bench_ops bench_rope; do
+    "$PY" "$ROOT/benchmarks/$bench.py" --device cuda --repeats 5 --quick || rc=1
   done
-fi
+  "$PY" "$ROOT/benchmarks/bench_cross_entropy.py" --device cuda --repeats 5 || rc=1
+  "$PY" "$ROOT/benchmarks/bench_fused_linear_cross_entropy.py" --device cuda --processes 1 \
+    --methods fuselet.torch,"torch eager","torch.compile" || rc=1
+  return "$rc"
+}
+phase_step() {  # the training step a GPU user runs: bfloat16 weights, eager and compiled
+  "$PY" "$ROOT/benchmarks/bench_step.py" --device cuda --processes 1 --models llama --precisions bfloat16
+}
 
-# 2. The frameworks' layers with CUDA kernels, and every test.
-start=$(date +%s)
-SKBUILD_BUILD_DIR="$ROOT/build/gpu" "$PY" -m pip install --quiet --no-build-isolation --no-deps "$ROOT"
-echo "==> built with CUDA kernels (${FUSELET_CUDA_ARCHS}) in $(( $(date +%s) - start )) s"
-(cd /tmp && "$PY" -m fuselet)
-cd "$ROOT"
-"$PY" -m pytest tests -p no:cacheprovider -q -rs "$@" || fail "pytest"
-
-# 3. The benchmarks, with Liger-Kernel beside fuselet where it installs (pure Python over the
-# Triton of torch's CUDA wheels: --no-deps; from PyPI, or from the wheels in build/wheels on a
-# machine without an index: `pip download --no-deps liger-kernel -d build/wheels` beforehand).
-# One process per table: a GPU's timings do not carry the CPU VMs' per-process mapping costs.
-if ! "$PY" -c "import liger_kernel" 2>/dev/null; then
-  "$PY" -m pip install --quiet --no-deps ${FUSELET_WHEELS:+--find-links "$FUSELET_WHEELS"} \
-    --find-links "$ROOT/build/wheels" liger-kernel 2>&1 | tail -n 2 \
-    || echo "==> Liger-Kernel could not be installed: the benchmarks run without its column"
-fi
-"$PY" benchmarks/bench_norm.py --device cuda --repeats 5 --processes 1 || fail "bench_norm"
-"$PY" benchmarks/bench_ops.py --device cuda --repeats 5 --processes 1 || fail "bench_ops"
-"$PY" benchmarks/bench_rope.py --device cuda --repeats 5 --processes 1 || fail "bench_rope"
-"$PY" benchmarks/bench_cross_entropy.py --device cuda --repeats 5 --processes 1 || fail "bench_cross_entropy"
-"$PY" benchmarks/bench_fused_linear_cross_entropy.py --device cuda --processes 1 --methods fuselet.torch,"torch eager","torch.compile" \
-  || fail "bench_fused_linear_cross_entropy"
-# The training step: what a GPU user runs (bfloat16 weights), both layers, eager and compile.
-"$PY" benchmarks/bench_step.py --device cuda --processes 1 --models llama --precisions bfloat16 || fail "bench_step"
+status=0
+summary="$results/summary.txt"
+: >"$summary"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$results/gpu.txt" 2>&1 || true
+for phase in "${PHASES[@]}"; do
+  name="${phase%%:*}" budget="${phase#*:}"
+  if [[ ${#selected[@]} -gt 0 && " ${selected[*]} " != *" $name "* ]]; then continue; fi
+  start=$(date +%s)
+  rc=0
+  # each phase in a shell of its own, killed with everything it started at its budget
+  timeout --kill-after=5 "$budget" bash -c "$(declare -f "phase_$name" sanitize); $(declare -p ROOT PY WHEELS core sanitizer); phase_$name" \
+    >"$results/$name.log" 2>&1 || rc=$?
+  took=$(( $(date +%s) - start ))
+  case $rc in 0) verdict=passed ;; 124|137) verdict="out of time (budget $budget s)" ;; *) verdict="FAILED (rc $rc)" ;; esac
+  printf '%-11s %-28s %4d s\n' "$name" "$verdict" "$took" | tee -a "$summary"
+  if [[ $rc -ne 0 ]]; then
+    status=1
+    tail -n 25 "$results/$name.log"
+    [[ $name != build ]] || break   # nothing after it can run without the build
+  fi
+done
+# the benchmark tables the phases wrote, beside the summary
+cp "$ROOT"/benchmarks/results/*-cuda* "$ROOT"/benchmarks/results/*h200* "$results/" 2>/dev/null || true
 exit "$status"
