@@ -27,9 +27,9 @@ fi
 # (py-rattler solves and installs: no conda needed).
 channels="-c $ROOT/output -c $ROOT/build/offline-channel"
 if command -v mamba >/dev/null; then
-  log "install one: mamba install $channels fuselet-torch"
+  log "install one: mamba install --override-channels $channels fuselet-torch"
 elif command -v conda >/dev/null; then
-  log "install one: conda install $channels fuselet-torch"
+  log "install one: conda install --override-channels $channels fuselet-torch"
 elif command -v pixi >/dev/null; then
   log "install one: pixi add fuselet-torch, with $ROOT/output and $ROOT/build/offline-channel in your pixi.toml's channels"
 else

@@ -143,6 +143,17 @@ def test_missing_framework(framework):
     assert hint in out.stdout and "pip install" in out.stdout
 
 
+@pytest.mark.parametrize("framework", LAYERS)
+def test_a_conda_environment_without_the_layer_names_its_package(framework, tmp_path, monkeypatch):
+    """A conda env holding fuselet alone: the fix is the layer's conda package (which brings the
+    framework), not pip's framework, after which the layer library would still be missing."""
+    loader = importlib.import_module(f"fuselet.{framework}._load")
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    assert loader._install_hint(None) == f"pip install {framework}"
+    (tmp_path / "conda-meta").mkdir()
+    assert loader._install_hint(None).startswith(f"conda install fuselet-{framework} ")
+
+
 # --- the ABI guard: units ------------------------------------------------------------------------
 
 TORCH = {"version": "2.13.0+cpu", "cuda": None, "cxx11_abi": True}

@@ -33,6 +33,21 @@ def layer_candidates(layer: str) -> list[Path]:
     return [_HERE / layer] + [Path(prefix) / "lib" / "fuselet" / layer for prefix in _prefixes()]
 
 
+def conda_environment() -> bool:
+    """Whether this Python is a conda environment's (it has conda-meta/): there, a missing framework
+    layer comes with its conda package (fuselet-torch, fuselet-jax), which brings the framework."""
+    return (Path(sys.prefix) / "conda-meta").is_dir()
+
+
+def missing_layer_hint(layer: str, pip_hint: str) -> str:
+    """The fix for a framework layer with no built library here: its conda package in a conda
+    environment, else `pip_hint`."""
+    package = f"fuselet-{layer}"
+    if conda_environment():
+        return f"conda install {package} (the fuselet build for your {layer}: it brings {layer} with it)"
+    return pip_hint
+
+
 def layer_dir(layer: str) -> Path | None:
     """The first of layer_candidates() that holds a built layer (its _build_info.json), or None."""
     return next((d for d in layer_candidates(layer) if (d / "_build_info.json").is_file()), None)

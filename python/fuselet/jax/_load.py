@@ -40,7 +40,7 @@ _lib = None
 
 def _install_hint(built: dict | None) -> str:
     if built is None:
-        return "pip install jax"
+        return _core.missing_layer_hint("jax", "pip install jax")
     return (
         f"pip install 'jax[cpu]=={built['jaxlib_version']}' (any jaxlib whose XLA FFI API is "
         f"{'.'.join(map(str, built['ffi_api']))} or newer works), or with conda: conda install fuselet-jax"

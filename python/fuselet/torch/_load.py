@@ -11,7 +11,7 @@ LIBRARY_NAME = "libfuselet_torch.so"
 
 def _install_hint(built: dict | None) -> str:
     if built is None:
-        return "pip install torch"
+        return _core.missing_layer_hint("torch", "pip install torch")
     if _guard.is_stable(built):
         flavor = f" (a CUDA {built['cuda'].split('.')[0]} build)" if built.get("cuda_kernels") else ""
         return f"pip install 'torch>={built['torch_target']}'{flavor}"
