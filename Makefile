@@ -1,36 +1,45 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv build demo test stable-abi-test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
+.PHONY: help venv lock build demo check test test-latest stable-abi-test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-venv:            ## create .venv with the frameworks and tools of requirements/dev.txt
+venv:            ## create .venv from requirements/dev.lock (the frameworks and tools of requirements/dev.txt)
 	scripts/bootstrap.sh
+
+lock:            ## compile requirements/*.txt into the locks requirements/*.lock (ARGS=--upgrade moves every pin)
+	scripts/lock.sh $(ARGS)
 
 build:           ## build fuselet against .venv's torch and jax and install it there
 	scripts/build.sh
 
-demo:            ## build, then run a short demo in PyTorch and JAX
+demo:            ## fuselet's main job: a small transformers model fused and trained beside the stock one
 	scripts/demo.sh
 
-test:            ## build, then run every test (core C++, CUDA compile check, pytest)
+check:           ## the quick tier: lint, core C++ tests, the library tests of both layers over both cores
+	scripts/check.sh
+
+test:            ## the README's test command: check + conda packages, multi-process and pip-build tests, stable ABI
 	scripts/test.sh
 
-stable-abi-test: ## one stable-ABI build of the torch layer; the torch tests under torch 2.13 and 2.14 (make test runs it)
+test-latest:     ## the library tests against the newest releases of torch, jax, transformers (no lock)
+	scripts/test-latest.sh
+
+stable-abi-test: ## one stable-ABI build of the torch layer; its smoke under torch 2.13 and 2.14 (make test runs it)
 	scripts/stable-abi-test.sh
 
 core-test:       ## the framework-free core alone: C++ tests + find_package consumer
 	scripts/core-test.sh
 
-sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan; the layers' tests under ASan + UBSan; 100000 reproducible libFuzzer inputs over the C ABI (CI runs it)
+sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan; C ABI, bad input and the layer smoke under ASan + UBSan; 100000 libFuzzer inputs (CI runs it)
 	scripts/sanitize.sh
 
 cuda-build:      ## compile all CUDA sources with nvcc (no GPU needed)
 	scripts/cuda-build.sh
 
-gpu-test:        ## on a GPU machine: core CUDA tests + compute-sanitizer, all tests with CUDA, GPU benchmark
-	scripts/gpu-test.sh
+gpu-test:        ## on a GPU machine, in 8 min: build, core CUDA tests, CUDA tests of both layers, compute-sanitizer, benchmarks (--plan: here)
+	scripts/gpu-test.sh $(ARGS)
 
 bench:           ## benchmarks: tables + ratios against the frameworks' own ops
 	scripts/bench.sh

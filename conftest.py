@@ -51,6 +51,23 @@ def _check_sanitized(folder: str) -> None:
         pytest.exit(f"{SANITIZED_ENV}={folder}: " + "; ".join(problems), returncode=1)
 
 
+# Skip reasons that mean "something this run was meant to have is missing" (../shared, a tool, a
+# package of the lock), never "this machine has no such hardware": under CI=true such a skip is a
+# failure, so that a missing install step cannot pass as a green run.
+MISSING = ("is absent", "is not installed", "not installed here", "cannot be found", "not found", "no nvcc", "on PATH")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") == "true" and report.skipped and isinstance(report.longrepr, tuple):
+        reason = str(report.longrepr[2])
+        if any(words in reason for words in MISSING):
+            report.outcome = "failed"
+            report.longrepr = f"CI=true: this skip means something CI must have is missing: {reason}"
+
+
 def pytest_terminal_summary(terminalreporter):
     """The skips counted by reason (the location-free part of pytest's skip reason)."""
     reasons = collections.Counter()

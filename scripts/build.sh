@@ -6,5 +6,5 @@ source "$(dirname "$0")/env.sh"
 compiler_cache   # after bootstrap, which installs sccache
 log "building fuselet (FUSELET_FRAMEWORK=${FUSELET_FRAMEWORK:-auto}, FUSELET_CUDA=${FUSELET_CUDA:-OFF})"
 start=$(date +%s)
-SKBUILD_BUILD_DIR="$ROOT/build/dev" CMAKE_ARGS="$LAUNCHER_CMAKE_ARGS${CMAKE_ARGS:-}" "$PY" -m pip install --quiet --no-build-isolation --no-deps "$ROOT"
+SKBUILD_BUILD_DIR="$ROOT/build/dev${FUSELET_VENV:+-$(basename "$VENV")}" CMAKE_ARGS="$LAUNCHER_CMAKE_ARGS${CMAKE_ARGS:-}" "$PY" -m pip install --quiet --no-build-isolation --no-deps "$ROOT"
 log "built and installed in $(( $(date +%s) - start )) s"

@@ -5,8 +5,10 @@
 #      kernel, every ISA copy the CPU runs, the C API's error paths);
 #   2. the same under ThreadSanitizer (the thread pool: concurrent callers, a resize while they
 #      run, fork after use: tests/core/test_parallel.cc);
-#   3. the torch and JAX layers' CPU tests (pytest) against an ASan + UBSan build of all three
-#      libraries, in .venv's own (uninstrumented) python;
+#   3. against an ASan + UBSan build of all three libraries, in .venv's own (uninstrumented)
+#      python: the C ABI's tests, every bad input of every entry point (tests/test_bad_input.py),
+#      and the layer smoke of both layers (-m smoke, tests/conftest.py SMOKE_TESTS: each op's
+#      schema, numerics, bad input, compile / jit / vmap), over both cores;
 #   4. libFuzzer over the C ABI, 100000 inputs from a fixed seed under ASan + UBSan, after its regression inputs
 #      (scripts/fuzz.sh: clang, tests/fuzz/).
 source "$(dirname "$0")/env.sh"
@@ -51,9 +53,12 @@ rm -rf "$reports" && mkdir -p "$reports"
 export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan"
 export UBSAN_OPTIONS="$UBSAN_OPTIONS:log_path=$reports/ubsan"
 rc=0
-(cd "$ROOT/build" && LD_PRELOAD="$preload" PYTHONPATH="$target" FUSELET_SANITIZED="$target" \
-  "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q "$ROOT/tests/torch" "$ROOT/tests/jax" \
-  "$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_c_abi.py" "$ROOT/tests/test_norm_properties.py" "$ROOT/tests/test_cpu_isa.py") || rc=$?
+sanitized() {
+  (cd "$ROOT/build" && LD_PRELOAD="$preload" PYTHONPATH="$target" FUSELET_SANITIZED="$target" \
+    "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n "$(nproc)" "$@")
+}
+sanitized "$ROOT/tests/test_c_abi.py" "$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_cpu_isa.py" || rc=$?
+sanitized -m "smoke and not processes" "$ROOT/tests/torch" "$ROOT/tests/jax" || rc=$?
 if compgen -G "$reports/*" >/dev/null; then
   for report in "$reports"/*; do log "sanitize: $report"; head -n 40 "$report"; done
   exit 1

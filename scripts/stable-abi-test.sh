@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # The torch layer's stable-ABI build (FUSELET_TORCH_ABI=stable: LibTorch's stable C ABI, for every
 # torch >= FUSELET_TORCH_TARGET, 2.12) proven across torch releases: built ONCE against .venv's
-# torch into build/stable-abi/site, then the torch tests run against that one build under .venv's
-# torch (requirements/dev.txt) and under .venv-stable-abi's (requirements/stable-abi.txt).
+# torch into build/stable-abi/site, then the torch smoke (tests/conftest.py SMOKE_TESTS: every op's
+# schema by opcheck, numerics, bad input, torch.compile; and tests/torch/test_stable_abi.py) runs
+# against that one build under .venv's torch (requirements/dev.txt) and under .venv-stable-abi's
+# (requirements/stable-abi.txt: torch 2.14.1 and the oldest transformers fuse() supports, whose
+# tests/torch/test_transformers.py runs there too). The library's whole torch suite runs once, on
+# the exact build, in make check.
 # Then the pip user's way: an isolated `pip wheel .` with FUSELET_TORCH_ABI=stable against torch
 # 2.14.1 (pip's CUDA wheel: a CPU-only library, built without any CUDA toolkit), whose wheel
 # must require torch>=2.12 and nothing narrower, installed from that wheel and tested under
@@ -24,18 +28,21 @@ log "stable ABI: built in $(( $(date +%s) - start )) s"
 second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
 "$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
 status=0
-suite() {  # suite SITE VENV: the torch tests against the build in SITE under VENV's torch
+suite() {  # suite SITE VENV [PYTEST ARGS]: the torch smoke against the build in SITE under VENV's torch
   local version
   version="$("$2/bin/python" -c 'import torch; print(torch.__version__)')"
-  log "stable ABI: the torch tests against $1 under torch $version"
+  log "stable ABI: the torch smoke against $1 under torch $version"
   # what requirements/stable-abi.txt installs must import (make test exports its own list)
   (cd "$ROOT" && PYTHONPATH="$1" FUSELET_EXPECT_TORCH_ABI=stable \
     FUSELET_REQUIRE_IMPORTS="torch numpy ml_dtypes hypothesis transformers onnx onnxscript onnxruntime" \
-    "$2/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q \
-    tests/torch tests/test_bad_input.py -k "not jax" "${@:3}") || status=1
+    "$2/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 \
+    -m smoke tests/torch tests/test_bad_input.py -k "not jax" "${@:3}") || status=1
 }
 suite "$site" "$VENV" "$@"
 suite "$site" "$second" "$@"
+log "stable ABI: fuse() under the oldest transformers it supports (requirements/stable-abi.txt)"
+(cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable FUSELET_REQUIRE_IMPORTS="torch transformers" \
+  "$second/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 tests/torch/test_transformers.py "$@") || status=1
 
 wheels="$out/wheel" pipsite="$out/pip-site"
 log "stable ABI: an isolated pip build against torch 2.14.1 ($wheels)"

@@ -1,26 +1,29 @@
 #!/usr/bin/env bash
-# The whole test suite: core C++ tests, CUDA compile check, the conda packages of
-# variants/offline.yaml (seeded, built, verified: scripts/packages.sh), then pytest against
-# the fuselet built into .venv and those packages: the library's tests and the configuration
-# checks (tests/, beside the package build) and the packaging tool's (tools/fuselet-build/tests,
-# after it); last, the torch tests against one stable-ABI build under two torch releases
-# (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after the packages.
+# The README's test command, what a user's install depends on: make check (lint, the core's C++
+# tests, the library tests over both cores: scripts/check.sh) beside the seed of the offline
+# channel; the CUDA compile check; then the conda packages of variants/offline.yaml (seeded,
+# built, verified: scripts/packages.sh) beside the tests that start processes or build wheels
+# (tests/ -m "processes or builds": distributed, multi-process, export across processes, pip
+# builds); the packaging tool's tests (tools/fuselet-build/tests, on those packages); last the
+# stable-ABI build's smoke under two torch releases and the oldest transformers
+# (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after
+# the packages.
 source "$(dirname "$0")/env.sh"
+start_all=$(date +%s)
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache   # after bootstrap, which may have just installed sccache
 # What the compiler cache (scripts/env.sh) served this run: printed at the end.
 [[ -z "$FUSELET_COMPILER_LAUNCHER" ]] || "$FUSELET_COMPILER_LAUNCHER" --zero-stats >/dev/null 2>&1 || true
-# The seed of the offline channel (downloads, disk, ~5 min cold) runs beside the compiles
-# below, which keep the CPUs busy; scripts/packages.sh then finds it done.
+# The seed of the offline channel (downloads, disk, ~5 min cold) runs beside make check, which
+# keeps the CPUs busy; scripts/packages.sh then finds it done.
 mkdir -p "$ROOT/build"
 seed_log="$ROOT/build/seed.log"
-log "seed: started beside the builds (log: $seed_log)"
+log "seed: started beside make check (log: $seed_log)"
 "$ROOT/scripts/seed.sh" >"$seed_log" 2>&1 &
 seed_pid=$!
 # (background jobs of a script ignore SIGINT: stop them with SIGTERM if this script fails)
 trap 'pkill -TERM -P "$seed_pid" 2>/dev/null; kill "$seed_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
-"$ROOT/scripts/build.sh"
-"$ROOT/scripts/core-test.sh"
+"$ROOT/scripts/check.sh"
 # The torch CUDA impls are compiled by the package build (fuselet-torch cuda130) below.
 FUSELET_CUDA_FRAMEWORK=jax "$ROOT/scripts/cuda-build.sh"
 if ! wait "$seed_pid"; then
@@ -30,7 +33,6 @@ if ! wait "$seed_pid"; then
 fi
 trap - EXIT
 grep -E '^seeded |==> seeded' "$seed_log" || true
-# What .venv must import (requirements/dev.txt): a broken one fails the run, never skips it.
 export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime flax optax}"
 pytest=("$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider)
 cd "$ROOT"
@@ -41,12 +43,11 @@ if [[ $# -gt 0 ]]; then
   FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" "$@"
   exit
 fi
-# The library's tests and the configuration checks (tests/) need no conda package: they run
-# beside the package build, which keeps about one of the CPUs busy; the packaging tool's tests
-# (tools/fuselet-build/tests) use its packages and channel, so they run after it.
-tests_log="$ROOT/build/pytest-tests.log"
-log "pytest tests/: started beside the package build (log: $tests_log)"
-"${pytest[@]}" tests >"$tests_log" 2>&1 &
+# The tests that start processes or build wheels need no conda package: they run beside the
+# package build, which keeps about one of the CPUs busy.
+tests_log="$ROOT/build/pytest-processes.log"
+log "pytest tests/ -m 'processes or builds': started beside the package build (log: $tests_log)"
+"${pytest[@]}" -q -m "processes or builds" tests >"$tests_log" 2>&1 &
 tests_pid=$!
 trap 'kill "$tests_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 # pytest's test_verify_passes verifies the packages (and what verify must refuse).
@@ -54,13 +55,13 @@ FUSELET_DEV_BUILT=1 FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh"
 tests_status=0
 wait "$tests_pid" || tests_status=$?
 trap - EXIT
-log "pytest tests/ (ran beside the package build)"
+log "pytest tests/ -m 'processes or builds' (ran beside the package build)"
 cat "$tests_log"
 log "pytest tools/fuselet-build/tests"
 # The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
 tools_status=0
-FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" tools/fuselet-build/tests || tools_status=$?
-# One stable-ABI build of the torch layer, its torch tests under two torch releases.
+FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q tools/fuselet-build/tests || tools_status=$?
+# The stable-ABI build of the torch layer: its smoke under two torch releases.
 stable_status=0
 "$ROOT/scripts/stable-abi-test.sh" || stable_status=$?
 if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
@@ -68,6 +69,7 @@ if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
   "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) ' || true
 fi
 if (( tests_status || tools_status || stable_status )); then
-  log "pytest failed: tests/ exit $tests_status, tools/fuselet-build/tests exit $tools_status, stable ABI exit $stable_status"
+  log "pytest failed: tests/ -m 'processes or builds' exit $tests_status, tools/fuselet-build/tests exit $tools_status, stable ABI exit $stable_status"
   exit 1
 fi
+log "test: passed in $(( $(date +%s) - start_all )) s"

@@ -31,9 +31,33 @@ CPU_ISAS = ("baseline", "avx2", "avx512")
 FRAMEWORKS = ("torch", "jax")
 
 
+# The test tiers (docs/development.md): `make check` runs every test but those marked processes or
+# builds; `make test` runs them too. The smoke, one place for both of its users (the stable-ABI
+# run under each torch release, scripts/stable-abi-test.sh, and the layers under the sanitizers,
+# scripts/sanitize.sh): every op's schema (opcheck), numerics against the reference, bad input,
+# torch.compile, in both layers: the tests named here, in every file.
+SMOKE_TESTS = (
+    "test_opcheck",
+    "test_forward",
+    "test_forward_backward",
+    "test_against_reference",
+    "test_torch_compile_fullgraph",
+    "test_bad_input",
+    "test_jit",
+    "test_vmap_and_vmap_of_grad",
+)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU; skipped (with the reason) where there is none")
     config.addinivalue_line("markers", "slow: seeds or builds conda packages (minutes when cold)")
+    config.addinivalue_line(
+        "markers", "processes: starts processes that run fuselet (distributed, multi-process, across processes): make test"
+    )
+    config.addinivalue_line("markers", "builds: runs a pip or CMake build of fuselet: make test")
+    config.addinivalue_line(
+        "markers", "smoke: each op once: schema, numerics, bad input, compile (tests/conftest.py SMOKE_TESTS)"
+    )
     # torch.library.opcheck still uses torch.jit internally.
     config.addinivalue_line("filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 
@@ -116,3 +140,9 @@ def cpu_isa(request):
         yield request.param
     finally:
         lib.fuselet_set_cpu_isa(None)
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if item.originalname in SMOKE_TESTS or item.name in SMOKE_TESTS:
+            item.add_marker("smoke")

@@ -20,6 +20,8 @@ import fuselet_backend  # noqa: E402
 
 from tests.version import source_version  # noqa: E402
 
+pytestmark = pytest.mark.builds  # the make test tier (tests/conftest.py)
+
 VERSION = source_version()
 
 

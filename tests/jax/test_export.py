@@ -23,6 +23,8 @@ import jax.numpy as jnp  # noqa: E402
 fj = import_layer("jax")
 from fuselet.jax.export import TARGETS, disabled_checks  # noqa: E402
 
+pytestmark = pytest.mark.processes  # the make test tier (tests/conftest.py)
+
 B, S, N, D, V = 2, 4, 2, 8, 16
 H = N * D
 UNSTABLE = "Cannot serialize code with custom calls whose targets have no compatibility guarantees"

@@ -23,6 +23,8 @@ jax = pytest.importorskip("jax", reason="jax is not installed in this environmen
 import_layer("jax")
 from tests.jax.multi_process_child import B, inputs, step  # noqa: E402
 
+pytestmark = pytest.mark.processes  # the make test tier (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 PROCESSES = 2
 TIMEOUT_S = 240

@@ -136,6 +136,7 @@ def sharded() -> dict:
 @pytest.mark.parametrize(
     "case", ["batch", "batch_and_heads", "bhsd_batch_and_heads", "per_seq_batch", "sequence", "bhsd_sequence", "shard_map"]
 )
+@pytest.mark.processes
 def test_sharding_has_no_collective(sharded, case):
     """x sharded on B, N and / or S (tables replicated, or sharded on B like x): no all-gather,
     all-reduce or any other collective, forward or gradient; y and dx keep x's sharding."""

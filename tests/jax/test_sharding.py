@@ -11,6 +11,8 @@ import pytest
 
 from tests.jax.multi_device import others, run_on_8_cpu_devices
 
+pytestmark = pytest.mark.processes  # the make test tier (tests/conftest.py)
+
 pytest.importorskip("jax", reason="jax is not installed in this environment")
 
 ROW_CASES = ("rows", "rows_2d_mesh", "rows_bf16_x_f32_params", "shard_map")

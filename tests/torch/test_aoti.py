@@ -23,9 +23,12 @@ from tests.conftest import import_layer
 torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
 ft = import_layer("torch")
 
-pytestmark = pytest.mark.skipif(
-    shutil.which(os.environ.get("CXX", "c++")) is None, reason="AOTInductor compiles C++: no C++ compiler on PATH"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which(os.environ.get("CXX", "c++")) is None, reason="AOTInductor compiles C++: no C++ compiler on PATH"
+    ),
+    pytest.mark.processes,  # the make test tier (tests/conftest.py)
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 S, H, HEADS, V = 4, 16, 2, 24

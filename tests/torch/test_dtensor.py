@@ -21,7 +21,10 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-5  # float32, the same kernels on the same rows: rounding of sums over shards at most
 
-pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is unavailable")
+pytestmark = [
+    pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is unavailable"),
+    pytest.mark.processes,
+]
 
 
 def _free_port() -> int:

@@ -17,6 +17,7 @@ from tests.conftest import import_layer
 
 torch = pytest.importorskip("torch")
 ft = import_layer("torch")
+pytestmark = pytest.mark.smoke  # which build is loaded: part of every smoke run (tests/conftest.py)
 
 STABLE = ft.BUILD_INFO["abi"] == "stable"
 # A mangled C++ name of namespace c10, at or torch (c10::Error, at::Tensor, torch::Library, ...).

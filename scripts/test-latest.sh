@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# The library tests (scripts/check.sh) against the NEWEST releases of everything
+# requirements/dev.txt names, torch, jax, jaxlib and transformers included, in .venv-latest:
+# no lock, and not the machine's pip constraints either (PIP_CONFIG_FILE=/dev/null). An
+# upstream release that breaks fuselet shows up here (make test-latest; the scheduled job of
+# .github/workflows/latest.yml) as a report, while main, on its lock, stays green.
+# Extra arguments go to pytest.
+source "$(dirname "$0")/env.sh"
+latest="$ROOT/build/latest"
+mkdir -p "$latest"
+# requirements/dev.txt without the framework pins: every package at its newest release
+sed -E 's/^(torch|jax|jaxlib|transformers)[=<>~!].*$/\1/' "$ROOT/requirements/dev.txt" >"$latest/requirements.txt"
+export FUSELET_VENV="$ROOT/.venv-latest" FUSELET_REQUIREMENTS="$latest/requirements.txt" FUSELET_UNLOCKED=1
+export PIP_CONFIG_FILE=/dev/null
+# the bootstrap is redone when requirements/dev.txt changes; a day later, newer releases are
+# not seen unless .venv-latest is made anew: the scheduled job starts from a fresh runner
+[[ "${FUSELET_LATEST_REFRESH:-1}" == 0 ]] || rm -rf "$FUSELET_VENV"
+"$ROOT/scripts/bootstrap.sh"
+"$FUSELET_VENV/bin/python" - <<'PY'
+import importlib.metadata as m
+print("==> newest releases:", ", ".join(f"{p} {m.version(p)}" for p in ("torch", "jax", "jaxlib", "transformers", "onnx", "flax")))
+PY
+exec "$ROOT/scripts/check.sh" "$@"
