@@ -9,6 +9,8 @@
 # newest releases it allows (scripts/test-latest.sh).
 source "$(dirname "$0")/env.sh"
 [[ -n "${FUSELET_NO_BOOTSTRAP:-}" ]] && exit 0
+# pip warns once per package about an index folder of the machine's pip config that lacks it
+quiet_index() { grep -v "is ignored: it is neither a file nor a directory" >&2 || true; }
 venv="${1:-$VENV}"
 requirements="${2:-${FUSELET_REQUIREMENTS:-$ROOT/requirements/dev.txt}}"
 lock="${requirements%.txt}.lock"
@@ -28,15 +30,15 @@ log "creating $venv (${lock:+the lock }$(basename "${lock:-$requirements}"))"
 start=$(date +%s)
 rm -rf "$venv"
 python3 -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --upgrade pip
+"$venv/bin/python" -m pip install --quiet --upgrade pip 2> >(quiet_index)
 if [[ -n "$lock" ]]; then
-  (cd "$ROOT" && "$venv/bin/python" -m pip install --quiet --require-hashes --no-deps -r <(grep -v '^-e ' "$lock"))
+  (cd "$ROOT" && "$venv/bin/python" -m pip install --quiet --require-hashes --no-deps -r <(grep -v '^-e ' "$lock") 2> >(quiet_index))
   sed -n 's|^-e \./||p' "$requirements" | while read -r project; do
-    (cd "$ROOT" && "$venv/bin/python" -m pip install --quiet --no-deps -e "./$project")
+    (cd "$ROOT" && "$venv/bin/python" -m pip install --quiet --no-deps -e "./$project" 2> >(quiet_index))
   done
   "$venv/bin/python" -m pip check >/dev/null || { "$venv/bin/python" -m pip check; log "$lock: inconsistent (make lock)"; exit 1; }
 else
-  (cd "$ROOT" && "$venv/bin/python" -m pip install --quiet --upgrade -r "$requirements")
+  (cd "$ROOT" && "$venv/bin/python" -m pip install --quiet --upgrade -r "$requirements" 2> >(quiet_index))
 fi
 made_from >"$stamp"
 log "created $venv in $(( $(date +%s) - start )) s"

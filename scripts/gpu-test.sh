@@ -15,7 +15,7 @@
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PY="${PYTHON:-python3}"
-WHEELS="$ROOT/.device/wheels"
+WHEELS="${FUSELET_GPU_WHEELS:-$ROOT/.device/wheels}"
 # name:budget (seconds): the order is the priority. The budgets add up to 8 minutes, within one
 # command's 10 and a lease's 15 with room for a second run.
 PHASES=(build:150 core:20 layers:110 memcheck:60 sanitizers:45 bench:55 step:40)
