@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import import_layer
 
+# every bad input of every entry point: part of each smoke run (tests/conftest.py SMOKE_TESTS)
+pytestmark = pytest.mark.smoke
+
 
 class Api:
     """The public API of one layer, and how to make its arrays."""
