@@ -4,8 +4,8 @@
 # channel; the CUDA compile check; then the conda packages of variants/offline.yaml (seeded,
 # built, verified: scripts/packages.sh) beside the tests that start processes or build wheels
 # (tests/ -m "processes or builds": distributed, multi-process, export across processes, pip
-# builds); the packaging tool's tests (tools/fuselet-build/tests, on those packages); last the
-# stable-ABI build's smoke under two torch releases and the oldest transformers
+# builds); last the packaging tool's tests (tools/fuselet-build/tests, on those packages) beside
+# the stable-ABI build's smoke under two torch releases and the oldest transformers
 # (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after
 # the packages.
 source "$(dirname "$0")/env.sh"
@@ -57,13 +57,21 @@ wait "$tests_pid" || tests_status=$?
 trap - EXIT
 log "pytest tests/ -m 'processes or builds' (ran beside the package build)"
 cat "$tests_log"
-log "pytest tools/fuselet-build/tests"
-# The packaging tests reuse the channel and packages made above (their own seed/build are no-ops).
-tools_status=0
-FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q tools/fuselet-build/tests || tools_status=$?
-# The stable-ABI build of the torch layer: its smoke under two torch releases.
+# The packaging tests reuse the channel and packages made above (their own seed/build are no-ops,
+# mostly solves, installs and single-threaded checks): beside the stable-ABI build of the torch
+# layer and its smoke under two torch releases, which compiles.
+tools_log="$ROOT/build/pytest-tools.log"
+log "pytest tools/fuselet-build/tests: started beside the stable-ABI step (log: $tools_log)"
+FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q tools/fuselet-build/tests >"$tools_log" 2>&1 &
+tools_pid=$!
+trap 'kill "$tools_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 stable_status=0
 "$ROOT/scripts/stable-abi-test.sh" || stable_status=$?
+tools_status=0
+wait "$tools_pid" || tools_status=$?
+trap - EXIT
+log "pytest tools/fuselet-build/tests (ran beside the stable-ABI step)"
+cat "$tools_log"
 if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
   log "compiler cache ($SCCACHE_DIR):"
   "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) ' || true
