@@ -6,8 +6,9 @@
 #   scripts/gpu-test.sh             run every phase (on the GPU machine)
 #   scripts/gpu-test.sh --plan      print the phases and their budgets, check the carried wheels
 #                                   (no GPU needed), last line "total: N s"
-#   scripts/gpu-test.sh --prepare   download the wheels to carry (requirements/gpu.txt) into
-#                                   .device/wheels (needs an index; run it where there is one)
+#   scripts/gpu-test.sh --prepare   download the wheels to carry (requirements/gpu.txt) for the GPU
+#                                   machine's python (FUSELET_GPU_PYTHON, 3.12) into .device/wheels
+#                                   (needs an index; run it where there is one)
 #   scripts/gpu-test.sh PHASE...    only those phases (names as --plan prints them)
 # PYTHON selects the interpreter (default python3). Results: $FUSELET_GPU_RESULTS, else $OUT/gpu
 # (the device tool's folder), else build/gpu-results: summary.txt (one line a phase: name,
@@ -37,7 +38,9 @@ carried() {  # the wheels of requirements/gpu.txt that lie in .device/wheels; 1 
 case "${1:-}" in
   --prepare)
     mkdir -p "$WHEELS"
-    exec python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$WHEELS" -r "$ROOT/requirements/gpu.txt" ;;
+    # for the GPU machine's python (FUSELET_GPU_PYTHON, default 3.12: the device notes), not this one's
+    exec python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version "${FUSELET_GPU_PYTHON:-3.12}" \
+      --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any -d "$WHEELS" -r "$ROOT/requirements/gpu.txt" ;;
   --plan)
     total=0
     for phase in "${PHASES[@]}"; do
@@ -73,6 +76,9 @@ phase_core() {  # the core's tests, the CUDA kernels of every op family among th
   ctest --test-dir "$core" --output-on-failure
 }
 phase_layers() {  # the CUDA variants of every op family's tests, in both layers
+  # what the tests and benchmarks import that the machine may lack: the carried wheels
+  "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" -r "$ROOT/requirements/gpu.txt" \
+    || echo "the carried wheels (.device/wheels) could not all be installed"
   (cd "$ROOT" && "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -m cuda -rs \
     tests/torch tests/jax tests/test_bad_input.py)
 }
@@ -90,10 +96,7 @@ phase_sanitizers() {  # racecheck, initcheck, synccheck on the smaller test bina
   return "$rc"
 }
 phase_bench() {  # per-op tables against torch eager, torch.compile, Liger-Kernel
-  if ! "$PY" -c "import liger_kernel" 2>/dev/null; then
-    "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" -r "$ROOT/requirements/gpu.txt" \
-      || echo "Liger-Kernel could not be installed from .device/wheels: its columns are absent"
-  fi
+  "$PY" -c "import liger_kernel" 2>/dev/null || echo "Liger-Kernel is not installed (.device/wheels): its columns are absent"
   local rc=0 bench
   for bench in bench_norm bench_ops bench_rope; do
     "$PY" "$ROOT/benchmarks/$bench.py" --device cuda --repeats 5 --quick || rc=1
