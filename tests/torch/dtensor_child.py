@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import traceback
 
 import fuselet.torch as ft
@@ -418,3 +419,9 @@ if __name__ == "__main__":
     torch.set_num_threads(1)
     assert int(os.environ["WORLD_SIZE"]) == WORLD
     main()
+    # Leave without the interpreter's exit-time destructors: torch's gloo teardown there may
+    # abort a rank ("terminate called without an active exception", seen 1 run in 4 under torch
+    # 2.13) after its results are out. Every check above has run and reported by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
