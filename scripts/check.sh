@@ -12,8 +12,7 @@ compiler_cache   # after bootstrap, which may have just installed sccache
 "$ROOT/scripts/lint.sh"
 "$ROOT/scripts/build.sh"
 "$ROOT/scripts/core-test.sh"
-# What the environment must import (requirements/dev.txt): a broken one fails the run, never skips it.
-export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime flax optax}"
+export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-$DEV_IMPORTS}"
 log "pytest tests/ -m 'not processes and not builds' over $(nproc) workers"
 (cd "$ROOT" && "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n "${FUSELET_TEST_WORKERS:-$(nproc)}" \
   -m "not processes and not builds" tests "$@")

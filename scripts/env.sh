@@ -13,6 +13,9 @@ export PATH="$VENV/bin:$PATH"
 # Bytecode of the tests stays out of the tree; rattler's cache stays inside it.
 export PYTHONDONTWRITEBYTECODE=1 FUSELET_ROOT="$ROOT"
 export RATTLER_CACHE_DIR="${RATTLER_CACHE_DIR:-$ROOT/.rattler-cache}"
+# What .venv must import (requirements/dev.txt): make check and make test export it as
+# FUSELET_REQUIRE_IMPORTS, so that a broken environment fails the run instead of skipping tests.
+DEV_IMPORTS="torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime flax optax"
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 # The per-user cache, shared by every clone: the seed's downloads and packages
 # (fuselet-build seed: <cache>/seed) and the compiler cache (<cache>/sccache/<tree>).

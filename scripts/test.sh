@@ -33,7 +33,7 @@ if ! wait "$seed_pid"; then
 fi
 trap - EXIT
 grep -E '^seeded |==> seeded' "$seed_log" || true
-export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime flax optax}"
+export FUSELET_REQUIRE_IMPORTS="${FUSELET_REQUIRE_IMPORTS-$DEV_IMPORTS}"
 pytest=("$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider)
 cd "$ROOT"
 if [[ $# -gt 0 ]]; then
