@@ -76,9 +76,6 @@ phase_core() {  # the core's tests, the CUDA kernels of every op family among th
   ctest --test-dir "$core" --output-on-failure
 }
 phase_layers() {  # the CUDA variants of every op family's tests, in both layers
-  # what the tests and benchmarks import that the machine may lack: the carried wheels
-  "$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" -r "$ROOT/requirements/gpu.txt" \
-    || echo "the carried wheels (.device/wheels) could not all be installed"
   (cd "$ROOT" && "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -m cuda -rs \
     tests/torch tests/jax tests/test_bad_input.py)
 }
@@ -110,6 +107,10 @@ phase_step() {  # the training step a GPU user runs: bfloat16 weights, eager and
   "$PY" "$ROOT/benchmarks/bench_step.py" --device cuda --processes 1 --models llama --precisions bfloat16
 }
 
+# What the tests and benchmarks import that the machine may lack, from the carried wheels: once,
+# before any phase, so that every phase (or a selection of them) finds it.
+"$PY" -m pip install --quiet --no-deps --no-index --find-links "$WHEELS" -r "$ROOT/requirements/gpu.txt" \
+  >"$results/carried.log" 2>&1 || echo "the carried wheels (.device/wheels) could not all be installed: $results/carried.log"
 status=0
 summary="$results/summary.txt"
 : >"$summary"
