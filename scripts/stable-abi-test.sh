@@ -36,13 +36,15 @@ suite() {  # suite SITE VENV [PYTEST ARGS]: the torch smoke against the build in
   (cd "$ROOT" && PYTHONPATH="$1" FUSELET_EXPECT_TORCH_ABI=stable \
     FUSELET_REQUIRE_IMPORTS="torch numpy ml_dtypes hypothesis transformers onnx onnxscript onnxruntime" \
     "$2/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 \
-    -m smoke tests/torch tests/test_bad_input.py -k "not jax" "${@:3}") || status=1
+    -m smoke tests/torch tests/test_bad_input.py -k "not jax" "${@:3}") ||
+    { status=1; log "stable ABI: the torch smoke against $1 under torch $version failed"; }
 }
 suite "$site" "$VENV" "$@"
 suite "$site" "$second" "$@"
 log "stable ABI: fuse() under the oldest transformers it supports (requirements/stable-abi.txt)"
 (cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable FUSELET_REQUIRE_IMPORTS="torch transformers" \
-  "$second/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 tests/torch/test_transformers.py "$@") || status=1
+  "$second/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 tests/torch/test_transformers.py "$@") ||
+  { status=1; log "stable ABI: fuse() under the oldest transformers failed"; }
 
 wheels="$out/wheel" pipsite="$out/pip-site"
 log "stable ABI: an isolated pip build against torch 2.14.1 ($wheels)"

@@ -65,8 +65,8 @@ log "pytest tools/fuselet-build/tests: started beside the stable-ABI step (log: 
 FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q tools/fuselet-build/tests >"$tools_log" 2>&1 &
 tools_pid=$!
 trap 'kill "$tools_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
-stable_status=0
-"$ROOT/scripts/stable-abi-test.sh" || stable_status=$?
+stable_status=0 stable_log="$ROOT/build/stable-abi.log"
+"$ROOT/scripts/stable-abi-test.sh" 2>&1 | tee "$stable_log" || stable_status=$?
 tools_status=0
 wait "$tools_pid" || tools_status=$?
 trap - EXIT
@@ -74,9 +74,16 @@ log "pytest tools/fuselet-build/tests (ran beside the stable-ABI step)"
 cat "$tools_log"
 if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
   log "compiler cache ($SCCACHE_DIR):"
-  "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) ' || true
+  "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) +[0-9]' || true
 fi
 if (( tests_status || tools_status || stable_status )); then
+  # what failed, last: a CI log is read from its end
+  for part in "$tests_log" "$tools_log" "$stable_log"; do
+    if grep -qE '^(FAILED|ERROR) |failed' "$part" 2>/dev/null; then
+      log "failures in $(basename "$part"):"
+      grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error)|==> .*failed' "$part" | tail -n 25
+    fi
+  done
   log "pytest failed: tests/ -m 'processes or builds' exit $tests_status, tools/fuselet-build/tests exit $tools_status, stable ABI exit $stable_status"
   exit 1
 fi
