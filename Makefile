@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv lock build demo check test test-latest stable-abi-test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
+.PHONY: help venv lock build demo zoo check test test-latest stable-abi-test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -16,6 +16,9 @@ build:           ## build fuselet against .venv's torch and jax and install it t
 
 demo:            ## fuselet's main job: a small transformers model fused and trained beside the stock one
 	scripts/demo.sh
+
+zoo:             ## fuse() over every causal-LM type of transformers, checked against the stock models (benchmarks/results/zoo.md)
+	scripts/zoo.sh $(ARGS)
 
 check:           ## the quick tier: lint, core C++ tests, the library tests of both layers over both cores
 	scripts/check.sh

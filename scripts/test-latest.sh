@@ -4,7 +4,8 @@
 # no lock, and not the machine's pip constraints either (PIP_CONFIG_FILE=/dev/null). An
 # upstream release that breaks fuselet shows up here (make test-latest; the scheduled job of
 # .github/workflows/latest.yml) as a report, while main, on its lock, stays green.
-# Extra arguments go to pytest.
+# Then benchmarks/zoo.py: fuse() over every causal-LM type of that transformers. Extra arguments
+# go to pytest.
 source "$(dirname "$0")/env.sh"
 latest="$ROOT/build/latest"
 mkdir -p "$latest"
@@ -20,4 +21,6 @@ export PIP_CONFIG_FILE=/dev/null
 import importlib.metadata as m
 print("==> newest releases:", ", ".join(f"{p} {m.version(p)}" for p in ("torch", "jax", "jaxlib", "transformers", "onnx", "flax")))
 PY
-exec "$ROOT/scripts/check.sh" "$@"
+"$ROOT/scripts/check.sh" "$@"
+# fuse() over every causal-LM type of the newest transformers (its table in build/latest/zoo.md)
+"$FUSELET_VENV/bin/python" "$ROOT/benchmarks/zoo.py" --min-equal "${FUSELET_ZOO_MIN_EQUAL:-60}" --out "$latest/zoo"

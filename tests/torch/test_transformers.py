@@ -234,13 +234,14 @@ def test_flags_choose_the_swaps():
 
 
 def test_bad_input():
-    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=64))
+    nothing = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
     with pytest.raises(
-        ValueError,
-        match=r"GPT2LMHeadModel \(model_type 'gpt2'\).*llama, mistral, qwen2, qwen3, "
-        r"gemma, gemma2",
+        ValueError, match=r"model: Sequential \(model_type None\) has no layer fuselet.torch.transformers.fuse can serve"
     ):
-        ft.transformers.fuse(gpt2)
+        ft.transformers.fuse(nothing)
+    assert "forward" not in vars(nothing[0])
+    with pytest.raises(ValueError, match=r"model: Sequential was not fused"):
+        ft.transformers.fuse_report(nothing)
     with pytest.raises(TypeError, match="model: expected a transformers PreTrainedModel"):
         ft.transformers.fuse("llama")
     with pytest.raises(TypeError, match="rope: expected a bool"):
@@ -335,8 +336,8 @@ def test_rope_runs_fuselets_op(family, monkeypatch):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(ft.transformers, "rope", counting)
     model = ft.transformers.fuse(tiny(family))
+    monkeypatch.setattr(ft.transformers, "rope", counting)  # counted after fuse()'s probes
     model(input_ids=batch()[0])
     assert len(calls) == 2 * SMALL["num_hidden_layers"]
 

@@ -1,0 +1,374 @@
+"""fuse() over transformers' own causal-LM table: for every model type of
+MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, a tiny random model (its config's defaults, shrunk), fused and
+compared with the stock model on one training step in float32: the loss and every parameter's
+gradient. Prints and writes, per type, what fuse() fused, which fuselet ops ran, and equal or not.
+
+    python benchmarks/zoo.py                      # every type; writes benchmarks/results/zoo.{md,json}
+    python benchmarks/zoo.py --types llama,gemma2 --out /tmp/zoo
+    scripts/zoo.sh                                # the same through make zoo / pixi run zoo
+
+A type is "equal" when the loss and every gradient agree within TOLERANCE (relative to the
+largest magnitude of each), and the fused loss never built the [tokens, vocab] logits where the
+head was fused. Types whose model does not build from its shrunk default config, or whose stock
+forward fails on plain token ids (models needing images, audio or an encoder), are listed with
+the error and do not count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import concurrent.futures
+import copy
+import inspect
+import json
+import multiprocessing
+import os
+import resource
+import signal
+import sys
+import threading
+import time
+import warnings
+from concurrent.futures.process import BrokenProcessPool
+
+TOLERANCE = 1e-5
+TIMEOUT_S = 120
+MEMORY_LIMIT = 6 << 30  # bytes of address space per worker
+B, S, VOCAB = 2, 8, 256
+
+# Liger-Kernel 0.8.5's MODEL_TYPE_TO_APPLY_LIGER_FN (liger_kernel/transformers/monkey_patch.py):
+# the model types it patches, for the table's comparison (those that are causal-LM types here).
+LIGER_0_8_5 = frozenset(
+    "deepseek_v2 deepseek_v3 deepseek_v4 gemma gemma2 gemma3_text gemma3 gemma4_text gemma4 glm4 glm4v glm4v_moe gpt_oss "
+    "internvl llama llama4_text llama4 llava granite mllama mllama_text_model ministral mistral mixtral muse_glimmer "
+    "nemotron olmo2 pixtral olmo3 qwen2 qwen3 qwen3_moe qwen2_vl qwen2_vl_text qwen2_5_vl qwen2_5_vl_text qwen3_next "
+    "qwen3_5 qwen3_5_text qwen3_5_moe qwen3_5_moe_text qwen3_vl qwen3_vl_text qwen3_vl_moe qwen3_vl_moe_text smollm3 "
+    "phi3 paligemma falcon_h1 smolvlm hunyuan_v1_dense hunyuan_v1_moe exaone4".split()
+)
+
+# The sizes every config is shrunk to, where its constructor takes the name.
+SMALL = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    vocab_size=VOCAB,
+    max_position_embeddings=128,
+    num_experts=4,
+    num_local_experts=4,
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    n_group=1,
+    topk_group=1,
+    moe_intermediate_size=64,
+    shared_expert_intermediate_size=64,
+    n_embd=64,
+    n_layer=2,
+    n_head=4,
+    d_model=64,
+    num_layers=2,
+    ffn_hidden_size=128,
+    sliding_window=4,
+    pad_token_id=0,
+    vocab_size_per_layer_input=VOCAB,
+)
+
+
+# Shrinks tried in turn until the stock model builds and takes a training step: SMALL, then
+# without the sizes a model may derive itself (head_dim, sliding_window), then with more layers
+# (hybrid models whose first full-attention layer comes later), then with as many key/value heads
+# as query heads.
+_DERIVED = ("head_dim", "sliding_window")
+_LAYERS = ("num_hidden_layers", "n_layer", "num_layers")
+SHRINKS = (
+    SMALL,
+    {k: v for k, v in SMALL.items() if k not in _DERIVED},
+    {**{k: v for k, v in SMALL.items() if k not in _DERIVED}, **dict.fromkeys(_LAYERS, 4)},
+    {**{k: v for k, v in SMALL.items() if k not in _DERIVED}, **dict.fromkeys(_LAYERS, 8)},
+    {k: v for k, v in SMALL.items() if k not in (*_DERIVED, "num_key_value_heads")},  # MLA: one latent for all heads
+)
+
+
+def _accepted(config_cls) -> set:
+    return set(inspect.signature(config_cls.__init__).parameters) - {"self", "kwargs"}
+
+
+def _model_class(model_type: str):
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type])
+
+
+def tiny_config(model_type: str, shrink: dict = SMALL, **overrides):
+    from transformers import CONFIG_MAPPING
+
+    # the model class's own config class where it differs (a text model of a composite type)
+    config_cls = getattr(_model_class(model_type), "config_class", None) or CONFIG_MAPPING[model_type]
+    config = config_cls(**{k: v for k, v in shrink.items() if k in _accepted(config_cls)}, **overrides)
+    text = config.get_text_config()
+    if text is not config:  # a composite config: shrink its text config too
+        small_text = type(text)(**{k: v for k, v in shrink.items() if k in _accepted(type(text))})
+        for name, sub in vars(config).items():
+            if sub is text:
+                setattr(config, name, small_text)
+    config._attn_implementation = "eager"
+    return config
+
+
+def build(model_type: str, shrink: dict = SMALL, **overrides):
+    import torch
+
+    config = tiny_config(model_type, shrink, **overrides)
+    torch.manual_seed(0)
+    model = _model_class(model_type)(config).float().eval()  # eval: no dropout (gradients flow all the same)
+    with torch.no_grad():  # norms that start at 0 or 1 and zero biases: make them matter
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model
+
+
+def step(model, input_ids, labels, count=None):
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    if count is None:
+        out = model(input_ids=input_ids, labels=labels)
+        out.loss.backward()
+    else:
+        with count:
+            out = model(input_ids=input_ids, labels=labels)
+            out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out, grads, torch
+
+
+def stock_f64(model_type, shrink, input_ids, labels, **overrides):
+    """{"loss": ..., parameter: gradient} of the stock model's step in float64, or None."""
+    try:
+        model = build(model_type, shrink, **overrides).double()
+        out, grads, _ = step(model, input_ids, labels)
+    except Exception:  # noqa: BLE001 - a model that does not run in float64: no second opinion
+        return None
+    return {"loss": out.loss, **grads}
+
+
+def _error(got, want) -> float:
+    got, want = got.detach().double(), want.detach().double()
+    return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+
+
+def check(model_type: str, **overrides) -> dict:
+    """One type's row: built (its config's defaults, shrunk, and `overrides`), fused, compared."""
+    import fuselet.torch as ft
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    row = {"type": model_type}
+    start = time.monotonic()
+    failure = None
+    for shrink in SHRINKS:
+        try:
+            model = build(model_type, shrink, **overrides)
+        except Exception as e:  # noqa: BLE001 - reported per type
+            failure = failure or {"status": "no build", "why": f"{type(e).__name__}: {str(e)[:160]}"}
+            continue
+        head = model.get_output_embeddings()
+        vocab = min(VOCAB, head.out_features) if isinstance(head, torch.nn.Linear) else VOCAB
+        g = torch.Generator().manual_seed(1)
+        input_ids = torch.randint(1, vocab, (B, S), generator=g)
+        labels = input_ids.clone()
+        labels[0, :3] = -100
+        plain = copy.deepcopy(model)
+        try:
+            out_p, grads_p, _ = step(plain, input_ids, labels)
+        except Exception as e:  # noqa: BLE001
+            if failure is None or failure["status"] == "no build":
+                failure = {"status": "no stock step", "why": f"{type(e).__name__}: {str(e)[:160]}"}
+            continue
+        failure = None
+        break
+    if failure is not None:
+        return {**row, **failure}
+    row["class"], row["shrink"] = type(model).__name__, SHRINKS.index(shrink)
+    try:
+        fused = ft.transformers.fuse(model)
+    except ValueError as e:
+        return {**row, "status": "nothing fused", "why": str(e)[:300]}
+    report = ft.transformers.fuse_report(fused)
+    row["fused"] = {k: v["fused"] for k, v in report.summary().items()}
+    row["left"] = {k: v["reasons"] for k, v in report.summary().items() if v["left"]}
+    row["ops_fused"] = {k: v["ops"] for k, v in report.summary().items() if v["fused"]}
+
+    ran = collections.Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name
+            if name.startswith("fuselet::"):
+                ran[name.removeprefix("fuselet::")] += 1
+            return func(*args, **(kwargs or {}))
+
+    try:
+        out_f, grads_f, _ = step(fused, input_ids, labels, Count())
+    except Exception as e:  # noqa: BLE001
+        return {**row, "status": "fused step failed", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    row["ops_ran"] = dict(sorted(ran.items()))
+    missing = sorted(set(grads_p) ^ set(grads_f))
+    fused_vals = {"loss": out_f.loss, **grads_f}
+    stock_vals = {"loss": out_p.loss, **{n: g for n, g in grads_p.items() if n in grads_f}}
+    errors = {n: _error(fused_vals[n], v) for n, v in stock_vals.items()}
+    worst = max(errors, key=errors.get)
+    row["max_error"], row["worst"] = errors[worst], worst
+    # Where fused and stock float32 differ by more than TOLERANCE (deep or sensitive models
+    # amplify float32's rounding), both are held to the float64 stock step: the fused one may
+    # be no further from it than twice the stock float32 step's own distance.
+    ref = stock_f64(model_type, shrink, input_ids, labels, **overrides) if errors[worst] > TOLERANCE else None
+    if ref is not None:
+        within = [
+            n
+            for n in errors
+            if errors[n] <= TOLERANCE or _error(fused_vals[n], ref[n]) <= 2 * _error(stock_vals[n], ref[n]) + TOLERANCE / 10
+        ]
+        row["float64_check"] = f"{len(within)} of {len(errors)} within 2x the stock float32 error"
+        outside = len(within) < len(errors)
+    else:
+        outside = errors[worst] > TOLERANCE
+    row["no_logits"] = out_f.logits is None
+    head_fused = row["fused"].get("loss", 0) > 0
+    equal = not missing and not outside and (row["no_logits"] or not head_fused)
+    row["status"] = "equal" if equal else "differs"
+    if missing:
+        row["why"] = f"gradients of different parameters: {missing[:4]}"
+    row["seconds"] = round(time.monotonic() - start, 2)
+    return row
+
+
+def _timeout(signum, frame):
+    raise TimeoutError(f"over {TIMEOUT_S} s")
+
+
+def _run_one(model_type: str) -> dict:
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    # A default config that stays huge after shrinking (sub-configs the shrink does not reach)
+    # fails its allocation here instead of waking the machine's OOM killer; a call stuck in C
+    # code past the alarm ends its worker (the pool then names the type).
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    watchdog = threading.Timer(TIMEOUT_S + 30, os._exit, (3,))
+    watchdog.daemon = True
+    watchdog.start()
+    signal.signal(signal.SIGALRM, _timeout)
+    signal.alarm(TIMEOUT_S)
+    try:
+        return check(model_type)
+    except Exception as e:  # noqa: BLE001 - one type's failure is its row
+        return {"type": model_type, "status": "error", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    finally:
+        signal.alarm(0)
+        watchdog.cancel()
+
+
+def _report(row) -> dict:
+    if "why" in row:  # one line for the table: error messages may span lines or hold a "|"
+        row["why"] = " ".join(row["why"].split()).replace("|", "/")
+    print(f"{row['type']:28} {row['status']:16} {row.get('why', '')[:100]}", flush=True)
+    return row
+
+
+def run_all(types, jobs: int) -> list:
+    """Every type's row, `jobs` worker processes at a time. A type that kills its worker (a crash
+    in the model's code) costs the types in flight their run: those go round again, and the first
+    of them runs alone, in a process of its own, until the one that crashes is found and named."""
+    context = multiprocessing.get_context("forkserver")
+    rows, pending = [], list(types)
+    while pending:
+        again = []
+        with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+            futures = {pool.submit(_run_one, t): t for t in pending}
+            for done in concurrent.futures.as_completed(futures):
+                try:
+                    rows.append(_report(done.result()))
+                except BrokenProcessPool:
+                    again.append(futures[done])
+        if not again:
+            break
+        alone = again.pop(0)
+        with concurrent.futures.ProcessPoolExecutor(1, mp_context=context) as pool:
+            try:
+                row = pool.submit(_run_one, alone).result()
+            except BrokenProcessPool:
+                row = {"type": alone, "status": "error", "why": "its process died (a crash in the model's code or out of memory)"}
+        rows.append(_report(row))
+        pending = again
+    return rows
+
+
+def table(rows) -> str:
+    def kinds(row, key):
+        return ", ".join(f"{k} {v}" for k, v in row.get(key, {}).items() if v) or "-"
+
+    counts = collections.Counter(r["status"] for r in rows)
+    liger = [r for r in rows if r["type"] in LIGER_0_8_5]
+    liger_built = [r for r in liger if r["status"] not in ("no build", "no stock step")]
+    liger_equal = sum(r["status"] == "equal" for r in liger)
+    lines = [
+        f"Liger-Kernel 0.8.5 lists {len(LIGER_0_8_5)} model types; {len(liger)} are causal-LM types here, "
+        f"{len(liger_built)} of them build and step from their shrunk default config, {liger_equal} are equal.",
+        "",
+        "| type | class | Liger | status | fused (modules) | fuselet ops ran (calls) | max rel. error |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ran = ", ".join(f"{k} {v}" for k, v in r.get("ops_ran", {}).items()) or "-"
+        err = f"{r['max_error']:.1e}" if "max_error" in r else "-"
+        status = r["status"] if "why" not in r else f"{r['status']}: {r['why'][:120]}"
+        liger_mark = "yes" if r["type"] in LIGER_0_8_5 else ""
+        lines.append(f"| {r['type']} | {r.get('class', '-')} | {liger_mark} | {status} | {kinds(r, 'fused')} | {ran} | {err} |")
+    summary = ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    return f"{len(rows)} causal-LM types: {summary}\n\n" + "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--types", help="comma-separated model types (default: every causal-LM type)")
+    parser.add_argument(
+        "--out", default=os.path.join(os.path.dirname(__file__), "results", "zoo"), help="writes OUT.md and OUT.json"
+    )
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
+    parser.add_argument("--min-equal", type=int, default=0, help="exit 1 when fewer types are equal")
+    args = parser.parse_args(argv)
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    types = args.types.split(",") if args.types else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    unknown = [t for t in types if t not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]
+    if unknown:
+        parser.error(f"--types: not causal-LM model types of this transformers: {', '.join(unknown)}")
+    import torch
+    import transformers
+
+    rows = run_all(types, args.jobs)
+    rows.sort(key=lambda r: r["type"])
+    header = f"fuselet {__import__('fuselet').__version__}, torch {torch.__version__}, transformers {transformers.__version__}"
+    text = f"# fuse() over transformers' causal LMs\n\n{header}; `python benchmarks/zoo.py`\n\n" + table(rows)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out + ".md", "w") as f:
+        f.write(text)
+    with open(args.out + ".json", "w") as f:
+        json.dump({"versions": header, "tolerance": TOLERANCE, "rows": rows}, f, indent=1)
+        f.write("\n")
+    equal = sum(r["status"] == "equal" for r in rows)
+    print("\n".join(text.split("\n\n")[2:4]))
+    print(f"wrote {args.out}.md and {args.out}.json")
+    if equal < args.min_equal:
+        print(f"zoo: {equal} types equal, fewer than --min-equal {args.min_equal}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,144 @@
+"""fuse() by structure over transformers' causal LMs (benchmarks/zoo.py builds the tiny models):
+one model per kind of layer fuselet serves, eager and under torch.compile(fullgraph=True),
+against the stock model; the probe that leaves what disagrees; the report."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import import_layer
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+ft = import_layer("torch")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+_spec = importlib.util.spec_from_file_location("zoo", ROOT / "benchmarks" / "zoo.py")
+zoo = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(zoo)
+
+# config overrides where the default config would not show the layer's variant
+OVERRIDES = {"granite": {"logits_scaling": 3.0}}
+# model type -> what its report must say fuselet runs (one model per kind of layer)
+KINDS = {
+    "llama": {"norm": "ft.rms_norm(eps=1e-06)", "mlp": "ft.swiglu", "rope": "ft.rope(half-split)"},
+    "gemma2": {"norm": "ft.rms_norm(eps=1e-06, zero_centered_gamma)", "loss": "ft.fused_linear_cross_entropy(softcap=30)"},
+    "qwen3": {"norm": "ft.rms_norm(eps=1e-06)"},  # q / k norms over the head dim
+    "cohere": {"norm": "ft.layer_norm(eps=1e-05)", "loss": "ft.fused_linear_cross_entropy(scale=0.0625)"},
+    "nemotron": {"norm": "ft.layer_norm(eps=1e-05, zero_centered_gamma)"},  # LayerNorm1P
+    "phi3": {"mlp": "ft.swiglu"},  # one gate_up_proj
+    "glm4": {"rope": "ft.rope(interleaved, half table)"},  # partial rotary, GLM's table
+    "granite": {"loss": "ft.fused_linear_cross_entropy(scale=0.333333)"},  # logits / logits_scaling
+    "gpt2": {"norm": "ft.layer_norm(eps=1e-05)"},  # torch.nn.LayerNorm, tied head
+    "gemma3_text": {"mlp": "ft.geglu(approximate='tanh')"},
+}
+
+
+def batch():
+    g = torch.Generator().manual_seed(1)
+    input_ids = torch.randint(1, zoo.VOCAB, (zoo.B, zoo.S), generator=g)
+    labels = input_ids.clone()
+    labels[0, :3] = -100
+    return input_ids, labels
+
+
+def assert_same_step(fused, plain, compiled):
+    input_ids, labels = batch()
+    out_p, grads_p, _ = zoo.step(plain, input_ids, labels)
+    out_f = compiled(input_ids=input_ids, labels=labels)
+    out_f.loss.backward()
+    grads_f = {n: p.grad for n, p in fused.named_parameters() if p.grad is not None}
+    assert out_f.logits is None
+    assert zoo._error(out_f.loss, out_p.loss) <= zoo.TOLERANCE, (out_f.loss, out_p.loss)
+    assert grads_f.keys() == grads_p.keys()
+    for name, g in grads_p.items():
+        assert zoo._error(grads_f[name], g) <= 2 * zoo.TOLERANCE, name
+
+
+@pytest.mark.parametrize("model_type", list(KINDS))
+def test_each_layer_kind_fused_and_equal(model_type):
+    row = zoo.check(model_type, **OVERRIDES.get(model_type, {}))
+    assert row["status"] == "equal", row
+    ops = {k: v for k, v in row["ops_fused"].items()}
+    for kind, detail in KINDS[model_type].items():
+        assert detail in ops.get(kind, {}), (kind, ops)
+    ran = row["ops_ran"]
+    assert ran.get("fused_linear_cross_entropy_reduced") == 1, ran  # the fused loss ran, once
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "glm4", "nemotron", "phi3", "cohere"])
+def test_compiled_fullgraph_step_matches_stock(model_type):
+    plain = zoo.build(model_type)
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    assert_same_step(fused, plain, torch.compile(fused, fullgraph=True))
+
+
+class ScaleOnlyNorm(torch.nn.Module):
+    """Named like a norm, shaped like one, but its forward does not normalize."""
+
+    def __init__(self, size):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(size))
+        self.variance_epsilon = 1e-6
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def test_a_module_that_disagrees_on_the_probe_is_left():
+    model = zoo.build("llama")
+    model.model.norm = ScaleOnlyNorm(model.config.hidden_size)
+    fused = ft.transformers.fuse(model)
+    assert "forward" not in vars(fused.model.norm)
+    left = {r.path: r.detail for r in ft.transformers.fuse_report(fused).left("norm")}
+    assert left == {"model.norm": "no RMSNorm / LayerNorm form equals its forward on the probe"}
+    assert "forward" in vars(fused.model.layers[0].input_layernorm)
+
+
+def test_report_names_every_kind():
+    model = ft.transformers.fuse(zoo.build("mixtral"))
+    report = ft.transformers.fuse_report(model)
+    summary = report.summary()
+    assert set(summary) == set(ft.transformers.KINDS)
+    layers = model.config.num_hidden_layers
+    assert summary["norm"]["fused"] == 2 * layers + 1 and summary["rope"]["fused"] == layers and summary["loss"]["fused"] == 1
+    assert summary["mlp"]["reasons"] == {"batched MoE experts: fuselet has no grouped-expert op yet": layers}
+    text = str(report)
+    assert "model_type 'mixtral'" in text and f"norm: {2 * layers + 1} fused, 0 left" in text
+
+
+def test_meta_parameters_are_left_not_probed():
+    with torch.device("meta"):
+        model = zoo.build("llama")
+    with pytest.raises(ValueError, match=r"parameters on the meta device cannot be probed"):
+        ft.transformers.fuse(model)
+    assert not any("forward" in vars(m) for m in model.modules())
+
+
+def test_training_mode_is_restored_after_the_probe():
+    model = zoo.build("llama").train()
+    model.model.layers[0].eval()
+    ft.transformers.fuse(model)
+    assert model.training and not model.model.layers[0].training and model.model.layers[1].training
+
+
+@pytest.mark.processes
+def test_the_zoo_script_over_every_causal_lm_type(tmp_path):
+    """benchmarks/zoo.py over the whole table of this transformers: at least 60 types equal, and
+    every type Liger-Kernel lists that builds and steps from its shrunk config is equal."""
+    out = tmp_path / "zoo"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "zoo.py"), "--out", str(out), "--min-equal", "60"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1500, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = json.loads((tmp_path / "zoo.json").read_text())["rows"]
+    assert sum(r["status"] == "equal" for r in rows) >= 60
+    liger = {r["type"]: r["status"] for r in rows if r["type"] in zoo.LIGER_0_8_5}
+    assert {t: s for t, s in liger.items() if s not in ("equal", "no build", "no stock step")} == {}
+    assert all(r["status"] != "differs" for r in rows), [r["type"] for r in rows if r["status"] == "differs"]
