@@ -325,6 +325,86 @@ def test_fsdp2_two_processes(tmp_path):
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 
+TP_CHILD = textwrap.dedent("""
+    import copy, os, sys
+    import torch, torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    sys.path.insert(0, os.environ["FUSELET_REPO"])
+    import fuselet.torch as ft
+    from tests.torch.test_transformers import batch, tiny
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (2,))
+    plain = tiny("llama")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    # Megatron's plan, as transformers' own tp_plan lays it: q/k/v, gate/up by columns, o/down by
+    # rows; the lm_head's weight sharded over the vocab
+    plan = {"lm_head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(len(fused.model.layers)):
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+            plan[f"model.layers.{i}.{name}"] = ColwiseParallel()
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            plan[f"model.layers.{i}.{name}"] = RowwiseParallel()
+    parallelize_module(fused, mesh, plan)
+    input_ids, labels = batch(seed=1)  # the same batch on both ranks: tensor parallel
+    input_ids = torch.cat([input_ids] * 8, dim=1)  # tokens >= H: the MLP's one-matmul path would apply
+    labels = torch.cat([labels] * 8, dim=1)
+    loss = fused(input_ids=input_ids, labels=labels).loss
+    loss.backward()
+    ref_loss = plain(input_ids=input_ids, labels=labels).loss
+    ref_loss.backward()
+    torch.testing.assert_close(loss, ref_loss, rtol=1e-5, atol=1e-5)
+    ref = dict(plain.named_parameters())
+    for n, p in fused.named_parameters():
+        g = p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
+        torch.testing.assert_close(g, ref[n].grad, rtol=1e-4, atol=1e-5, msg=n)
+    dist.destroy_process_group()
+    with open(os.path.join(os.environ["FUSELET_OUT"], f"rank{rank}.ok"), "w") as f:
+        f.write("ok")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as FSDP_CHILD: no exit-time gloo teardown
+""")
+
+
+@pytest.mark.processes
+def test_tensor_parallel_two_processes(tmp_path):
+    """parallelize_module with Megatron's plan over a fused model, the lm_head sharded over the
+    vocab, 2 gloo processes: loss and gradients as the unfused model's."""
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    script = tmp_path / "tp_child.py"
+    script.write_text(TP_CHILD)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo", "FUSELET_OUT": str(tmp_path)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
+    done = sorted(p.name for p in tmp_path.glob("*.ok"))
+    assert done == ["rank0.ok", "rank1.ok"], out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_gradient_checkpointing_matches_stock():
+    """transformers' activation checkpointing over a fused model: the same loss and gradients."""
+    plain, fused = tiny("llama"), ft.transformers.fuse(tiny("llama"))
+    for m in (plain, fused):
+        m.train()
+        if hasattr(m, "activation_checkpointing_enable"):  # transformers >= 5.25
+            m.activation_checkpointing_enable({"use_reentrant": False})
+            assert m.is_activation_checkpointing
+        else:
+            m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            assert m.is_gradient_checkpointing
+    input_ids, labels = batch()
+    out_f, grads_f = run(fused, input_ids, labels)
+    out_p, grads_p = run(plain, input_ids, labels)
+    torch.testing.assert_close(out_f.loss, out_p.loss, rtol=1e-5, atol=1e-6)
+    for name, g in grads_p.items():
+        torch.testing.assert_close(grads_f[name], g, rtol=1e-4, atol=1e-6, msg=name)
+
+
 @pytest.mark.parametrize("family", ["llama", "gemma2"])
 def test_rope_runs_fuselets_op(family, monkeypatch):
     """The fused attention calls ft.rope for q and k of every layer (through transformers' rotary

@@ -57,6 +57,7 @@ import types
 
 import torch
 
+from fuselet.torch._dtensor import is_dtensor
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
 from fuselet.torch.glu import geglu, swiglu
 from fuselet.torch.norm import layer_norm, rms_norm
@@ -318,12 +319,18 @@ def _mlp_layout(module):
     return next((lay for lay in _MLP_LAYOUTS if all(n is None or n in children for n in lay)), None)
 
 
+def _hooked(*modules) -> bool:
+    """Modules whose calls run hooks (tensor parallel's input / output redistribution): their
+    weights may only be used through their calls."""
+    return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
+
+
 def _mlp_forward(self, x):
     glu, (gate_name, up_name, down_name) = self._fuselet_mlp
     gate = getattr(self, gate_name)
     if up_name is None:
         gate_up = gate(x)
-    elif x.numel() >= x.shape[-1] * x.shape[-1]:
+    elif x.numel() >= x.shape[-1] * x.shape[-1] and not _hooked(gate, getattr(self, up_name)):
         # tokens >= H: concatenating the two [F, H] weights copies less than concatenating the
         # two [tokens, F] outputs; one matmul then gives [gate, up], what the GLU ops read
         up = getattr(self, up_name)
@@ -600,15 +607,21 @@ def _head_loss(hidden, head, labels, ignore_index, extras, reduction="mean"):
     scale, softcap = extras
     if scale is not None:
         hidden = hidden * scale
-    return fused_linear_cross_entropy(
-        hidden,
-        head.weight,
-        labels.to(hidden.device),
-        bias=head.bias,
-        ignore_index=ignore_index,
-        softcap=softcap,
-        reduction=reduction,
+    labels = labels.to(hidden.device)
+    weight = head.weight
+    local = is_dtensor(weight) and not is_dtensor(hidden)
+    if local:
+        # a tensor-parallel lm_head (vocab-sharded DTensor weight) after a base model whose
+        # output is the same plain tensor on every rank: the loss of the replicated tokens,
+        # the weight gathered by the op's sharding rule
+        dtensor = importlib.import_module("torch.distributed.tensor")
+        replicate = [dtensor.Replicate()] * weight.device_mesh.ndim
+        hidden = dtensor.DTensor.from_local(hidden, weight.device_mesh, replicate, run_check=False)
+        labels = dtensor.DTensor.from_local(labels, weight.device_mesh, replicate, run_check=False)
+    loss = fused_linear_cross_entropy(
+        hidden, weight, labels, bias=head.bias, ignore_index=ignore_index, softcap=softcap, reduction=reduction
     )
+    return loss.full_tensor() if local else loss
 
 
 def _fused_loss_forward(self, *args, **kwargs):
