@@ -38,6 +38,7 @@ KINDS = {
     "granite": {"loss": "ft.fused_linear_cross_entropy(scale=0.333333)"},  # logits / logits_scaling
     "gpt2": {"norm": "ft.layer_norm(eps=1e-05)"},  # torch.nn.LayerNorm, tied head
     "gemma3_text": {"mlp": "ft.geglu(approximate='tanh')"},
+    "mixtral": {"mlp": "ft.swiglu in the experts' gate (grouped_mm)"},  # transformers' experts interface
 }
 
 
@@ -109,9 +110,21 @@ def test_report_names_every_kind():
     assert set(summary) == set(ft.transformers.KINDS)
     layers = model.config.num_hidden_layers
     assert summary["norm"]["fused"] == 2 * layers + 1 and summary["rope"]["fused"] == layers and summary["loss"]["fused"] == 1
-    assert summary["mlp"]["reasons"] == {"batched MoE experts: fuselet has no grouped-expert op yet": layers}
+    assert summary["mlp"]["ops"] == {"ft.swiglu in the experts' gate (grouped_mm)": layers}
     text = str(report)
     assert "model_type 'mixtral'" in text and f"norm: {2 * layers + 1} fused, 0 left" in text
+
+
+def test_experts_left_where_their_gate_is_not_fuselets():
+    eager = zoo.build("mixtral", experts_implementation="eager")
+    gpt_oss = zoo.build("gpt_oss")
+    for model, reason in (
+        (eager, "experts_implementation 'eager' does not call _apply_gate (fused under batched_mm, grouped_mm)"),
+        (gpt_oss, "the experts' own gate (GptOssExperts._apply_gate): no fuselet op for it yet"),
+    ):
+        report = ft.transformers.fuse_report(ft.transformers.fuse(model))
+        assert {r.detail for r in report.left("mlp")} == {reason}
+        assert not any("_apply_gate" in vars(m) for m in model.modules())
 
 
 def test_meta_parameters_are_left_not_probed():

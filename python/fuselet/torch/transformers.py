@@ -369,6 +369,51 @@ def _fuse_mlp(module, layout) -> str:
     return name
 
 
+# --- MoE experts: the gate of transformers' experts interface -------------------------------
+
+# experts implementations of transformers (config._experts_implementation) that call
+# experts._apply_gate on each expert's [tokens, 2F] gate_up output
+_GATED_EXPERTS = ("batched_mm", "grouped_mm")
+
+
+def _experts_gate(self, gate_up_out):
+    return self._fuselet_gate(gate_up_out)
+
+
+def _fuse_experts(module) -> str:
+    """The experts' gate through ft.swiglu / ft.geglu, where transformers' experts interface
+    (use_experts_implementation) applies it: act(gate) * up of each expert's [gate, up] output.
+    The expert matmuls stay transformers' (grouped_mm / batched_mm)."""
+    default = getattr(type(module), "_apply_gate", None)
+    if default is None:
+        raise _Left("batched MoE experts without transformers' experts interface (_apply_gate)")
+    implementation = getattr(getattr(module, "config", None), "_experts_implementation", None)
+    if implementation not in _GATED_EXPERTS:
+        fused_under = ", ".join(_GATED_EXPERTS)
+        raise _Left(f"experts_implementation {implementation!r} does not call _apply_gate (fused under {fused_under})")
+    act = getattr(module, "act_fn", None)
+    glu, name = _glu_of(act)
+    if glu is None:
+        what = f"activation {type(act).__name__}" if act is not None else f"own gate ({type(module).__name__}._apply_gate)"
+        raise _Left(f"the experts' {what}: no fuselet op for it yet")
+    like = _probe_device(module)
+    weight = getattr(module, "gate_up_proj", None)
+    size = 2 * getattr(module, "intermediate_dim", 8)
+    x = _randn(6, size, like=like, dtype=weight.dtype if isinstance(weight, torch.Tensor) else torch.float32)
+    with torch.no_grad():
+        try:
+            want = default(module, x)
+        except Exception as e:
+            raise _Left(f"its _apply_gate failed on the probe ({type(e).__name__})") from None
+        if not _close(glu(x), want, x.dtype):
+            raise _Left(f"{name}([gate, up]) differs from its _apply_gate on the probe (clamped or interleaved gate)")
+    if "_apply_gate" in vars(module):
+        raise _Left("its _apply_gate is already its own (fused)")
+    module._fuselet_gate = glu
+    module._apply_gate = types.MethodType(_experts_gate, module)
+    return f"{name} in the experts' gate ({implementation})"
+
+
 # --- rotary embedding ------------------------------------------------------------------------
 
 _ROPE_SIGNATURES = {
@@ -738,8 +783,9 @@ def _kind_of(module):
     name = type(module).__name__
     if name.endswith("Experts") or any(isinstance(getattr(module, n, None), torch.nn.Parameter) for n in ("gate_up_proj", "w1")):
         return "mlp", "experts"
-    if name.endswith("MLP"):
-        return "mlp", "plain"
+    projections = sum(getattr(getattr(m, "weight", None), "ndim", 0) == 2 for m in module.children())
+    if name.endswith("MLP") and projections >= 2:
+        return "mlp", "plain"  # fc1 / fc2, GPT-2's Conv1D pair (a block of router and experts is not one)
     if _calls_rotary(type(module)) or _kernelized_rotary(module) is not None:
         return "rope", None
     if _is_lm(module):
@@ -748,10 +794,7 @@ def _kind_of(module):
 
 
 def _left_reason(arg) -> str:
-    return {
-        "experts": "batched MoE experts: fuselet has no grouped-expert op yet",
-        "plain": "no gate / up projection pair: fuselet has no op for an ungated act(x W1) W2",
-    }[arg]
+    return {"plain": "no gate / up projection pair: fuselet has no op for an ungated act(x W1) W2"}[arg]
 
 
 def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, loss: bool = True):
@@ -792,9 +835,12 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
                 if kind == "norm":
                     detail = _fuse_norm(module)
                 elif kind == "mlp":
-                    if isinstance(arg, str):
+                    if arg == "experts":
+                        detail = _fuse_experts(module)
+                    elif isinstance(arg, str):
                         raise _Left(_left_reason(arg))
-                    detail = _fuse_mlp(module, arg)
+                    else:
+                        detail = _fuse_mlp(module, arg)
                 elif kind == "rope":
                     if tables_key is None:
                         like = _probe_device(model)
