@@ -203,6 +203,14 @@ JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
         lambda fj, a: fj.fused_linear_cross_entropy(a["hidden"], a["weight"], a["target"]),
         {"hidden": (2, 4), "weight": (3, 4), "target": (2,)},
     ),
+    "fused_linear_preference_loss": (
+        lambda fj, a: fj.fused_linear_preference_loss(a["hidden"], a["weight"], a["target"]),
+        {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3)},
+    ),
+    "fused_linear_grpo_loss": (
+        lambda fj, a: fj.fused_linear_grpo_loss(a["hidden"], a["weight"], a["target"], a["advantages"]),
+        {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3), "advantages": (2,)},
+    ),
 }
 
 
@@ -218,6 +226,37 @@ def test_jax_given_a_torch_tensor(op, argument):
     optional = " or None" if (op, argument) == ("rms_norm", "weight") else ""
     with raises(TypeError, f"{argument}: expected a jax.Array{optional}, got torch.Tensor"):
         call(fj, arrays)
+
+
+# --- post-training losses (composed over fused_linear_cross_entropy) ---------------------
+
+
+def test_fused_linear_preference_loss_rules(api):
+    hidden, weight, target = api.array((4, 3, 4)), api.array((5, 4)), api.array((4, 3), "int32")
+    loss = api.module.fused_linear_preference_loss
+    with raises(ValueError, "loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"):
+        loss(hidden, weight, target, loss="sigmoid")
+    with raises(ValueError, "hidden: expected an even number of sequences > 0 (B chosen, then B rejected), got 3"):
+        loss(api.array((3, 3, 4)), weight, api.array((3, 3), "int32"))
+    with raises(ValueError, "target: expected shape (4, 3) (the sequences and positions of hidden (4, 3, 4)), got (4, 2)"):
+        loss(hidden, weight, api.array((4, 2), "int32"))
+    with raises(ValueError, "beta: expected a number > 0.0, got -1.0"):
+        loss(hidden, weight, target, beta=-1.0)
+    with raises(ValueError, "ref_weight: expected with ref_hidden"):
+        loss(hidden, weight, target, ref_hidden=hidden)
+    with raises(TypeError, "weight: expected dtype float32 (the dtype of hidden), got bfloat16"):
+        loss(hidden, api.array((5, 4), "bfloat16"), target)
+
+
+def test_fused_linear_grpo_loss_rules(api):
+    hidden, weight, target = api.array((2, 3, 4)), api.array((5, 4)), api.array((2, 3), "int32")
+    loss = api.module.fused_linear_grpo_loss
+    with raises(ValueError, "advantages: expected shape (2,) (one per sequence of hidden (2, 3, 4)), got (3,)"):
+        loss(hidden, weight, target, api.array((3,)))
+    with raises(ValueError, "ref_logps: expected shape (2, 3) (target's), got (2, 2)"):
+        loss(hidden, weight, target, api.array((2,)), ref_logps=api.array((2, 2)))
+    with raises(ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, got 'dapo'"):
+        loss(hidden, weight, target, api.array((2,)), loss_type="dapo")
 
 
 # --- residual add + RMSNorm ---------------------------------------------------------------

@@ -14,6 +14,12 @@ from fuselet.torch._dtensor import install as _install_sharding  # noqa: E402
 from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.torch.glu import geglu, swiglu  # noqa: E402
+from fuselet.torch.losses import (  # noqa: E402
+    FusedLinearGRPOLoss,
+    FusedLinearPreferenceLoss,
+    fused_linear_grpo_loss,
+    fused_linear_preference_loss,
+)
 from fuselet.torch.norm import LayerNorm, RMSNorm, add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.torch.rope import rope  # noqa: E402
 from fuselet.torch.softmax import softmax  # noqa: E402
@@ -22,11 +28,15 @@ _install_sharding()  # DTensor sharding rules of every op, once torch.distribute
 
 __all__ = [
     "BUILD_INFO",
+    "FusedLinearGRPOLoss",
+    "FusedLinearPreferenceLoss",
     "LayerNorm",
     "RMSNorm",
     "add_rms_norm",
     "cross_entropy",
     "fused_linear_cross_entropy",
+    "fused_linear_grpo_loss",
+    "fused_linear_preference_loss",
     "geglu",
     "layer_norm",
     "rms_norm",

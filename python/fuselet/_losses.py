@@ -1,0 +1,147 @@
+"""The post-training losses fused with the LM head, shared by both layers: argument rules and the
+math over per-token log-probabilities. Each layer gets those log-probabilities from its own
+fused_linear_cross_entropy(reduction="none") (log p(target) = -loss, chunked over tokens: no
+[tokens, vocab] logits), and runs the math below with its array functions (an `xp` namespace:
+fuselet.torch.losses / fuselet.jax.losses). The math follows TRL's trainers (DPO, CPO, ORPO,
+GRPO), whose definitions the docs' ops reference repeats.
+"""
+
+from __future__ import annotations
+
+import math
+
+# loss= of fused_linear_preference_loss: DPO's sigmoid loss and its hinge / IPO variants, SimPO,
+# CPO, ORPO. Those in AVERAGED use each sequence's mean log-probability per counted token.
+PREFERENCE_LOSSES = ("dpo", "hinge", "ipo", "simpo", "cpo", "orpo")
+AVERAGED = ("ipo", "simpo", "orpo")
+# Losses against a reference model's log-probabilities (ref_hidden / ref_weight); the others take none.
+WITH_REFERENCE = ("dpo", "hinge", "ipo")
+# loss_type= of fused_linear_grpo_loss
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo")
+
+
+def _number(name: str, v, low=None, high=None, low_open=False) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{name}: expected a finite number, got {v!r}")
+    if low is not None and (v < low or (low_open and v == low)):
+        raise ValueError(f"{name}: expected a number {'>' if low_open else '>='} {low}, got {v!r}")
+    if high is not None and v > high:
+        raise ValueError(f"{name}: expected a number <= {high}, got {v!r}")
+
+
+def _sequences(hidden_shape: tuple, target_shape: tuple) -> None:
+    if len(hidden_shape) != 3:
+        raise ValueError(f"hidden: expected shape [sequences, T, H], got {tuple(hidden_shape)}")
+    if tuple(target_shape) != tuple(hidden_shape[:2]):
+        raise ValueError(
+            f"target: expected shape {tuple(hidden_shape[:2])} (the sequences and positions of hidden "
+            f"{tuple(hidden_shape)}), got {tuple(target_shape)}"
+        )
+
+
+def check_preference_args(hidden_shape, target_shape, loss, beta, gamma, alpha, label_smoothing, reference: dict) -> None:
+    """hidden [2B, T, H] (B chosen, then B rejected), target [2B, T]; loss one of
+    PREFERENCE_LOSSES; reference: {"ref_hidden": shape or None, "ref_weight": ..., "ref_bias": ...}."""
+    if loss not in PREFERENCE_LOSSES:
+        raise ValueError(f"loss: expected one of {', '.join(PREFERENCE_LOSSES)}, got {loss!r}")
+    _sequences(hidden_shape, target_shape)
+    if hidden_shape[0] % 2 or hidden_shape[0] == 0:
+        raise ValueError(
+            f"hidden: expected an even number of sequences > 0 (B chosen, then B rejected), got {hidden_shape[0]} "
+            f"(shape {tuple(hidden_shape)})"
+        )
+    _number("beta", beta, 0.0, low_open=True)
+    _number("gamma", gamma)
+    _number("alpha", alpha)
+    _number("label_smoothing", label_smoothing, 0.0, 0.5)
+    ref_hidden, ref_weight = reference.get("ref_hidden"), reference.get("ref_weight")
+    if (ref_hidden is None) != (ref_weight is None):
+        given, missing = ("ref_hidden", "ref_weight") if ref_hidden is not None else ("ref_weight", "ref_hidden")
+        raise ValueError(f"{missing}: expected with {given} (the reference model's last hidden states and its lm_head weight)")
+    if reference.get("ref_bias") is not None and ref_weight is None:
+        raise ValueError("ref_bias: expected only with ref_hidden and ref_weight")
+    if ref_hidden is not None:
+        if loss not in WITH_REFERENCE:
+            raise ValueError(f"ref_hidden: loss {loss!r} takes no reference model (those that do: {', '.join(WITH_REFERENCE)})")
+        if tuple(ref_hidden[:2]) != tuple(hidden_shape[:2]) or len(ref_hidden) != 3:
+            raise ValueError(
+                f"ref_hidden: expected shape [{hidden_shape[0]}, {hidden_shape[1]}, H_ref] (hidden's sequences and "
+                f"positions), got {tuple(ref_hidden)}"
+            )
+
+
+def check_grpo_args(
+    hidden_shape, target_shape, advantages_shape, logps: dict, beta, epsilon_low, epsilon_high, loss_type, max_completion_length
+):
+    """hidden [B, T, H], target [B, T], advantages [B]; logps: {"old_logps": shape or None, "ref_logps": ...}, each [B, T]."""
+    if loss_type not in GRPO_LOSS_TYPES:
+        raise ValueError(f"loss_type: expected one of {', '.join(GRPO_LOSS_TYPES)}, got {loss_type!r}")
+    _sequences(hidden_shape, target_shape)
+    if tuple(advantages_shape) != (hidden_shape[0],):
+        raise ValueError(
+            f"advantages: expected shape ({hidden_shape[0]},) (one per sequence of hidden {tuple(hidden_shape)}), "
+            f"got {tuple(advantages_shape)}"
+        )
+    for name, shape in logps.items():
+        if shape is not None and tuple(shape) != tuple(hidden_shape[:2]):
+            raise ValueError(f"{name}: expected shape {tuple(hidden_shape[:2])} (target's), got {tuple(shape)}")
+    _number("beta", beta, 0.0)
+    _number("epsilon_low", epsilon_low, 0.0)
+    _number("epsilon_high", epsilon_high, 0.0)
+    if max_completion_length is not None and (
+        isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) or max_completion_length < 1
+    ):
+        raise ValueError(f"max_completion_length: expected None or an int >= 1, got {max_completion_length!r}")
+
+
+def _smoothed(xp, z, label_smoothing):
+    """-(1 - e) logsigmoid(z) - e logsigmoid(-z): the sigmoid loss with label smoothing e (TRL's)."""
+    loss = -xp.logsigmoid(z)
+    return loss if not label_smoothing else (1 - label_smoothing) * loss - label_smoothing * xp.logsigmoid(-z)
+
+
+def preference_loss(xp, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing):
+    """The loss of [2B, T] float32 per-token log-probabilities logp (mask: 1.0 where counted),
+    ref_logp the reference model's or None."""
+    count = mask.sum(-1)
+    per_token = 1 / xp.at_least(count, 1) if loss in AVERAGED else 1
+
+    def seqs(lp):
+        return (lp * mask).sum(-1) * per_token
+
+    b = logp.shape[0] // 2
+    policy = seqs(logp)
+    c, r = policy[:b], policy[b:]
+    if loss in WITH_REFERENCE:
+        ref = 0 if ref_logp is None else seqs(ref_logp)
+        d = (c - r) - ((ref[:b] - ref[b:]) if ref_logp is not None else 0)
+        if loss == "dpo":
+            return _smoothed(xp, beta * d, label_smoothing).mean()
+        if loss == "hinge":
+            return xp.relu(1 - beta * d).mean()
+        return ((d - 1 / (2 * beta)) ** 2).mean()  # ipo
+    if loss == "simpo":
+        return _smoothed(xp, beta * (c - r) - gamma, label_smoothing).mean()
+    chosen_mask = mask[:b]
+    nll = -(logp[:b] * chosen_mask).sum() / xp.at_least(chosen_mask.sum(), 1)
+    if loss == "cpo":
+        return _smoothed(xp, beta * (c - r), label_smoothing).mean() + alpha * nll
+    log_odds = (c - r) - (xp.log1p(-xp.exp(c)) - xp.log1p(-xp.exp(r)))  # orpo, c and r < 0: averaged logps
+    return nll - beta * xp.logsigmoid(log_odds).mean()
+
+
+def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, beta, epsilon_low, epsilon_high, loss_type, max_completion_length):
+    """The GRPO loss of [B, T] float32 per-token log-probabilities (mask: 1.0 where counted)."""
+    old = xp.stop_gradient(logp) if old_logp is None else old_logp
+    ratio = xp.exp(logp - old)
+    a = advantages[:, None]
+    per_token = -xp.minimum(ratio * a, xp.clip(ratio, 1 - epsilon_low, 1 + epsilon_high) * a)
+    if ref_logp is not None and beta:
+        delta = ref_logp - logp
+        per_token = per_token + beta * (xp.exp(delta) - delta - 1)
+    kept = per_token * mask
+    if loss_type == "grpo":
+        return (kept.sum(-1) / xp.at_least(mask.sum(-1), 1)).mean()
+    if loss_type == "bnpo":
+        return kept.sum() / xp.at_least(mask.sum(), 1)
+    return kept.sum() / (logp.shape[0] * (max_completion_length or logp.shape[1]))  # dr_grpo

@@ -1,0 +1,115 @@
+"""The post-training losses fused with the LM head, for JAX: preference losses (DPO and its
+hinge / IPO variants, SimPO, CPO, ORPO) and GRPO's policy loss, from the last hidden states and
+the head's weight without the [tokens, vocab] logits.
+
+Math and argument rules: fuselet/_losses.py (shared with fuselet.torch). The per-token
+log-probabilities are -fused_linear_cross_entropy(reduction="none") (chunked over tokens with
+XLA's matmul and fuselet's cross-entropy FFI call, custom_vjp); the reference model's pass
+through lax.stop_gradient. Losses are float32; jit, grad and vmap apply.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from fuselet import _losses
+from fuselet.jax._checks import array_facts
+from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy
+
+
+class _Jax:
+    """The array functions fuselet/_losses.py's math calls."""
+
+    logsigmoid = staticmethod(jax.nn.log_sigmoid)
+    relu = staticmethod(jax.nn.relu)
+    exp = staticmethod(jnp.exp)
+    log1p = staticmethod(jnp.log1p)
+    minimum = staticmethod(jnp.minimum)
+    clip = staticmethod(jnp.clip)
+    stop_gradient = staticmethod(jax.lax.stop_gradient)
+
+    @staticmethod
+    def at_least(x, low):
+        return jnp.maximum(x, low)
+
+
+def _shape(name, a, optional=False):
+    facts = array_facts(name, a, optional=optional)
+    return None if facts is None else facts[0]
+
+
+def _logps(hidden, weight, bias, target, ignore_index, chunk_size):
+    return -fused_linear_cross_entropy(
+        hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction="none", chunk_size=chunk_size
+    )
+
+
+def fused_linear_preference_loss(
+    hidden,
+    weight,
+    target,
+    *,
+    loss: str = "dpo",
+    bias=None,
+    ref_hidden=None,
+    ref_weight=None,
+    ref_bias=None,
+    beta: float = 0.1,
+    gamma: float = 0.5,
+    alpha: float = 1.0,
+    label_smoothing: float = 0.0,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+):
+    """fuselet.torch.fused_linear_preference_loss for JAX (the same arguments and math): hidden
+    [2B, T, H], B chosen then B rejected, weight [V, H], target [2B, T]. The float32 scalar loss;
+    no gradient reaches the reference model's arrays."""
+    shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target))}
+    refs = (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias))
+    reference = {n: _shape(n, a, optional=True) for n, a in refs}
+    _losses.check_preference_args(shapes["hidden"], shapes["target"], loss, beta, gamma, alpha, label_smoothing, reference)
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    ref_logp = None
+    if ref_hidden is not None:
+        ref_logp = jax.lax.stop_gradient(_logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size))
+    mask = (target != ignore_index).astype(jnp.float32)
+    return _losses.preference_loss(_Jax, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
+
+
+def fused_linear_grpo_loss(
+    hidden,
+    weight,
+    target,
+    advantages,
+    *,
+    old_logps=None,
+    ref_logps=None,
+    bias=None,
+    beta: float = 0.04,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    ignore_index: int = -100,
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+    chunk_size: int | None = None,
+):
+    """fuselet.torch.fused_linear_grpo_loss for JAX (the same arguments and math): hidden
+    [B, T, H], weight [V, H], target [B, T], advantages [B]. The float32 scalar loss."""
+    shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target), ("advantages", advantages))}
+    logps = {n: _shape(n, a, optional=True) for n, a in (("old_logps", old_logps), ("ref_logps", ref_logps))}
+    _losses.check_grpo_args(
+        shapes["hidden"],
+        shapes["target"],
+        shapes["advantages"],
+        logps,
+        beta,
+        epsilon_low,
+        epsilon_high,
+        loss_type,
+        max_completion_length,
+    )
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    mask = (target != ignore_index).astype(jnp.float32)
+    as32 = [None if a is None else jax.lax.stop_gradient(jnp.asarray(a, jnp.float32)) for a in (advantages, old_logps, ref_logps)]
+    return _losses.grpo_loss(_Jax, logp, mask, *as32, beta, epsilon_low, epsilon_high, loss_type, max_completion_length)

@@ -1,0 +1,181 @@
+"""The post-training losses fused with the LM head, for PyTorch: preference losses (DPO and its
+hinge / IPO variants, SimPO, CPO, ORPO) and GRPO's policy loss, from the last hidden states and
+the head's weight without the [tokens, vocab] logits.
+
+Math and argument rules: fuselet/_losses.py (shared with fuselet.jax). The per-token
+log-probabilities are -fused_linear_cross_entropy(reduction="none"): chunked over tokens with
+torch's matmul and fuselet's cross-entropy kernel, its fused backward included; the reference
+model's run under no_grad. Losses are float32; hidden and weight float32, float16 or bfloat16.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuselet import _losses
+from fuselet.torch._args import check_dense, check_same_device
+from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
+
+
+class _Torch:
+    """The array functions fuselet/_losses.py's math calls."""
+
+    logsigmoid = staticmethod(torch.nn.functional.logsigmoid)
+    relu = staticmethod(torch.relu)
+    exp = staticmethod(torch.exp)
+    log1p = staticmethod(torch.log1p)
+    minimum = staticmethod(torch.minimum)
+
+    @staticmethod
+    def clip(x, low, high):
+        return x.clamp(low, high)
+
+    @staticmethod
+    def at_least(x, low):
+        return x.clamp(min=low)
+
+    @staticmethod
+    def stop_gradient(x):
+        return x.detach()
+
+
+def _shape(t):
+    return None if t is None else tuple(t.shape)
+
+
+def _logps(hidden, weight, bias, target, ignore_index, chunk_size):
+    """log p(target) per token, [sequences, T] float32 (0 where target is ignore_index)."""
+    return -fused_linear_cross_entropy(
+        hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction="none", chunk_size=chunk_size
+    )
+
+
+def fused_linear_preference_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    *,
+    loss: str = "dpo",
+    bias: torch.Tensor | None = None,
+    ref_hidden: torch.Tensor | None = None,
+    ref_weight: torch.Tensor | None = None,
+    ref_bias: torch.Tensor | None = None,
+    beta: float = 0.1,
+    gamma: float = 0.5,
+    alpha: float = 1.0,
+    label_smoothing: float = 0.0,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """A preference loss of the policy's hidden [2B, T, H] (B chosen sequences, then B rejected:
+    TRL's concatenated layout) through the head weight [V, H] (and bias), target [2B, T] aligned
+    with hidden (target[t] labels position t; ignore_index drops it). loss: "dpo" (sigmoid, with
+    label_smoothing), "hinge", "ipo" (against the reference model ref_hidden [2B, T, H_ref] /
+    ref_weight / ref_bias, or none), "simpo" (gamma), "cpo" (alpha: the chosen NLL's weight),
+    "orpo". The float32 scalar loss; gradients flow to hidden, weight and bias only."""
+    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
+        check_dense(name, t, optional=name == "bias")
+    for name, t in (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias)):
+        check_dense(name, t, optional=True)
+    reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
+    _losses.check_preference_args(_shape(hidden), _shape(target), loss, beta, gamma, alpha, label_smoothing, reference)
+    check_same_device("hidden", hidden, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias)
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    ref_logp = None
+    if ref_hidden is not None:
+        with torch.no_grad():
+            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
+    mask = (target != ignore_index).to(torch.float32)
+    return _losses.preference_loss(_Torch, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
+
+
+def fused_linear_grpo_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    old_logps: torch.Tensor | None = None,
+    ref_logps: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+    beta: float = 0.04,
+    epsilon_low: float = 0.2,
+    epsilon_high: float = 0.2,
+    ignore_index: int = -100,
+    loss_type: str = "grpo",
+    max_completion_length: int | None = None,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """GRPO's clipped policy loss of hidden [B, T, H] through the head weight [V, H] (and bias),
+    target [B, T] (the completion tokens; ignore_index drops a position), advantages [B]; old_logps
+    [B, T] the sampling policy's log-probabilities (None: this policy's, detached: ratio 1);
+    ref_logps [B, T] the reference model's, for the beta-weighted KL term (None: no KL).
+    loss_type: "grpo" (per sequence, then over sequences), "bnpo" (over all counted tokens),
+    "dr_grpo" (over B * max_completion_length, default T). The float32 scalar loss."""
+    for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target), ("advantages", advantages)):
+        check_dense(name, t, optional=name == "bias")
+    for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
+        check_dense(name, t, optional=True)
+    logps = {"old_logps": _shape(old_logps), "ref_logps": _shape(ref_logps)}
+    _losses.check_grpo_args(
+        _shape(hidden),
+        _shape(target),
+        _shape(advantages),
+        logps,
+        beta,
+        epsilon_low,
+        epsilon_high,
+        loss_type,
+        max_completion_length,
+    )
+    check_same_device("hidden", hidden, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps)
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    mask = (target != ignore_index).to(torch.float32)
+    as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
+    return _losses.grpo_loss(_Torch, logp, mask, *as32, beta, epsilon_low, epsilon_high, loss_type, max_completion_length)
+
+
+class FusedLinearPreferenceLoss(torch.nn.Module):
+    """fused_linear_preference_loss as a module: the options at construction, the tensors per call
+    (forward(hidden, weight, target, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None))."""
+
+    def __init__(self, loss: str = "dpo", **options):
+        super().__init__()
+        _losses.check_preference_args((2, 1, 1), (2, 1), loss, *(options.get(k, d) for k, d in _PREFERENCE_DEFAULTS), {})
+        self.loss, self.options = loss, options
+
+    def forward(self, hidden, weight, target, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None):
+        return fused_linear_preference_loss(
+            hidden,
+            weight,
+            target,
+            loss=self.loss,
+            bias=bias,
+            ref_hidden=ref_hidden,
+            ref_weight=ref_weight,
+            ref_bias=ref_bias,
+            **self.options,
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join([f"loss={self.loss!r}"] + [f"{k}={v!r}" for k, v in self.options.items()])
+
+
+class FusedLinearGRPOLoss(torch.nn.Module):
+    """fused_linear_grpo_loss as a module: the options at construction, the tensors per call
+    (forward(hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None))."""
+
+    def __init__(self, **options):
+        super().__init__()
+        self.options = options
+
+    def forward(self, hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None):
+        return fused_linear_grpo_loss(
+            hidden, weight, target, advantages, old_logps=old_logps, ref_logps=ref_logps, bias=bias, **self.options
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+
+
+_PREFERENCE_DEFAULTS = (("beta", 0.1), ("gamma", 0.5), ("alpha", 1.0), ("label_smoothing", 0.0))

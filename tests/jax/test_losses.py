@@ -1,0 +1,143 @@
+"""fuselet.jax's fused_linear_preference_loss and fused_linear_grpo_loss against the unfused
+losses in jax.numpy (the [tokens, V] logits, log_softmax, TRL's formulas), under jit and grad;
+vmap over a batch of problems; bad input."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.conftest import import_layer
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+fj = import_layer("jax")
+
+B, T, H, V = 2, 7, 16, 40
+
+
+def inputs(seed=0, sequences=2 * B, h=H, dtype=jnp.float32):
+    rng = np.random.default_rng(seed)
+    hidden = jnp.asarray(rng.standard_normal((sequences, T, h)) * 0.5, dtype)
+    weight = jnp.asarray(rng.standard_normal((V, h)) * 0.3, dtype)
+    target = rng.integers(0, V, (sequences, T)).astype(np.int32)
+    target[:, :2] = -100
+    target[1, -1] = -100
+    return hidden, weight, jnp.asarray(target)
+
+
+def token_logps(hidden, weight, target):
+    logits = hidden.astype(jnp.float32) @ weight.astype(jnp.float32).T
+    logp = jnp.take_along_axis(jax.nn.log_softmax(logits, -1), jnp.maximum(target, 0)[..., None], -1)[..., 0]
+    return logp * (target != -100)
+
+
+def reference_preference(hidden, weight, target, loss, ref=None, beta=0.1, gamma=0.5, alpha=1.0):
+    mask = (target != -100).astype(jnp.float32)
+    logp = token_logps(hidden, weight, target)
+    average = loss in ("ipo", "simpo", "orpo")
+
+    def seq(lp):
+        s = lp.sum(-1)
+        return s / mask.sum(-1) if average else s
+
+    b = hidden.shape[0] // 2
+    c, r = seq(logp)[:b], seq(logp)[b:]
+    ref_s = seq(jax.lax.stop_gradient(token_logps(*ref, target))) if ref is not None else jnp.zeros(2 * b)
+    d = (c - r) - (ref_s[:b] - ref_s[b:])
+    if loss == "dpo":
+        return (-jax.nn.log_sigmoid(beta * d)).mean()
+    if loss == "hinge":
+        return jax.nn.relu(1 - beta * d).mean()
+    if loss == "ipo":
+        return ((d - 1 / (2 * beta)) ** 2).mean()
+    if loss == "simpo":
+        return (-jax.nn.log_sigmoid(beta * (c - r) - gamma)).mean()
+    nll = -logp[:b].sum() / mask[:b].sum()
+    if loss == "cpo":
+        return (-jax.nn.log_sigmoid(beta * (c - r))).mean() + alpha * nll
+    log_odds = (c - r) - (jnp.log1p(-jnp.exp(c)) - jnp.log1p(-jnp.exp(r)))
+    return nll - beta * jax.nn.log_sigmoid(log_odds).mean()
+
+
+def reference_grpo(hidden, weight, target, advantages, old, ref, beta=0.04, loss_type="grpo"):
+    mask = (target != -100).astype(jnp.float32)
+    logp = token_logps(hidden, weight, target)
+    ratio = jnp.exp(logp - old)
+    a = advantages[:, None]
+    per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + beta * (jnp.exp(ref - logp) - (ref - logp) - 1)
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum()
+    return (per_token * mask).sum() / per_token.size
+
+
+def assert_same(fused, reference, args):
+    loss, grads = jax.jit(jax.value_and_grad(fused, argnums=(0, 1)))(*args)
+    want, want_grads = jax.value_and_grad(reference, argnums=(0, 1))(*args)
+    assert loss.dtype == jnp.float32 and loss.shape == ()
+    np.testing.assert_allclose(loss, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(grads, want_grads):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", ["dpo", "hinge", "ipo", "simpo", "cpo", "orpo"])
+def test_preference_loss_against_reference(loss):
+    hidden, weight, target = inputs()
+    ref = inputs(seed=1, h=12)[:2] if loss in ("dpo", "hinge", "ipo") else None
+    kwargs = dict(ref_hidden=ref[0], ref_weight=ref[1]) if ref else {}
+    assert_same(
+        lambda h, w, t: fj.fused_linear_preference_loss(h, w, t, loss=loss, chunk_size=5, **kwargs),
+        lambda h, w, t: reference_preference(h, w, t, loss, ref),
+        (hidden, weight, target),
+    )
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_grpo_loss_against_reference(loss_type):
+    hidden, weight, target = inputs(sequences=3)
+    rng = np.random.default_rng(3)
+    advantages = jnp.asarray(rng.standard_normal(3), jnp.float32)
+    now = token_logps(hidden, weight, target)
+    old = now + jnp.asarray(rng.standard_normal(now.shape) * 0.3, jnp.float32)
+    ref = now + jnp.asarray(rng.standard_normal(now.shape) * 0.2, jnp.float32)
+    assert_same(
+        lambda h, w, t: fj.fused_linear_grpo_loss(h, w, t, advantages, old_logps=old, ref_logps=ref, loss_type=loss_type),
+        lambda h, w, t: reference_grpo(h, w, t, advantages, old, ref, loss_type=loss_type),
+        (hidden, weight, target),
+    )
+
+
+def test_vmap_over_problems():
+    problems = [inputs(seed=s) for s in range(3)]
+    hidden, weight, target = (jnp.stack(parts) for parts in zip(*problems))
+    batched = jax.vmap(lambda h, w, t: fj.fused_linear_preference_loss(h, w, t, loss="simpo"))(hidden, weight, target)
+    one_by_one = [fj.fused_linear_preference_loss(*p, loss="simpo") for p in problems]
+    np.testing.assert_allclose(batched, jnp.stack(one_by_one), rtol=1e-5, atol=1e-6)
+
+
+def test_bfloat16_inputs_float32_loss():
+    hidden, weight, target = inputs(dtype=jnp.bfloat16)
+    loss = fj.fused_linear_preference_loss(hidden, weight, target, loss="orpo")
+    want = reference_preference(hidden, weight, target, "orpo")
+    assert loss.dtype == jnp.float32
+    np.testing.assert_allclose(loss, want, rtol=2e-2, atol=2e-2)
+
+
+def test_bad_input():
+    hidden, weight, target = inputs()
+    with pytest.raises(ValueError, match=r"loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"):
+        fj.fused_linear_preference_loss(hidden, weight, target, loss="sigmoid")
+    with pytest.raises(ValueError, match=r"hidden: expected an even number of sequences > 0"):
+        fj.fused_linear_preference_loss(hidden[:3], weight, target[:3])
+    with pytest.raises(ValueError, match=r"ref_hidden: expected with ref_weight"):
+        fj.fused_linear_preference_loss(hidden, weight, target, ref_weight=weight)
+    with pytest.raises(TypeError, match=r"hidden: expected a jax.Array, got NoneType"):
+        fj.fused_linear_preference_loss(None, weight, target)
+    with pytest.raises(ValueError, match=r"advantages: expected shape \(4,\)"):
+        fj.fused_linear_grpo_loss(hidden, weight, target, jnp.zeros(3))
+    with pytest.raises(TypeError, match=r"advantages: expected a jax.Array, got NoneType"):
+        fj.fused_linear_grpo_loss(hidden, weight, target, None)
+    with pytest.raises(ValueError, match=r"loss_type: expected one of grpo, bnpo, dr_grpo"):
+        fj.fused_linear_grpo_loss(hidden, weight, target, jnp.zeros(4), loss_type="x")

@@ -1,0 +1,251 @@
+"""fused_linear_preference_loss and fused_linear_grpo_loss against the same losses written the
+unfused way (the [tokens, V] logits, log_softmax and TRL's formulas in torch), in float32 and
+bfloat16; gradients, torch.compile(fullgraph=True), the module forms, bad input."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import import_layer
+
+torch = pytest.importorskip("torch")
+ft = import_layer("torch")
+F = torch.nn.functional
+
+B, T, H, V = 2, 7, 16, 40
+
+
+def inputs(dtype=torch.float32, seed=0, sequences=2 * B, h=H):
+    g = torch.Generator().manual_seed(seed)
+    hidden = (torch.randn(sequences, T, h, generator=g) * 0.5).to(dtype).requires_grad_()
+    weight = (torch.randn(V, h, generator=g) * 0.3).to(dtype).requires_grad_()
+    target = torch.randint(0, V, (sequences, T), generator=g)
+    target[:, :2] = -100  # the prompt
+    target[1, -1] = -100  # padding
+    return hidden, weight, target
+
+
+def token_logps(hidden, weight, target, bias=None):
+    """log p(target) per token the unfused way: the logits, log_softmax, gather; 0 where ignored."""
+    logits = F.linear(hidden.float(), weight.float(), None if bias is None else bias.float())
+    logp = logits.log_softmax(-1).gather(-1, target.clamp(min=0)[..., None])[..., 0]
+    return logp * (target != -100)
+
+
+def reference_preference(hidden, weight, target, loss, ref=None, beta=0.1, gamma=0.5, alpha=1.0, label_smoothing=0.0):
+    """TRL's formulas (DPOTrainer's sigmoid / hinge / ipo, CPOTrainer's simpo / cpo, ORPOTrainer)."""
+    mask = (target != -100).float()
+    logp = token_logps(hidden, weight, target)
+    average = loss in ("ipo", "simpo", "orpo")
+
+    def seq(lp):
+        s = lp.sum(-1)
+        return s / mask.sum(-1) if average else s
+
+    c, r = seq(logp).chunk(2)
+    if ref is not None:
+        with torch.no_grad():
+            rc, rr = seq(token_logps(*ref, target)).chunk(2)
+    else:
+        rc = rr = torch.zeros(())
+    logits = (c - r) - (rc - rr)
+    if loss == "dpo":
+        return (-F.logsigmoid(beta * logits) * (1 - label_smoothing) - F.logsigmoid(-beta * logits) * label_smoothing).mean()
+    if loss == "hinge":
+        return torch.relu(1 - beta * logits).mean()
+    if loss == "ipo":
+        return ((logits - 1 / (2 * beta)) ** 2).mean()
+    if loss == "simpo":
+        z = beta * (c - r) - gamma
+        return (-F.logsigmoid(z) * (1 - label_smoothing) - F.logsigmoid(-z) * label_smoothing).mean()
+    nll = -(logp.chunk(2)[0]).sum() / mask.chunk(2)[0].sum()
+    if loss == "cpo":
+        return (-F.logsigmoid(beta * (c - r))).mean() + alpha * nll
+    log_odds = (c - r) - (torch.log1p(-torch.exp(c)) - torch.log1p(-torch.exp(r)))
+    return nll - beta * F.logsigmoid(log_odds).mean()
+
+
+def reference_grpo(
+    hidden, weight, target, advantages, old=None, ref=None, beta=0.04, eps_low=0.2, eps_high=0.2, loss_type="grpo"
+):
+    """TRL's GRPOTrainer._compute_loss."""
+    mask = (target != -100).float()
+    logp = token_logps(hidden, weight, target)
+    old = logp.detach() if old is None else old
+    ratio = torch.exp(logp - old)
+    a = advantages[:, None]
+    per_token = -torch.min(ratio * a, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * a)
+    if ref is not None and beta:
+        per_token = per_token + beta * (torch.exp(ref - logp) - (ref - logp) - 1)
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+    if loss_type == "bnpo":
+        return (per_token * mask).sum() / mask.sum().clamp(min=1)
+    return (per_token * mask).sum() / (per_token.shape[0] * per_token.shape[1])
+
+
+def assert_same(fused_fn, reference_fn, tensors, dtype):
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    loss = fused_fn()
+    grads = torch.autograd.grad(loss, tensors)
+    want = reference_fn()
+    want_grads = torch.autograd.grad(want, tensors)
+    assert loss.dtype == torch.float32 and loss.dim() == 0
+    torch.testing.assert_close(loss, want.float(), **tol)
+    for name, g, w in zip(("hidden", "weight"), grads, want_grads):
+        scale = max(1.0, float(w.float().abs().max()))
+        torch.testing.assert_close(g.float() / scale, w.float() / scale, **tol, msg=name)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("loss", ["dpo", "hinge", "ipo", "simpo", "cpo", "orpo"])
+def test_preference_loss_against_reference(loss, dtype):
+    hidden, weight, target = inputs(dtype)
+    ref = None
+    kwargs = {}
+    if loss in ("dpo", "hinge", "ipo"):
+        ref_hidden, ref_weight, _ = inputs(dtype, seed=1, h=12)  # the reference model's hidden size differs
+        ref = (ref_hidden.detach(), ref_weight.detach())
+        kwargs = dict(ref_hidden=ref[0], ref_weight=ref[1])
+    assert_same(
+        lambda: ft.fused_linear_preference_loss(hidden, weight, target, loss=loss, chunk_size=5, **kwargs),
+        lambda: reference_preference(hidden, weight, target, loss, ref),
+        (hidden, weight),
+        dtype,
+    )
+
+
+def test_preference_options_and_no_reference():
+    hidden, weight, target = inputs()
+    for loss, opts in (("dpo", dict(beta=0.3, label_smoothing=0.2)), ("simpo", dict(beta=2.0, gamma=1.0, label_smoothing=0.1))):
+        assert_same(
+            lambda loss=loss, opts=opts: ft.fused_linear_preference_loss(hidden, weight, target, loss=loss, **opts),
+            lambda loss=loss, opts=opts: reference_preference(hidden, weight, target, loss, None, **opts),
+            (hidden, weight),
+            torch.float32,
+        )
+    assert_same(
+        lambda: ft.fused_linear_preference_loss(hidden, weight, target, loss="cpo", beta=0.5, alpha=0.3),
+        lambda: reference_preference(hidden, weight, target, "cpo", None, beta=0.5, alpha=0.3),
+        (hidden, weight),
+        torch.float32,
+    )
+
+
+def test_reference_model_gets_no_gradient():
+    hidden, weight, target = inputs()
+    ref_hidden, ref_weight, _ = inputs(seed=1)
+    loss = ft.fused_linear_preference_loss(hidden, weight, target, ref_hidden=ref_hidden, ref_weight=ref_weight)
+    loss.backward()
+    assert ref_hidden.grad is None and ref_weight.grad is None and hidden.grad is not None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+def test_grpo_loss_against_reference(loss_type, dtype):
+    hidden, weight, target = inputs(dtype, sequences=B + 1)
+    g = torch.Generator().manual_seed(3)
+    advantages = torch.randn(B + 1, generator=g)
+    with torch.no_grad():
+        now = token_logps(hidden, weight, target)
+    old = now + 0.3 * torch.randn(now.shape, generator=g)  # ratios away from 1: the clip matters
+    ref = now + 0.2 * torch.randn(now.shape, generator=g)
+    assert_same(
+        lambda: ft.fused_linear_grpo_loss(hidden, weight, target, advantages, old_logps=old, ref_logps=ref, loss_type=loss_type),
+        lambda: reference_grpo(hidden, weight, target, advantages, old, ref, loss_type=loss_type),
+        (hidden, weight),
+        dtype,
+    )
+
+
+def test_grpo_on_policy_without_reference():
+    hidden, weight, target = inputs(sequences=3)
+    advantages = torch.tensor([1.0, -0.5, 0.25])
+    assert_same(
+        lambda: ft.fused_linear_grpo_loss(hidden, weight, target, advantages, beta=0.0),
+        lambda: reference_grpo(hidden, weight, target, advantages),
+        (hidden, weight),
+        torch.float32,
+    )
+
+
+def test_torch_compile_fullgraph():
+    hidden, weight, target = inputs()
+    ref_hidden, ref_weight, _ = inputs(seed=1)
+    compiled = torch.compile(ft.fused_linear_preference_loss, fullgraph=True)
+    got = compiled(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
+    want = ft.fused_linear_preference_loss(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
+    torch.testing.assert_close(got, want)
+    advantages = torch.randn(2 * B)
+    grpo = torch.compile(ft.fused_linear_grpo_loss, fullgraph=True)
+    torch.testing.assert_close(
+        grpo(hidden, weight, target, advantages), ft.fused_linear_grpo_loss(hidden, weight, target, advantages)
+    )
+
+
+def test_module_forms():
+    hidden, weight, target = inputs()
+    dpo = ft.FusedLinearPreferenceLoss("orpo", beta=0.2)
+    assert "loss='orpo', beta=0.2" in repr(dpo)
+    torch.testing.assert_close(
+        dpo(hidden, weight, target), ft.fused_linear_preference_loss(hidden, weight, target, loss="orpo", beta=0.2)
+    )
+    advantages = torch.randn(2 * B)
+    grpo = ft.FusedLinearGRPOLoss(loss_type="bnpo")
+    torch.testing.assert_close(
+        grpo(hidden, weight, target, advantages), ft.fused_linear_grpo_loss(hidden, weight, target, advantages, loss_type="bnpo")
+    )
+    with pytest.raises(ValueError, match="loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'kto2'"):
+        ft.FusedLinearPreferenceLoss("kto2")
+
+
+def test_bad_input():
+    hidden, weight, target = inputs()
+    pref = ft.fused_linear_preference_loss
+    cases = [
+        (lambda: pref(hidden, weight, target, loss="sigmoid"), ValueError, r"loss: expected one of dpo, hinge"),
+        (lambda: pref(hidden[:3], weight, target[:3]), ValueError, r"hidden: expected an even number of sequences > 0"),
+        (lambda: pref(hidden[0], weight, target[0]), ValueError, r"hidden: expected shape \[sequences, T, H\]"),
+        (lambda: pref(hidden, weight, target[:, :3]), ValueError, r"target: expected shape \(4, 7\)"),
+        (lambda: pref(hidden, weight, target, beta=0.0), ValueError, r"beta: expected a number > 0.0, got 0.0"),
+        (lambda: pref(hidden, weight, target, beta=float("nan")), ValueError, r"beta: expected a finite number"),
+        (lambda: pref(hidden, weight, target, label_smoothing=0.7), ValueError, r"label_smoothing: expected a number <= 0.5"),
+        (lambda: pref(hidden, weight, target, ref_hidden=hidden), ValueError, r"ref_weight: expected with ref_hidden"),
+        (
+            lambda: pref(hidden, weight, target, loss="simpo", ref_hidden=hidden, ref_weight=weight),
+            ValueError,
+            r"ref_hidden: loss 'simpo' takes no reference",
+        ),
+        (
+            lambda: pref(hidden, weight, target, ref_hidden=hidden[:, :3], ref_weight=weight),
+            ValueError,
+            r"ref_hidden: expected shape \[4, 7, H_ref\]",
+        ),
+        (lambda: pref(None, weight, target), TypeError, r"hidden"),
+        (lambda: pref(hidden, weight.double(), target), TypeError, r"weight: expected dtype float32"),
+    ]
+    advantages = torch.zeros(2 * B)
+    grpo = ft.fused_linear_grpo_loss
+    cases += [
+        (lambda: grpo(hidden, weight, target, advantages[:3]), ValueError, r"advantages: expected shape \(4,\)"),
+        (
+            lambda: grpo(hidden, weight, target, advantages, old_logps=target.float()[:, :2]),
+            ValueError,
+            r"old_logps: expected shape \(4, 7\)",
+        ),
+        (
+            lambda: grpo(hidden, weight, target, advantages, loss_type="dapo2"),
+            ValueError,
+            r"loss_type: expected one of grpo, bnpo, dr_grpo",
+        ),
+        (lambda: grpo(hidden, weight, target, advantages, epsilon_low=-1), ValueError, r"epsilon_low: expected a number >= 0.0"),
+        (
+            lambda: grpo(hidden, weight, target, advantages, max_completion_length=0),
+            ValueError,
+            r"max_completion_length: expected None or an int >= 1",
+        ),
+        (lambda: grpo(hidden, weight, target, None), TypeError, r"advantages"),
+    ]
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()
