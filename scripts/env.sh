@@ -17,6 +17,14 @@ export RATTLER_CACHE_DIR="${RATTLER_CACHE_DIR:-$ROOT/.rattler-cache}"
 # FUSELET_REQUIRE_IMPORTS, so that a broken environment fails the run instead of skipping tests.
 DEV_IMPORTS="torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers onnx onnxscript onnxruntime flax optax"
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
+# Temporary files of the heavy steps under build/tmp, on the clone's own disk, never /tmp (often a
+# small tmpfs, and another file system than the package cache, so conda environments there are
+# copies, not links): make test's tmp_path folders hold conda environments (about 9 GB at once),
+# and each isolated pip build installs torch with its CUDA libraries (about 6 GB).
+use_build_tmp() {
+  export TMPDIR="$ROOT/build/tmp"
+  mkdir -p "$TMPDIR"
+}
 # The per-user cache, shared by every clone: the seed's downloads and packages
 # (fuselet-build seed: <cache>/seed) and the compiler cache (<cache>/sccache/<tree>).
 # (XDG: an unset, empty or relative XDG_CACHE_HOME means ~/.cache; ~ is the passwd entry's where

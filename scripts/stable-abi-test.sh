@@ -14,6 +14,7 @@
 # FUSELET_EXPECT_TORCH_ABI=stable makes tests/torch/test_stable_abi.py fail if any other build
 # was imported. Extra arguments go to each pytest run.
 source "$(dirname "$0")/env.sh"
+use_build_tmp   # the isolated pip build's environment: torch 2.14.1 with its CUDA libraries
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache
 out="$ROOT/build/stable-abi"

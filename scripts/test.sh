@@ -9,6 +9,7 @@
 # (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after
 # the packages.
 source "$(dirname "$0")/env.sh"
+use_build_tmp
 start_all=$(date +%s)
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache   # after bootstrap, which may have just installed sccache
@@ -47,7 +48,7 @@ fi
 # package build, which keeps about one of the CPUs busy.
 tests_log="$ROOT/build/pytest-processes.log"
 log "pytest tests/ -m 'processes or builds': started beside the package build (log: $tests_log)"
-"${pytest[@]}" -q -m "processes or builds" tests >"$tests_log" 2>&1 &
+"${pytest[@]}" -q --basetemp "$TMPDIR/processes" -m "processes or builds" tests >"$tests_log" 2>&1 &
 tests_pid=$!
 trap 'kill "$tests_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 # pytest's test_verify_passes verifies the packages (and what verify must refuse).
@@ -62,7 +63,8 @@ cat "$tests_log"
 # layer and its smoke under two torch releases, which compiles.
 tools_log="$ROOT/build/pytest-tools.log"
 log "pytest tools/fuselet-build/tests: started beside the stable-ABI step (log: $tools_log)"
-FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q tools/fuselet-build/tests >"$tools_log" 2>&1 &
+FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q --basetemp "$TMPDIR/tools" tools/fuselet-build/tests \
+  >"$tools_log" 2>&1 &
 tools_pid=$!
 trap 'kill "$tools_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 stable_status=0 stable_log="$ROOT/build/stable-abi.log"
