@@ -170,6 +170,13 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
         mask = torch.ones(q, k, dtype=torch.bool, device=x.device).tril(k - q)
         return torch.softmax((x * SCALE).masked_fill(~mask, -math.inf), -1)
 
+    def jsd_unfused(input, target, beta=0.5):  # TRL's generalized JSD: a logsumexp mixture
+        x, t = input.float(), target.float()
+        mix = torch.logsumexp(torch.stack([x + math.log(1 - beta), t + math.log(beta)]), dim=0)
+        per = beta * F.kl_div(mix, t, reduction="none", log_target=True)
+        per = per + (1 - beta) * F.kl_div(mix, x, reduction="none", log_target=True)
+        return per.sum(-1).mean()
+
     n, h, v = FLCE
     b, s, heads, d = ROPE
     specs = [
@@ -231,6 +238,30 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
             ft.cross_entropy,
             lambda logits, target: F.cross_entropy(logits, target),
         ),
+        (
+            "kl_div",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(input=t(TOKENS, VOCAB), target=t(TOKENS, VOCAB, grad=False)),
+            lambda input, target: ft.kl_div(input, target, log_target=True),
+            lambda input, target: F.kl_div(input.float(), target.float(), reduction="batchmean", log_target=True),
+        ),
+        (
+            "jsd",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(input=t(TOKENS, VOCAB), target=t(TOKENS, VOCAB, grad=False)),
+            lambda input, target: ft.jsd(input, target, beta=0.5),
+            jsd_unfused,
+        ),
+        (
+            "tvd",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(input=t(TOKENS, VOCAB), target=t(TOKENS, VOCAB, grad=False)),
+            ft.tvd,
+            lambda input, target: (0.5 * (target.float().exp() - input.float().exp()).abs().sum(-1)).mean(),
+        ),
     ]
     for reduction in ("mean", "none"):
         specs.append(
@@ -290,6 +321,16 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
     def rope_unfused(x, cos, sin):
         x1, x2 = jnp.split(x, 2, axis=-1)
         return x * cos[:, None] + jnp.concatenate((-x2, x1), -1) * sin[:, None]
+
+    def kl_unfused(input, target):  # torch's kl_div(log_target=True, "batchmean")
+        x, t = input.astype(jnp.float32), target.astype(jnp.float32)
+        return jnp.sum(jnp.exp(t) * (t - x)) / x.shape[0]
+
+    def jsd_unfused(input, target, beta=0.5):
+        x, t = input.astype(jnp.float32), target.astype(jnp.float32)
+        mix = jnp.logaddexp(x + math.log(1 - beta), t + math.log(beta))
+        per = beta * jnp.exp(t) * (t - mix) + (1 - beta) * jnp.exp(x) * (x - mix)
+        return jnp.mean(jnp.sum(per, -1))
 
     def ce(logits, target, reduction="mean"):
         logp = jax.nn.log_softmax(logits, axis=-1)
@@ -363,6 +404,35 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
             ("logits",),
             fj.cross_entropy,
             ce,
+        ),
+        (
+            "kl_div",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(input=t(TOKENS, VOCAB), target=t(TOKENS, VOCAB)),
+            ("input",),
+            lambda input, target: fj.kl_div(input, target, log_target=True),
+            kl_unfused,
+        ),
+        (
+            "jsd",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(input=t(TOKENS, VOCAB), target=t(TOKENS, VOCAB)),
+            ("input",),
+            lambda input, target: fj.jsd(input, target, beta=0.5),
+            jsd_unfused,
+        ),
+        (
+            "tvd",
+            _shape(TOKENS, VOCAB),
+            "token",
+            lambda: dict(input=t(TOKENS, VOCAB), target=t(TOKENS, VOCAB)),
+            ("input",),
+            fj.tvd,
+            lambda input, target: jnp.mean(
+                0.5 * jnp.sum(jnp.abs(jnp.exp(target.astype(jnp.float32)) - jnp.exp(input.astype(jnp.float32))), -1)
+            ),
         ),
     ]
     for reduction in ("mean", "none"):

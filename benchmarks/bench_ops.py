@@ -1,5 +1,6 @@
-"""Benchmark fuselet's residual add + RMSNorm, SwiGLU / GeGLU and softmax against the unfused
-expressions they replace, in the same run: torch eager, torch.compile and jax.jit.
+"""Benchmark fuselet's residual add + RMSNorm, SwiGLU / GeGLU, softmax and the divergences (kl_div,
+jsd, tvd: log-probabilities in, one loss out) against the unfused expressions they replace, in the
+same run: torch eager, torch.compile and jax.jit.
 
 Prints one table per framework and device: median time per call (forward, and forward +
 backward), fuselet's bandwidth as a fraction of x.clone()'s (bw: bytes read and written per
@@ -9,7 +10,7 @@ peer is the faster of eager and torch.compile (both times are shown); in the JAX
 jax.jit of the jax.numpy expression. Medians of --repeats timed batches; the machines this
 runs on are noisy, so read the ratios, not the times.
 
-    python benchmarks/bench_ops.py [--family add_norm|glu|softmax|all] [--framework torch|jax|all]
+    python benchmarks/bench_ops.py [--family add_norm|glu|softmax|divergence|all] [--framework torch|jax|all]
                                    [--device cpu|cuda] [--quick]
 """
 
@@ -25,11 +26,17 @@ from bench_norm import median_seconds
 
 SHAPES_CPU = [(1024, 1024), (4096, 4096)]
 SHAPES_GPU = [(8192, 4096), (16384, 8192)]
-FAMILIES = {"add_norm": ("add_rms_norm",), "glu": ("swiglu", "geglu"), "softmax": ("softmax", "softmax_causal")}
+FAMILIES = {
+    "add_norm": ("add_rms_norm",),
+    "glu": ("swiglu", "geglu"),
+    "softmax": ("softmax", "softmax_causal"),
+    "divergence": ("kl_div", "jsd", "tvd"),
+}
 # Bytes each pass reads and writes, in tensors of the size of x (fwd, fwd+bwd); x.clone() moves 2.
 # add_rms_norm: x, residual -> y, residual_out; then dy, d(residual_out), residual_out -> dx (= dresidual).
 # GLUs: x -> y (half of x); then x, dy -> dx. softmax: x -> y; then y, dy -> dx. cross_entropy: the logits
-# -> a loss per row; then the logits -> dlogits.
+# -> a loss per row; then the logits -> dlogits. Divergences: input, target -> a loss per row; then input,
+# target -> dinput.
 TRAFFIC = {
     "add_rms_norm": (4, 8),
     "swiglu": (1.5, 4),
@@ -37,6 +44,9 @@ TRAFFIC = {
     "softmax": (2, 5),
     "softmax_causal": (2, 5),
     "cross_entropy": (1, 3),
+    "kl_div": (2, 5),
+    "jsd": (2, 5),
+    "tvd": (2, 5),
 }
 
 
@@ -118,7 +128,66 @@ def torch_cases(ops, shape, dtype, device):
             lambda x=x: ft.softmax(x, 0.125, causal=True),
             lambda x=x: torch.softmax((x * 0.125).masked_fill(~mask, -math.inf), -1),
         )
+    for op in ("kl_div", "jsd", "tvd"):
+        if op in ops:  # student log-probabilities (requiring grad) against a teacher's
+            x, target = t(rows, h).log_softmax(-1).detach().requires_grad_(True), t(rows, h, grad=False).log_softmax(-1)
+            out[op] = (
+                (x,),
+                lambda x=x, op=op, target=target: DIVERGENCES[op][0](ft, x, target),
+                DIVERGENCES_TORCH[op](x, target),
+            )
     return out
+
+
+# op -> (fuselet call, ...): the divergences as users call them (kl_div with log-probability targets, jsd
+# at beta 0.5), and the unfused expressions: torch's kl_div, TRL's generalized JSD (a logsumexp
+# mixture), the total variation written out.
+DIVERGENCES = {
+    "kl_div": (lambda m, x, t: m.kl_div(x, t, log_target=True),),
+    "jsd": (lambda m, x, t: m.jsd(x, t, beta=0.5),),
+    "tvd": (lambda m, x, t: m.tvd(x, t),),
+}
+
+
+def _torch_divergence(op):
+    import torch
+    import torch.nn.functional as F
+
+    def kl(x, t):
+        return F.kl_div(x.float(), t.float(), reduction="batchmean", log_target=True)
+
+    def jsd(x, t, beta=0.5):
+        xf, tf = x.float(), t.float()
+        mix = torch.logsumexp(torch.stack([xf + math.log(1 - beta), tf + math.log(beta)]), dim=0)
+        per = beta * F.kl_div(mix, tf, reduction="none", log_target=True)
+        return (per + (1 - beta) * F.kl_div(mix, xf, reduction="none", log_target=True)).sum(-1).mean()
+
+    def tvd(x, t):
+        return (0.5 * (t.float().exp() - x.float().exp()).abs().sum(-1)).mean()
+
+    fn = {"kl_div": kl, "jsd": jsd, "tvd": tvd}[op]
+    return lambda x, t: lambda: fn(x, t)
+
+
+DIVERGENCES_TORCH = {op: _torch_divergence(op) for op in DIVERGENCES}
+
+
+def _jax_divergence(op):
+    import jax.numpy as jnp
+
+    def kl(x, t):
+        xf, tf = x.astype(jnp.float32), t.astype(jnp.float32)
+        return jnp.sum(jnp.exp(tf) * (tf - xf)) / x.shape[0]
+
+    def jsd(x, t, beta=0.5):
+        xf, tf = x.astype(jnp.float32), t.astype(jnp.float32)
+        mix = jnp.logaddexp(xf + math.log(1 - beta), tf + math.log(beta))
+        return jnp.mean(jnp.sum(beta * jnp.exp(tf) * (tf - mix) + (1 - beta) * jnp.exp(xf) * (xf - mix), -1))
+
+    def tvd(x, t):
+        return jnp.mean(0.5 * jnp.sum(jnp.abs(jnp.exp(t.astype(jnp.float32)) - jnp.exp(x.astype(jnp.float32))), -1))
+
+    return {"kl_div": kl, "jsd": jsd, "tvd": tvd}[op]
 
 
 def bench_torch(ops, device: str, shapes, dtypes, repeats: int) -> list[float]:
@@ -211,6 +280,15 @@ def jax_cases(ops, shape, dtype, dev):
             lambda x: fj.softmax(x, 0.125, causal=True),
             lambda x: jax.nn.softmax(jnp.where(mask, x * 0.125, -jnp.inf), axis=-1),
         )
+    for op in ("kl_div", "jsd", "tvd"):
+        if op in ops:  # the teacher closed over: the gradient is the student's
+            x, target = jax.nn.log_softmax(t(0, rows, h), -1), jax.nn.log_softmax(t(1, rows, h), -1)
+            unfused = _jax_divergence(op)
+            out[op] = (
+                (x,),
+                lambda x, op=op, target=target: DIVERGENCES[op][0](fj, x, target),
+                lambda x, unfused=unfused, target=target: unfused(x, target),
+            )
     return out
 
 

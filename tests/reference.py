@@ -288,3 +288,44 @@ def cross_entropy_bwd(dloss, logits, target, ignore_index=-100, label_smoothing=
     if c is not None:
         ds = ds * (1 - (s / c) ** 2)
     return np.where(valid[..., None], ds, 0.0)
+
+
+def log_softmax(a) -> np.ndarray:
+    """log_softmax over the last dim, float64."""
+    a = to_float64(a)
+    return a - _logsumexp(a)[..., None]
+
+
+def _divergence_terms(kind: str, x, t, log_target=True, beta=0.0):
+    """(terms, dx, dt) per element of fuselet/divergence.h, float64: x = log Q; t = log P (or P).
+    Weight-0 terms are 0 (0 log 0 = 0)."""
+    x, t = to_float64(x), to_float64(t)
+    beta = float(np.float32(beta))  # the kernels take it as a float32
+    q = np.exp(x)
+    p = np.exp(t) if log_target else t
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lp = t if log_target else np.log(t)
+        if kind == "tvd":
+            s = 0.5 * np.sign(p - q)
+            return 0.5 * np.abs(p - q), -s * q, s * p
+        if kind == "kl_div" or beta == 0.0:
+            terms = np.where(p > 0, p * (lp - x), 0.0)
+            dt = np.where(p > 0, p * (lp - x + 1) if log_target else lp + 1 - x, 0.0)
+            return terms, -p, dt
+        if beta == 1.0:
+            return np.where(q > 0, q * (x - lp), 0.0), np.where(q > 0, q * (x - lp + 1), 0.0), -q
+        lm = np.log(beta * p + (1 - beta) * q)
+        terms = np.where(p > 0, beta * p * (lp - lm), 0.0) + np.where(q > 0, (1 - beta) * q * (x - lm), 0.0)
+        return terms, np.where(q > 0, (1 - beta) * q * (x - lm), 0.0), np.where(p > 0, beta * p * (lp - lm), 0.0)
+
+
+def divergence_fwd(kind: str, x, t, log_target=True, beta=0.0):
+    """-> the float64 loss per row [...] ("kl_div", "jsd", "tvd")."""
+    return np.sum(_divergence_terms(kind, x, t, log_target, beta)[0], axis=-1)
+
+
+def divergence_bwd(kind: str, dloss, x, t, log_target=True, beta=0.0):
+    """-> (dx, dt): dloss per row times each element's derivatives."""
+    _, dx, dt = _divergence_terms(kind, x, t, log_target, beta)
+    g = to_float64(dloss)[..., None]
+    return g * dx, g * dt

@@ -163,6 +163,7 @@ ROW_OPS = {  # op -> (call on an x of `shape`, the argument that is x)
     "swiglu": (lambda api, shape: api.module.swiglu(api.array(shape)), "x"),
     "softmax": (lambda api, shape: api.module.softmax(api.array(shape)), "x"),
     "cross_entropy": (lambda api, shape: api.module.cross_entropy(api.array(shape), api.array(shape[:-1], "int32")), "logits"),
+    "kl_div": (lambda api, shape: api.module.kl_div(api.array(shape), api.array(shape)), "input"),
 }
 
 
@@ -203,6 +204,12 @@ JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
         lambda fj, a: fj.fused_linear_cross_entropy(a["hidden"], a["weight"], a["target"]),
         {"hidden": (2, 4), "weight": (3, 4), "target": (2,)},
     ),
+    "kl_div": (lambda fj, a: fj.kl_div(a["input"], a["target"]), {"input": (2, 4), "target": (2, 4)}),
+    "jsd": (
+        lambda fj, a: fj.jsd(a["input"], a["target"], labels=a["labels"]),
+        {"input": (2, 4), "target": (2, 4), "labels": (2,)},
+    ),
+    "tvd": (lambda fj, a: fj.tvd(a["input"], a["target"]), {"input": (2, 4), "target": (2, 4)}),
     "fused_linear_preference_loss": (
         lambda fj, a: fj.fused_linear_preference_loss(a["hidden"], a["weight"], a["target"]),
         {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3)},
@@ -221,9 +228,10 @@ def test_jax_given_a_torch_tensor(op, argument):
     torch = pytest.importorskip("torch")
     call, shapes = JAX_OPS[op]
     api = Api("jax", fj)
-    arrays = {n: api.array(s, "int32" if n == "target" else "float32") for n, s in shapes.items()}
-    arrays[argument] = torch.zeros(shapes[argument], dtype=torch.int64 if argument == "target" else torch.float32)
-    optional = " or None" if (op, argument) == ("rms_norm", "weight") else ""
+    ids = {"target", "labels"} if op not in ("kl_div", "jsd", "tvd") else {"labels"}  # class ids
+    arrays = {n: api.array(s, "int32" if n in ids else "float32") for n, s in shapes.items()}
+    arrays[argument] = torch.zeros(shapes[argument], dtype=torch.int64 if argument in ids else torch.float32)
+    optional = " or None" if (op, argument) in (("rms_norm", "weight"), ("jsd", "labels")) else ""
     with raises(TypeError, f"{argument}: expected a jax.Array{optional}, got torch.Tensor"):
         call(fj, arrays)
 
@@ -257,6 +265,74 @@ def test_fused_linear_grpo_loss_rules(api):
         loss(hidden, weight, target, api.array((2,)), ref_logps=api.array((2, 2)))
     with raises(ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, got 'dapo'"):
         loss(hidden, weight, target, api.array((2,)), loss_type="dapo")
+
+
+# --- divergences (kl_div, jsd, tvd) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["kl_div", "jsd", "tvd"])
+def test_divergence_input_and_target(api, op):
+    fn = getattr(api.module, op)
+    x = api.array((2, 4))
+    with raises(TypeError, "input: expected dtype float32, float16 or bfloat16, got int32"):
+        fn(api.array((2, 4), "int32"), x)
+    with raises(TypeError, "target: expected dtype float32 (the dtype of input), got bfloat16"):
+        fn(x, api.array((2, 4), "bfloat16"))
+    with raises(TypeError, "target: expected dtype float32, float16 or bfloat16, got int32"):
+        fn(x, api.array((2, 4), "int32"))
+    with raises(ValueError, "target: expected shape (2, 4) (the shape of input), got (2, 5)"):
+        fn(x, api.array((2, 5)))
+    with raises(ValueError, "input: the number of classes (last dimension) must be > 0, got shape (2, 0)"):
+        fn(api.array((2, 0)), api.array((2, 0)))
+    with raises(ValueError, "input: expected shape [..., V] with at least 1 dimension, got a 0-d array"):
+        fn(api.array(()), api.array(()))
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"target: expected a {kind}, got list"):
+        fn(x, [1.0, 2.0])
+
+
+def test_kl_div_options(api):
+    x = api.array((2, 4))
+    with raises(ValueError, "reduction: expected one of 'none', 'batchmean', 'sum', 'mean', got 'avg'"):
+        api.module.kl_div(x, x, reduction="avg")
+    with raises(TypeError, "log_target: expected a bool, got int"):
+        api.module.kl_div(x, x, log_target=1)
+
+
+@pytest.mark.parametrize("beta", [-0.1, 1.5, math.nan, math.inf])
+def test_jsd_beta_range(api, beta):
+    x = api.array((2, 4))
+    with raises(ValueError, f"beta: expected a float in [0, 1], got {beta}"):
+        api.module.jsd(x, x, beta=beta)
+
+
+def test_jsd_tvd_labels(api):
+    x = api.array((2, 4))
+    for fn in (api.module.jsd, api.module.tvd):
+        with raises(ValueError, "labels: expected shape (2,) (the shape of input without its last dimension), got (3,)"):
+            fn(x, x, labels=api.array((3,), "int32"))
+        with raises(TypeError, "labels: expected dtype int32 or int64 (class ids), got float32"):
+            fn(x, x, labels=api.array((2,)))
+        with raises(TypeError, "ignore_index: expected a Python int, got float"):
+            fn(x, x, labels=api.array((2,), "int32"), ignore_index=-100.0)
+    with raises(TypeError, "beta: expected a Python float, got str"):
+        api.module.jsd(x, x, beta="0.5")
+
+
+def test_torch_op_direct_divergence(torch):
+    x, r = torch.ones(2, 4), torch.ones(2)
+    with raises(ValueError, "kind: expected"):
+        torch.ops.fuselet.divergence_fwd(x, x, 7, True, 0.0)
+    with raises(ValueError, "log_target: expected"):
+        torch.ops.fuselet.divergence_fwd(x, x, 1, False, 0.5)
+    with raises(ValueError, "beta: expected 0 (beta is JSD's)"):
+        torch.ops.fuselet.divergence_fwd(x, x, 0, True, 0.5)
+    with raises(ValueError, "target: expected 2 rows of 4 elements, got 2 rows of 3"):
+        torch.ops.fuselet.divergence_fwd(x, torch.ones(2, 3), 2, True, 0.0)
+    with raises(ValueError, "dloss: expected 2 elements, got shape [3]"):
+        torch.ops.fuselet.divergence_bwd(torch.ones(3), x, x, 1, True, 0.5, False)
+    with raises(raw_dtype_error(), "target: expected dtype float32 (the dtype of input), got bfloat16"):
+        torch.ops.fuselet.divergence_bwd(r, x, x.bfloat16(), 1, True, 0.5, True)
 
 
 # --- residual add + RMSNorm ---------------------------------------------------------------
@@ -709,6 +785,11 @@ def _bad_op_calls(torch):
         (ValueError, "lse: expected", "cross_entropy_bwd_", (r, x, t2, f(3), -100, 0.0, 0.0, 0.0)),
         (ValueError, "label_smoothing: expected", "cross_entropy_fwd_bwd", (x, t2, -100, 2.0, 0.0, 0.0, 1.0)),
         (ValueError, "grad_scale: expected a finite", "cross_entropy_fwd_bwd_", (x, t2, -100, 0.0, 0.0, 0.0, float("inf"))),
+        (ValueError, "kind: expected", "divergence_fwd", (x, x, 3, True, 0.0)),
+        (ValueError, "log_target: expected", "divergence_fwd", (x, x, 2, False, 0.0)),
+        (ValueError, "beta: expected", "divergence_fwd", (x, x, 1, True, 2.0)),
+        (ValueError, "target: expected 2 rows of 4 elements", "divergence_fwd", (x, f(2, 3), 0, True, 0.0)),
+        (ValueError, "dloss: expected", "divergence_bwd", (f(3), x, x, 0, True, 0.0, True)),
         (
             ValueError,
             "weight: expected shape [V, 4]",
@@ -784,6 +865,8 @@ def _mixed_calls(torch):
         ("sin", "x", "rope_fwd", (q, c, c)),
         ("cos", "dy", "rope_bwd", (q, c, c)),
         ("target", "logits", "cross_entropy_fwd", (x, t, -100, 0.0, 0.0, 0.0)),
+        ("target", "input", "divergence_fwd", (x, x, 0, True, 0.0)),
+        ("dloss", "input", "divergence_bwd", (r, x, x, 1, True, 0.5, False)),
         ("lse", "logits", "cross_entropy_bwd", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
         ("dloss", "logits", "cross_entropy_bwd_", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
         ("target", "logits", "cross_entropy_fwd_bwd", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),

@@ -67,6 +67,12 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
         from fuselet.torch.cross_entropy import fwd_bwd
 
         fused = fwd_bwd(x.detach(), target, grad_scale=0.5, **opts)
+    elif op == "divergence":  # the per-row losses of every kind (exp and log in the kernel), both gradients
+        target = x.detach().flip(0).contiguous().requires_grad_(True)
+        rows = [torch.ops.fuselet.divergence_fwd(x, target, kind, True, beta) for kind, beta in ((0, 0.0), (1, 0.3), (2, 0.0))]
+        y = torch.stack(rows, -1)
+        dy = dy[..., :3].contiguous().float()
+        b = target
     else:
         y = ft.softmax(x, 0.5, True)
     params = [v for v in (x, w, b) if v.requires_grad]
@@ -82,7 +88,8 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
 
 @pytest.mark.parametrize("shape", [(5, 6), (8, 4098), (256, 4096)], ids=["5x6", "8x4098", "256x4096"])
 @pytest.mark.parametrize(
-    "op", ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved", "cross_entropy"]
+    "op",
+    ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved", "cross_entropy", "divergence"],
 )
 def test_bit_identical_across_isas(op, dtype, shape):
     """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits."""

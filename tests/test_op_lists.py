@@ -22,6 +22,8 @@ fj = import_layer("jax")
 FFI_FAMILY = {"swiglu": "glu", "geglu": "glu", "fused_linear_cross_entropy": "cross_entropy"}
 # Public ops composed in Python from other ops' kernels (no schema or FFI target of their own).
 COMPOSED = {"fused_linear_cross_entropy": "cross_entropy"}
+# Public ops that are one kernel family's modes (the kind argument of its schema and FFI target).
+FAMILIES = {"kl_div": "divergence", "jsd": "divergence", "tvd": "divergence"}
 # Public losses composed in Python from another public op (fuselet/_losses.py's math over its
 # per-token results): that op's kernels, ONNX translations and sharding rules are theirs.
 LOSSES = {"fused_linear_preference_loss": "fused_linear_cross_entropy", "fused_linear_grpo_loss": "fused_linear_cross_entropy"}
@@ -56,7 +58,7 @@ def test_both_layers_export_the_same_ops():
 
 @pytest.mark.parametrize("op", KERNEL_OPS)
 def test_every_op_has_a_forward_and_backward_kernel_in_both_layers(op):
-    family = COMPOSED.get(op, op)
+    family = COMPOSED.get(op, FAMILIES.get(op, op))
     schemas = torch_schemas()
     missing = [s for s in (f"{family}_fwd", f"{family}_bwd") if s not in schemas]
     assert not missing, f"{op}: csrc/torch/registration.cpp defines no torch.ops.fuselet.{missing}"
@@ -71,7 +73,7 @@ def test_every_op_has_a_forward_and_backward_kernel_in_both_layers(op):
 def test_every_forward_has_an_onnx_translation(op):
     from fuselet.torch import onnx
 
-    wanted = [f"{op}_none", f"{op}_reduced"] if op in COMPOSED else [f"{op}_fwd"]
+    wanted = [f"{op}_none", f"{op}_reduced"] if op in COMPOSED else [f"{FAMILIES.get(op, op)}_fwd"]
     missing = [name for name in wanted if name not in onnx._OPS]
     assert not missing, f"{op}: fuselet/torch/onnx.py translates no {missing}"
 

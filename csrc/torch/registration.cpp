@@ -62,4 +62,12 @@ FUSELET_TORCH_LIBRARY(m) {
   m.def(
       "cross_entropy_fwd_bwd_(Tensor(a!) logits, Tensor target, int ignore_index, float label_smoothing,"
       " float z_loss, float softcap, float grad_scale) -> (Tensor loss, Tensor z)");
+  // Divergences (divergence.cpp): math in csrc/core/include/fuselet/divergence.h. input, target
+  // [..., V] of one shape and dtype; kind a fuselet_divergence_kind (0 KL, 1 JSD, 2 TVD); a float32
+  // loss per row (input.shape[:-1]). The backward returns the gradient of input, or with
+  // wrt_target that of target.
+  m.def("divergence_fwd(Tensor input, Tensor target, int kind, bool log_target, float beta) -> Tensor loss");
+  m.def(
+      "divergence_bwd(Tensor dloss, Tensor input, Tensor target, int kind, bool log_target, float beta,"
+      " bool wrt_target) -> Tensor grad");
 }

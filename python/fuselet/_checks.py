@@ -260,3 +260,80 @@ def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | 
         raise TypeError(f"chunk_size: expected None or an int, got {type(chunk_size).__name__}")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size: expected None or an int >= 1 (tokens per chunk), got {chunk_size}")
+
+
+# The divergences of fuselet/divergence.h: the public op, its kind code (fuselet_divergence_kind).
+DIVERGENCE_KINDS = {"kl_div": 0, "jsd": 1, "tvd": 2}
+KL_REDUCTIONS = ("none", "batchmean", "sum", "mean")
+
+
+def check_divergence_args(
+    op: str,
+    input_shape: tuple,
+    input_dtype: str,
+    target_shape: tuple,
+    target_dtype: str,
+    *,
+    log_target=True,
+    reduction="batchmean",
+    beta=0.0,
+    labels: tuple | None = None,
+    ignore_index=-100,
+) -> None:
+    """input, target: [..., V] log-probabilities (target: probabilities for kl_div with
+    log_target=False), one shape and float dtype, V > 0; kl_div: log_target a bool, reduction one
+    of KL_REDUCTIONS; jsd: beta in [0, 1]; jsd and tvd: labels (shape, dtype) of input.shape[:-1]
+    int32/int64 ids or None, ignore_index an int."""
+    check_dtype("input", input_dtype)
+    if len(input_shape) == 0:
+        raise ValueError("input: expected shape [..., V] with at least 1 dimension, got a 0-d array")
+    if input_shape[-1] == 0:
+        raise ValueError(f"input: the number of classes (last dimension) must be > 0, got shape {tuple(input_shape)}")
+    if target_dtype != input_dtype:
+        check_dtype("target", target_dtype)
+        raise TypeError(f"target: expected dtype {input_dtype} (the dtype of input), got {target_dtype}")
+    if tuple(target_shape) != tuple(input_shape):
+        raise ValueError(f"target: expected shape {tuple(input_shape)} (the shape of input), got {tuple(target_shape)}")
+    if op == "kl_div":
+        if not isinstance(log_target, bool):
+            raise TypeError(f"log_target: expected a bool, got {type(log_target).__name__}")
+        if not isinstance(reduction, str) or reduction not in KL_REDUCTIONS:
+            raise ValueError(f"reduction: expected one of {', '.join(map(repr, KL_REDUCTIONS))}, got {reduction!r}")
+        return
+    if op == "jsd":
+        if not _is_number(beta):
+            raise TypeError(f"beta: expected a Python float, got {type(beta).__name__}")
+        if not 0.0 <= beta <= 1.0:
+            raise ValueError(f"beta: expected a float in [0, 1], got {beta}")
+    if labels is not None:
+        shape, dtype = labels
+        if dtype not in INDEX_DTYPES:
+            raise TypeError(f"labels: expected dtype int32 or int64 (class ids), got {dtype}")
+        if tuple(shape) != tuple(input_shape[:-1]):
+            raise ValueError(
+                f"labels: expected shape {tuple(input_shape[:-1])} (the shape of input without its last dimension), "
+                f"got {tuple(shape)}"
+            )
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, int):
+        raise TypeError(f"ignore_index: expected a Python int, got {type(ignore_index).__name__}")
+    if not _INT64[0] <= ignore_index <= _INT64[1]:
+        raise ValueError(f"ignore_index: expected an int64, got {ignore_index}")
+
+
+def check_divergence_options(kind, log_target, beta) -> None:
+    """The raw ops' options (torch.ops.fuselet.divergence_*, the FFI targets), as the core checks
+    them: kind a DIVERGENCE_KINDS code, log_target True except with KL, beta in [0, 1] for JSD and
+    0 for the others."""
+    names = {code: op for op, code in DIVERGENCE_KINDS.items()}
+    if isinstance(kind, bool) or kind not in names:
+        raise ValueError(f"kind: expected 0 (KL), 1 (JSD) or 2 (TVD), got {kind!r}")
+    if not isinstance(log_target, bool):
+        raise TypeError(f"log_target: expected a bool, got {type(log_target).__name__}")
+    if names[kind] != "kl_div" and not log_target:
+        raise ValueError("log_target: expected True (target as log-probabilities) for JSD and TVD, got False")
+    if not _is_number(beta):
+        raise TypeError(f"beta: expected a Python float, got {type(beta).__name__}")
+    if names[kind] == "jsd" and not 0.0 <= beta <= 1.0:
+        raise ValueError(f"beta: expected a float in [0, 1], got {beta}")
+    if names[kind] != "jsd" and beta != 0.0:
+        raise ValueError(f"beta: expected 0 (beta is JSD's), got {beta}")

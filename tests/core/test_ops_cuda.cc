@@ -1,4 +1,4 @@
-// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax, rope and cross_entropy against the CPU
+// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax, rope, cross_entropy and divergence against the CPU
 // entry points of the same library (float32, rows of every kernel path). Prints one line per
 // failure and "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip)
 // without a GPU.
@@ -13,6 +13,7 @@
 
 #include "expect.h"
 #include "fuselet/cross_entropy.h"
+#include "fuselet/divergence.h"
 #include "fuselet/glu.h"
 #include "fuselet/norm.h"
 #include "fuselet/rope.h"
@@ -229,6 +230,44 @@ void cross_entropy_case(int64_t rows, int64_t vocab, fuselet_cross_entropy_optio
   compare(name + " fwd_bwd dlogits", fused.download(), fused.h);
 }
 
+// Divergences: forward and both gradients on the GPU against the CPU, input and target as
+// log-softmax rows (probabilities for KL with log_target = 0).
+void divergence_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, cudaStream_t s) {
+  const std::string name = "divergence kind=" + std::to_string(o.kind) +
+                           " log_target=" + std::to_string(o.log_target) + " beta=" + std::to_string(o.beta) + " " +
+                           std::to_string(rows) + "x" + std::to_string(vocab);
+  Buf x(rows * vocab, 21), t(rows * vocab, 22), g(rows, 23), loss(rows), dx(rows * vocab), dt(rows * vocab);
+  for (Buf* b : {&x, &t})
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = b->h.data() + r * vocab;
+      double m = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < vocab; ++j) m = std::fmax(m, row[j]);
+      for (int64_t j = 0; j < vocab; ++j) sum += std::exp(row[j] - m);
+      for (int64_t j = 0; j < vocab; ++j) row[j] = static_cast<float>(row[j] - m - std::log(sum));
+      if (b == &t && !o.log_target)
+        for (int64_t j = 0; j < vocab; ++j) row[j] = std::exp(row[j]);
+    }
+  if (rows) {
+    CUDA_OK(cudaMemcpy(x.d, x.h.data(), rows * vocab * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(t.d, t.h.data(), rows * vocab * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  fuselet_tensor hx = view(x.h.data(), {rows, vocab}), ht = view(t.h.data(), {rows, vocab}),
+                 hg = view(g.h.data(), {rows}), hl = view(loss.h.data(), {rows}),
+                 hdx = view(dx.h.data(), {rows, vocab}), hdt = view(dt.h.data(), {rows, vocab});
+  fuselet_tensor vx = view(x.d, {rows, vocab}), vt = view(t.d, {rows, vocab}), vg = view(g.d, {rows}),
+                 vl = view(loss.d, {rows}), vdx = view(dx.d, {rows, vocab}), vdt = view(dt.d, {rows, vocab});
+  check(fuselet_divergence_fwd(&hx, &ht, &o, &hl) == FUSELET_OK &&
+            fuselet_divergence_bwd(&hg, &hx, &ht, &o, &hdx, &hdt) == FUSELET_OK,
+        name + " cpu");
+  check(fuselet_divergence_fwd_cuda(&vx, &vt, &o, &vl, s) == FUSELET_OK &&
+            fuselet_divergence_bwd_cuda(&vg, &vx, &vt, &o, &vdx, &vdt, s) == FUSELET_OK,
+        name + " cuda");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " loss", loss.download(), loss.h);
+  compare(name + " dinput", dx.download(), dx.h);
+  compare(name + " dtarget", dt.download(), dt.h);
+}
+
 // A target outside [0, V) (not ignored): NaN loss and a zero gradient row on the GPU, the
 // other rows as usual.
 void cross_entropy_bad_target(cudaStream_t s) {
@@ -281,8 +320,8 @@ int main() {
     for (bool per_seq : {false, true}) {
       rope_case(2, 17, 4, 128, 128, 128, flags, per_seq, s);
       rope_case(2, 17, 4, 128, 64, 136, flags, per_seq, s);  // partial rotary, padded rows
-      rope_case(3, 5, 3, 10, 6, 10, flags, per_seq, s);      // scalar units
-      rope_case(1, 9, 2, 12, 4, 13, flags, per_seq, s);      // scalar: odd row stride
+      rope_case(3, 5, 3, 10, 6, 10, flags, per_seq, s);  // scalar units
+      rope_case(1, 9, 2, 12, 4, 13, flags, per_seq, s);  // scalar: odd row stride
     }
   rope_case(4, 2048, 8, 64, 64, 64, 0, false, s);  // more units than the grid
   // Cross-entropy: odd, vocabulary-sized and 128k+ rows (strided), every option, ignore_index in [0, V).
@@ -294,6 +333,15 @@ int main() {
   cross_entropy_case(0, 8, {-100, 0.f, 0.f, 0.f}, s);
   cross_entropy_case(70000, 4, {-100, 0.1f, 0.f, 0.f}, s);  // more rows than a block's share
   cross_entropy_bad_target(s);
+  // Divergences: every kind, beta at its special values, odd and vocabulary-sized rows, no rows.
+  for (int64_t v : {1, 3, 127, 4097, 32001}) {
+    divergence_case(9, v, {FUSELET_DIVERGENCE_KL, 1, 0.f}, s);
+    divergence_case(9, v, {FUSELET_DIVERGENCE_KL, 0, 0.f}, s);
+    for (float beta : {0.f, 0.3f, 1.f}) divergence_case(9, v, {FUSELET_DIVERGENCE_JSD, 1, beta}, s);
+    divergence_case(9, v, {FUSELET_DIVERGENCE_TVD, 1, 0.f}, s);
+  }
+  divergence_case(0, 8, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
+  divergence_case(70000, 4, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
   CUDA_OK(cudaStreamDestroy(s));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

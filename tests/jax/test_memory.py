@@ -54,6 +54,8 @@ def expected(dt: str) -> dict:
             ("new", (1,), F32),
             ("new", (), F32),
         ],
+        # input and target (the callers' arrays): the backward recomputes each element's terms
+        **{op: [("input", (bm.TOKENS, bm.VOCAB), dt), ("target", (bm.TOKENS, bm.VOCAB), dt)] for op in ("kl_div", "jsd", "tvd")},
         "fused_linear_cross_entropy mean": [("new", (N, HID), dt), ("new", (V, HID), dt)],  # dhidden, dweight
         "fused_linear_cross_entropy none": [
             ("hidden", (N, HID), dt),

@@ -50,6 +50,8 @@ def expected(dt: str) -> dict:
             ("new", (), "int64"),
         ],
         # the gradients, computed in the forward: dhidden, dweight and an empty stand-in for dbias
+        # input and target (the callers' tensors): the backward recomputes each element's terms
+        **{op: [("input", (bm.TOKENS, bm.VOCAB), dt), ("target", (bm.TOKENS, bm.VOCAB), dt)] for op in ("kl_div", "jsd", "tvd")},
         "fused_linear_cross_entropy mean": [("new", (N, HID), dt), ("new", (V, HID), dt), ("new", (0,), dt)],
         # the inputs and a float32 lse per token; the backward recomputes the logits chunk by chunk
         "fused_linear_cross_entropy none": [

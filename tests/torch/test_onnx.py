@@ -91,6 +91,21 @@ class CrossEntropy(torch.nn.Module):
         )
 
 
+class Divergence(torch.nn.Module):
+    """Distillation losses of student and teacher logits: every kind, reduced in torch ops."""
+
+    def forward(self, student, teacher):
+        s, t = student.log_softmax(-1), teacher.log_softmax(-1)
+        return (
+            ft.kl_div(s, t, log_target=True),
+            ft.kl_div(s, t.exp(), reduction="sum"),
+            ft.jsd(s, t, beta=0.3),
+            ft.jsd(s, t, beta=0.0),
+            ft.jsd(s, t, beta=1.0),
+            ft.tvd(s, t),
+        )
+
+
 class Gradients(torch.nn.Module):
     """The ops that return gradients with the loss: all their outputs."""
 
@@ -137,6 +152,11 @@ CASES = {
         CrossEntropy,
         lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed), torch.randn(b, s, H)),
         [{0: "b", 1: "s"}] * 3,
+    ),
+    "divergence": (
+        Divergence,
+        lambda b, s, seed: (torch.randn(b, s, V) * 2, torch.randn(b, s, V) * 2),
+        [{0: "b", 1: "s"}] * 2,
     ),
     "gradients": (
         Gradients,

@@ -65,5 +65,37 @@ __attribute__((always_inline)) inline float tanh_approx(float x) {
   return x < 0.f ? -t : t;
 }
 
+// log(x) (Cephes logf: the mantissa m in [sqrt(1/2), sqrt(2)) and a polynomial in m - 1;
+// relative error about 1e-7), for x > 0 including subnormals (scaled by 2^23 first); 0 gives
+// -inf, inf gives inf, x < 0 and NaN give NaN. Selects only, so that the loops that call it
+// vectorize.
+__attribute__((always_inline)) inline float log_approx(float x) {
+  const bool tiny = x < 1.17549435e-38f;  // subnormal (or 0, or negative: selected below)
+  const float xs = tiny ? x * 8388608.f : x;
+  const uint32_t bits = float_to_bits(xs);
+  const float e = static_cast<float>(static_cast<int32_t>(bits >> 23) - 127);
+  const float m1 = bits_to_float((bits & 0x007fffffu) | 0x3f800000u);  // [1, 2)
+  const bool big = m1 > 1.41421356f;
+  const float f = (big ? 0.5f * m1 : m1) - 1.f;
+  const float n = e + (big ? 1.f : 0.f) - (tiny ? 23.f : 0.f);
+  const float z = f * f;
+  float y = 7.0376836292e-2f;
+  y = y * f - 1.1514610310e-1f;
+  y = y * f + 1.1676998740e-1f;
+  y = y * f - 1.2420140846e-1f;
+  y = y * f + 1.4249322787e-1f;
+  y = y * f - 1.6668057665e-1f;
+  y = y * f + 2.0000714765e-1f;
+  y = y * f - 2.4999993993e-1f;
+  y = y * f + 3.3333331174e-1f;
+  y = y * f * z;
+  y += -2.12194440e-4f * n;
+  y += -0.5f * z;
+  const float r = f + y + 0.693359375f * n;
+  const float inf = __builtin_huge_valf();
+  const float special = x == 0.f ? -inf : (x == inf ? inf : __builtin_nanf(""));
+  return (x > 0.f && x < inf) ? r : special;
+}
+
 }  // namespace cpu
 }  // namespace fuselet

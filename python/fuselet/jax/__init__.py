@@ -12,6 +12,7 @@ BUILD_INFO = _load_library()
 
 from fuselet.jax import export  # noqa: E402
 from fuselet.jax.cross_entropy import cross_entropy  # noqa: E402
+from fuselet.jax.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.jax.glu import geglu, swiglu  # noqa: E402
 from fuselet.jax.losses import fused_linear_grpo_loss, fused_linear_preference_loss  # noqa: E402
@@ -28,9 +29,12 @@ __all__ = [
     "fused_linear_grpo_loss",
     "fused_linear_preference_loss",
     "geglu",
+    "jsd",
+    "kl_div",
     "layer_norm",
     "rms_norm",
     "rope",
     "softmax",
     "swiglu",
+    "tvd",
 ]

@@ -33,6 +33,8 @@ OPS = (
     "cross_entropy_fwd",
     "cross_entropy_bwd",
     "cross_entropy_fwd_bwd",
+    "divergence_fwd",
+    "divergence_bwd",
 )
 TARGETS = tuple(f"fuselet_{op}" for op in OPS)
 _lib = None

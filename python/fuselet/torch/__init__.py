@@ -12,6 +12,7 @@ BUILD_INFO = _load_library()
 from fuselet.torch import transformers  # noqa: E402  (imports transformers only when fuse() runs)
 from fuselet.torch._dtensor import install as _install_sharding  # noqa: E402
 from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
+from fuselet.torch.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.torch.glu import geglu, swiglu  # noqa: E402
 from fuselet.torch.losses import (  # noqa: E402
@@ -38,10 +39,13 @@ __all__ = [
     "fused_linear_grpo_loss",
     "fused_linear_preference_loss",
     "geglu",
+    "jsd",
+    "kl_div",
     "layer_norm",
     "rms_norm",
     "rope",
     "softmax",
     "swiglu",
+    "tvd",
     "transformers",
 ]

@@ -231,6 +231,30 @@ def cross_entropy_fwd_bwd(b, logits, target, ignore_index, label_smoothing, z_lo
     return ce["loss"], ce["z"], _like(b, ds, logits)
 
 
+def divergence_fwd(b, input, target, kind, log_target, beta):
+    """The float32 loss per row of fuselet/divergence.h (kind 0 KL, 1 JSD, 2 TVD); a weight-0 term
+    is 0 (0 log 0 = 0)."""
+    x, t = _f32(b, input), _f32(b, target)
+    zero = b.const(0.0, _FLOAT)
+
+    def weighted(w, a):  # w * a, 0 where w == 0
+        return b.op("Where", b.op("Greater", w, zero), b.op("Mul", w, a), zero)
+
+    q = b.op("Exp", x)
+    p, lp = (b.op("Exp", t), t) if log_target else (t, b.op("Log", t))
+    if kind == 2:
+        terms = b.op("Mul", b.op("Abs", b.op("Sub", p, q)), b.const(0.5, _FLOAT))
+    elif kind == 0 or beta == 0.0:
+        terms = weighted(p, b.op("Sub", lp, x))
+    elif beta == 1.0:
+        terms = weighted(q, b.op("Sub", x, lp))
+    else:
+        bp, bq = b.op("Mul", p, b.const(float(beta), _FLOAT)), b.op("Mul", q, b.const(1.0 - float(beta), _FLOAT))
+        lm = b.op("Log", b.op("Add", bp, bq))
+        terms = b.op("Add", weighted(bp, b.op("Sub", lp, lm)), weighted(bq, b.op("Sub", x, lm)))
+    return b.op("ReduceSum", terms, _axes(b, -1), keepdims=0)
+
+
 def _matmul_logits(b, hidden, weight, bias):
     logits = b.op("MatMul", hidden, b.op("Transpose", weight, perm=[1, 0]))
     return logits if bias is None else b.op("Add", logits, bias)
@@ -277,6 +301,7 @@ _OPS = {
         rope_fwd,
         cross_entropy_fwd,
         cross_entropy_fwd_bwd,
+        divergence_fwd,
         fused_linear_cross_entropy_none,
         fused_linear_cross_entropy_reduced,
     )
@@ -288,7 +313,17 @@ _BACKWARD = "a backward op: export runs the forward only (export the model for i
 _UNSUPPORTED = {
     **{
         f"{stem}_bwd": _BACKWARD
-        for stem in ("rms_norm", "layer_norm", "add_rms_norm", "swiglu", "geglu", "softmax", "rope", "cross_entropy")
+        for stem in (
+            "rms_norm",
+            "layer_norm",
+            "add_rms_norm",
+            "swiglu",
+            "geglu",
+            "softmax",
+            "rope",
+            "cross_entropy",
+            "divergence",
+        )
     },
     "cross_entropy_bwd_": _BACKWARD,
     "fused_linear_cross_entropy_none_bwd": _BACKWARD,

@@ -1,0 +1,179 @@
+// C++ test of the framework-free core: CPU divergences (KL with log and probability targets, JSD
+// at beta 0, 1 and between, TVD) against a float64 reference of the loss and of both gradients,
+// the 0 log 0 = 0 rule, and the error values of the C ABI. Prints "N passed, N failed".
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "expect.h"
+#include "fuselet/divergence.h"
+
+namespace {
+
+using fuselet_test::expect;
+using fuselet_test::expect_error;
+
+fuselet_tensor view(void* data, int64_t n, int64_t v, fuselet_dtype dtype = FUSELET_FLOAT32) {
+  fuselet_tensor t{};
+  t.data = data;
+  t.dtype = dtype;
+  t.ndim = 2;
+  t.shape[0] = n, t.shape[1] = v;
+  t.strides[0] = v, t.strides[1] = 1;
+  return t;
+}
+
+fuselet_tensor vec(float* data, int64_t n) {
+  fuselet_tensor t{};
+  t.data = data;
+  t.dtype = FUSELET_FLOAT32;
+  t.ndim = 1;
+  t.shape[0] = n;
+  t.strides[0] = 1;
+  return t;
+}
+
+// log_softmax of a random row, in place.
+void log_softmax(float* row, int64_t V) {
+  double m = -INFINITY, s = 0;
+  for (int64_t j = 0; j < V; ++j) m = std::fmax(m, row[j]);
+  for (int64_t j = 0; j < V; ++j) s += std::exp(double(row[j]) - m);
+  const double lse = m + std::log(s);
+  for (int64_t j = 0; j < V; ++j) row[j] = static_cast<float>(row[j] - lse);
+}
+
+// The float64 loss of one row and its gradients (x: log Q; t: log P, or P when !log_target).
+double reference(int kind, bool log_target, double beta, const float* x, const float* t, int64_t V, double* dx,
+                 double* dt) {
+  double loss = 0;
+  for (int64_t j = 0; j < V; ++j) {
+    const double q = std::exp(double(x[j])), p = log_target ? std::exp(double(t[j])) : t[j];
+    const double lp = log_target ? t[j] : std::log(double(t[j]));
+    if (kind == FUSELET_DIVERGENCE_TVD) {
+      const double s = p > q ? 0.5 : (p < q ? -0.5 : 0.0);
+      loss += 0.5 * std::fabs(p - q);
+      dx[j] = -s * q, dt[j] = s * p;
+    } else if (kind == FUSELET_DIVERGENCE_KL || beta == 0.0) {
+      loss += p * (lp - x[j]);
+      dx[j] = -p;
+      dt[j] = log_target ? p * (lp - x[j] + 1) : lp + 1 - x[j];
+    } else if (beta == 1.0) {
+      loss += q * (x[j] - lp);
+      dx[j] = q * (x[j] - lp + 1), dt[j] = -q;
+    } else {
+      const double lm = std::log(beta * p + (1 - beta) * q);
+      loss += beta * p * (lp - lm) + (1 - beta) * q * (x[j] - lm);
+      dx[j] = (1 - beta) * q * (x[j] - lm), dt[j] = beta * p * (lp - lm);
+    }
+  }
+  return loss;
+}
+
+void check(int kind, bool log_target, float beta, int64_t N, int64_t V) {
+  std::mt19937 rng(static_cast<unsigned>(kind * 131 + N * 7 + V));
+  std::normal_distribution<float> dist(0.f, 2.f);
+  std::vector<float> x(N * V), t(N * V), loss(N), g(N), dx(N * V), dt(N * V);
+  for (auto& v : x) v = dist(rng);
+  for (auto& v : t) v = dist(rng);
+  for (auto& v : g) v = dist(rng);
+  for (int64_t r = 0; r < N; ++r) {
+    log_softmax(&x[r * V], V);
+    log_softmax(&t[r * V], V);
+    if (!log_target)
+      for (int64_t j = 0; j < V; ++j) t[r * V + j] = std::exp(t[r * V + j]);
+  }
+  const fuselet_divergence_options opts{kind, log_target ? 1 : 0, beta};
+  fuselet_tensor tx = view(x.data(), N, V), tt = view(t.data(), N, V), tl = vec(loss.data(), N), tg = vec(g.data(), N),
+                 tdx = view(dx.data(), N, V), tdt = view(dt.data(), N, V);
+  const std::string name = "divergence kind=" + std::to_string(kind) + (log_target ? " log" : " prob") +
+                           " beta=" + std::to_string(beta) + " N=" + std::to_string(N) + " V=" + std::to_string(V);
+  expect(fuselet_divergence_fwd(&tx, &tt, &opts, &tl) == FUSELET_OK, name + " fwd");
+  expect(fuselet_divergence_bwd(&tg, &tx, &tt, &opts, &tdx, &tdt) == FUSELET_OK, name + " bwd");
+  double err_loss = 0, err_grad = 0;
+  std::vector<double> rdx(V), rdt(V);
+  for (int64_t r = 0; r < N; ++r) {
+    const double ref = reference(kind, log_target, beta, &x[r * V], &t[r * V], V, rdx.data(), rdt.data());
+    err_loss = std::fmax(err_loss, std::fabs(loss[r] - ref) / (1 + std::fabs(ref)));
+    for (int64_t j = 0; j < V; ++j) {
+      err_grad = std::fmax(err_grad, std::fabs(dx[r * V + j] - g[r] * rdx[j]));
+      err_grad = std::fmax(err_grad, std::fabs(dt[r * V + j] - g[r] * rdt[j]));
+    }
+  }
+  expect(err_loss < 2e-5, name + " loss, max relative error " + std::to_string(err_loss));
+  expect(err_grad < 2e-5, name + " gradients, max error " + std::to_string(err_grad));
+  // dinput alone and dtarget alone write the same values as both together
+  std::vector<float> dx1(N * V), dt1(N * V);
+  fuselet_tensor tdx1 = view(dx1.data(), N, V), tdt1 = view(dt1.data(), N, V);
+  expect(fuselet_divergence_bwd(&tg, &tx, &tt, &opts, &tdx1, nullptr) == FUSELET_OK &&
+             fuselet_divergence_bwd(&tg, &tx, &tt, &opts, nullptr, &tdt1) == FUSELET_OK && dx1 == dx && dt1 == dt,
+         name + " one gradient at a time");
+}
+
+}  // namespace
+
+int main() {
+  for (int64_t V : {1, 5, 127, 4096, 4097}) {
+    check(FUSELET_DIVERGENCE_KL, true, 0.f, 3, V);
+    check(FUSELET_DIVERGENCE_KL, false, 0.f, 3, V);
+    for (float beta : {0.f, 0.25f, 0.5f, 1.f}) check(FUSELET_DIVERGENCE_JSD, true, beta, 3, V);
+    check(FUSELET_DIVERGENCE_TVD, true, 0.f, 3, V);
+  }
+  check(FUSELET_DIVERGENCE_JSD, true, 0.5f, 67, 300);  // rows over several tasks
+
+  // 0 log 0 = 0: a zero-probability target (or -inf log-probability) adds nothing, no NaN
+  float x[4] = {-1.f, -2.f, -0.5f, -3.f}, tp[4] = {0.f, 0.5f, 0.5f, 0.f},
+        tl[4] = {-INFINITY, -0.69314718f, -0.69314718f, -INFINITY};
+  float loss[1], g[1] = {1.f}, dx[4], dt[4];
+  fuselet_tensor vx = view(x, 1, 4), vp = view(tp, 1, 4), vl = view(tl, 1, 4), vloss = vec(loss, 1), vg = vec(g, 1),
+                 vdx = view(dx, 1, 4), vdt = view(dt, 1, 4);
+  const fuselet_divergence_options kl_prob{FUSELET_DIVERGENCE_KL, 0, 0.f}, kl_log{FUSELET_DIVERGENCE_KL, 1, 0.f},
+      jsd{FUSELET_DIVERGENCE_JSD, 1, 0.5f};
+  const double want = 0.5 * (std::log(0.5) + 2.0) + 0.5 * (std::log(0.5) + 0.5);
+  expect(fuselet_divergence_fwd(&vx, &vp, &kl_prob, &vloss) == FUSELET_OK && std::fabs(loss[0] - want) < 1e-5,
+         "KL: zero target probabilities add 0");
+  expect(fuselet_divergence_fwd(&vx, &vl, &kl_log, &vloss) == FUSELET_OK && std::fabs(loss[0] - want) < 1e-5,
+         "KL: -inf target log-probabilities add 0");
+  expect(fuselet_divergence_bwd(&vg, &vx, &vl, &jsd, &vdx, &vdt) == FUSELET_OK && std::isfinite(dx[0]) &&
+             std::isfinite(dt[0]) && dt[0] == 0.f,
+         "JSD: -inf target log-probabilities give finite gradients");
+
+  // errors name the argument
+  fuselet_divergence_options bad = kl_log;
+  bad.kind = 7;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &bad, &vloss), "kind: expected FUSELET_DIVERGENCE_KL", "unknown kind");
+  bad = kl_log;
+  bad.log_target = 2;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &bad, &vloss), "log_target: expected 0 or 1", "log_target 2");
+  bad = jsd;
+  bad.log_target = 0;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &bad, &vloss), "log_target: expected 1", "JSD with probabilities");
+  bad = jsd;
+  bad.beta = 1.5f;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &bad, &vloss), "beta: expected a number in [0, 1]", "beta 1.5");
+  bad = jsd;
+  bad.beta = NAN;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &bad, &vloss), "beta: expected a number in [0, 1]", "beta NaN");
+  bad = kl_log;
+  bad.beta = 0.5f;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &bad, &vloss), "beta: expected 0", "beta with KL");
+  expect_error(fuselet_divergence_fwd(&vx, &vl, nullptr, &vloss), "opts: expected the options", "NULL options");
+  fuselet_tensor short_t = view(tl, 2, 2);
+  expect_error(fuselet_divergence_fwd(&vx, &short_t, &kl_log, &vloss), "target: expected 1 rows of 4 elements",
+               "target shape");
+  uint16_t half[4] = {};
+  fuselet_tensor th = view(half, 1, 4, FUSELET_FLOAT16);
+  expect_error(fuselet_divergence_fwd(&vx, &th, &kl_log, &vloss), "target: expected dtype float32", "target dtype");
+  fuselet_tensor short_loss = vec(loss, 1);
+  short_loss.shape[0] = 2;
+  expect_error(fuselet_divergence_fwd(&vx, &vl, &kl_log, &short_loss), "loss:", "loss size");
+  expect_error(fuselet_divergence_bwd(&vg, &vx, &vl, &kl_log, nullptr, nullptr),
+               "dinput, dtarget: expected at least one", "no outputs");
+  expect_error(fuselet_divergence_bwd(&vg, &vx, &vl, &kl_log, &th, nullptr), "dinput: expected dtype float32",
+               "dinput dtype");
+  if (!fuselet_has_cuda())
+    expect(fuselet_divergence_fwd_cuda(&vx, &vl, &kl_log, &vloss, nullptr) == FUSELET_ERR_UNSUPPORTED,
+           "CPU-only build");
+  return fuselet_test::report();
+}
