@@ -1,20 +1,21 @@
 """Benchmark the post-training losses fused with the LM head against the unfused path they
 replace: peak memory and time of one training step's loss (forward + backward to hidden and
 weight), at the issue's size by default: 4096 tokens (2 x 1024 chosen + 2 x 1024 rejected for the
-preference losses, 4 x 1024 completions for GRPO), H 1024, V 32768, bfloat16.
+preference losses, 4 x 1024 completions for GRPO and distillation), H 1024, V 32768, bfloat16.
 
 The unfused path is what a trainer without fuselet runs (TRL's): the logits hidden @ weight.T in
 the inputs' dtype, log_softmax in float32, the target's log-probabilities gathered, then the
 loss; DPO's reference model the same way under no_grad (its logits count in the peak too). Peers
 in the same run: that path in torch eager and under torch.compile, and under jax.jit; fuselet's
-fused_linear_preference_loss (loss="dpo", with a reference model) and fused_linear_grpo_loss
-(old and reference log-probabilities given) through both layers. Each (method, repeat) runs in a
+fused_linear_preference_loss (loss="dpo", with a reference model), fused_linear_grpo_loss
+(old and reference log-probabilities given) and fused_linear_jsd (a teacher of the same size, its
+logits under no_grad in the unfused path: they count in the peak) through both layers. Each (method, repeat) runs in a
 child process of its own that builds the inputs and runs one warm-up step, then measures the
 peak (torch on the CPU: the resident set's peak, glibc mapping each allocation of 128 KiB or
 more on its own; JAX: XLA's buffer assignment of the compiled step) or the median time of
 --steps steps. Tables give medians over --processes children with the spread (min-max).
 
-    python benchmarks/bench_losses.py [--loss dpo|grpo] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
+    python benchmarks/bench_losses.py [--loss dpo|grpo|jsd] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
         [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...]
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import time
@@ -30,7 +32,7 @@ import common
 
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile"), "fuselet.jax": ("jax.jit",)}
-SEQUENCES = 4  # 2 chosen + 2 rejected (dpo), 4 completions (grpo)
+SEQUENCES = 4  # 2 chosen + 2 rejected (dpo), 4 completions (grpo), 4 sequences (jsd)
 
 
 def _torch_step(loss, method, dtype, n, h, v):
@@ -62,11 +64,20 @@ def _torch_step(loss, method, dtype, n, h, v):
         per_token = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a) + 0.04 * (torch.exp(ref - lp) - (ref - lp) - 1)
         return per_token.mean(-1).mean()
 
+    def unfused_jsd(hidden, weight, beta=0.5):  # TRL's generalized JSD over both models' logits
+        with torch.no_grad():
+            t = (ref_hidden @ ref_weight.t()).float().log_softmax(-1)
+        s = (hidden @ weight.t()).float().log_softmax(-1)
+        mix = torch.logsumexp(torch.stack([s + math.log(1 - beta), t + math.log(beta)]), dim=0)
+        per = beta * F.kl_div(mix, t, reduction="none", log_target=True)
+        return (per + (1 - beta) * F.kl_div(mix, s, reduction="none", log_target=True)).sum(-1).mean()
+
     fused = {
         "dpo": lambda a, b: ft.fused_linear_preference_loss(a, b, target, ref_hidden=ref_hidden, ref_weight=ref_weight),
         "grpo": lambda a, b: ft.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref),
+        "jsd": lambda a, b: ft.fused_linear_jsd(a, b, ref_hidden, ref_weight),
     }[loss]
-    unfused = {"dpo": unfused_dpo, "grpo": unfused_grpo}[loss]
+    unfused = {"dpo": unfused_dpo, "grpo": unfused_grpo, "jsd": unfused_jsd}[loss]
     loss_fn = {"fuselet.torch": fused, "torch eager": unfused, "torch.compile": torch.compile(unfused)}[method]
 
     def step():
@@ -109,11 +120,18 @@ def _jax_step(loss, method, dtype, n, h, v):
         per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
         return per_token.mean(-1).mean()
 
+    def unfused_jsd(hidden, weight, beta=0.5):
+        t = jax.lax.stop_gradient(jax.nn.log_softmax((ref_hidden @ ref_weight.T).astype(jnp.float32), axis=-1))
+        s = jax.nn.log_softmax((hidden @ weight.T).astype(jnp.float32), axis=-1)
+        mix = jnp.logaddexp(s + math.log(1 - beta), t + math.log(beta))
+        return jnp.mean(jnp.sum(beta * jnp.exp(t) * (t - mix) + (1 - beta) * jnp.exp(s) * (s - mix), -1))
+
     fused = {
         "dpo": lambda a, b: fj.fused_linear_preference_loss(a, b, target, ref_hidden=ref_hidden, ref_weight=ref_weight),
         "grpo": lambda a, b: fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref),
+        "jsd": lambda a, b: fj.fused_linear_jsd(a, b, ref_hidden, ref_weight),
     }[loss]
-    loss_fn = fused if method == "fuselet.jax" else {"dpo": unfused_dpo, "grpo": unfused_grpo}[loss]
+    loss_fn = fused if method == "fuselet.jax" else {"dpo": unfused_dpo, "grpo": unfused_grpo, "jsd": unfused_jsd}[loss]
     grad = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
 
     def step():
@@ -144,7 +162,7 @@ def child(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--loss", choices=("dpo", "grpo"), default="dpo")
+    p.add_argument("--loss", choices=("dpo", "grpo", "jsd"), default="dpo")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="bfloat16")
     p.add_argument("--tokens", type=int, default=4096)
     p.add_argument("--hidden", type=int, default=1024)
@@ -173,7 +191,11 @@ def main() -> None:
             "seconds": [r["seconds"] for r in runs["time"]],
             "loss": [r["loss"] for r in runs["memory"] + runs["time"]],
         }
-    op = {"dpo": "fused_linear_preference_loss(loss='dpo', reference model)", "grpo": "fused_linear_grpo_loss"}[args.loss]
+    op = {
+        "dpo": "fused_linear_preference_loss(loss='dpo', reference model)",
+        "grpo": "fused_linear_grpo_loss",
+        "jsd": "fused_linear_jsd(beta=0.5, a teacher of the same size)",
+    }[args.loss]
     print(
         f"{op}: {args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype} on the CPU; "
         f"medians over {args.processes} processes (min-max)"

@@ -26,7 +26,11 @@ COMPOSED = {"fused_linear_cross_entropy": "cross_entropy"}
 FAMILIES = {"kl_div": "divergence", "jsd": "divergence", "tvd": "divergence"}
 # Public losses composed in Python from another public op (fuselet/_losses.py's math over its
 # per-token results): that op's kernels, ONNX translations and sharding rules are theirs.
-LOSSES = {"fused_linear_preference_loss": "fused_linear_cross_entropy", "fused_linear_grpo_loss": "fused_linear_cross_entropy"}
+LOSSES = {
+    "fused_linear_preference_loss": "fused_linear_cross_entropy",
+    "fused_linear_grpo_loss": "fused_linear_cross_entropy",
+    "fused_linear_jsd": "jsd",
+}
 
 
 def public_ops(layer) -> set[str]:

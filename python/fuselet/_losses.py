@@ -145,3 +145,43 @@ def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, beta, epsilon_low,
     if loss_type == "bnpo":
         return kept.sum() / xp.at_least(mask.sum(), 1)
     return kept.sum() / (logp.shape[0] * (max_completion_length or logp.shape[1]))  # dr_grpo
+
+
+def check_linear_jsd_args(
+    student_hidden, student_weight, teacher_hidden, teacher_weight, labels, beta, temperature, ignore_index, chunk_size
+):
+    """fused_linear_jsd: student_hidden [..., Hs] and student_weight [V, Hs] of one float dtype,
+    teacher_hidden [..., Ht] (the student's leading dims) and teacher_weight [V, Ht] of one float
+    dtype, labels (shape, dtype) of the leading dims, int32/int64, or None; each array as (shape,
+    dtype). beta in [0, 1]; temperature a finite number > 0; chunk_size None or an int >= 1."""
+    from fuselet._checks import check_divergence_args, check_dtype
+
+    (hs, hs_dtype), (ws, _), (ht, ht_dtype), (wt, _) = student_hidden, student_weight, teacher_hidden, teacher_weight
+    for name, (shape, dtype), like in (
+        ("student_hidden", student_hidden, None),
+        ("student_weight", student_weight, ("student_hidden", hs_dtype)),
+        ("teacher_hidden", teacher_hidden, None),
+        ("teacher_weight", teacher_weight, ("teacher_hidden", ht_dtype)),
+    ):
+        check_dtype(name, dtype)
+        if like is not None and dtype != like[1]:
+            raise TypeError(f"{name}: expected dtype {like[1]} (the dtype of {like[0]}), got {dtype}")
+        if len(shape) == 0 or shape[-1] == 0:
+            raise ValueError(f"{name}: expected shape [..., H] with H > 0, got {tuple(shape)}")
+    if len(ws) != 2 or ws[1] != hs[-1]:
+        raise ValueError(f"student_weight: expected shape [V, {hs[-1]}] (student_hidden's H), got {tuple(ws)}")
+    if tuple(ht[:-1]) != tuple(hs[:-1]):
+        raise ValueError(
+            f"teacher_hidden: expected shape [{', '.join(map(str, hs[:-1]))}, H_teacher] (student_hidden's tokens), "
+            f"got {tuple(ht)}"
+        )
+    if len(wt) != 2 or tuple(wt) != (ws[0], ht[-1]):
+        raise ValueError(
+            f"teacher_weight: expected shape [{ws[0]}, {ht[-1]}] (student_weight's V, teacher_hidden's H), got {tuple(wt)}"
+        )
+    # beta, labels and ignore_index as jsd takes them (over logits [..., V])
+    logits = (*hs[:-1], ws[0])
+    check_divergence_args("jsd", logits, "float32", logits, "float32", beta=beta, labels=labels, ignore_index=ignore_index)
+    _number("temperature", temperature, 0.0, low_open=True)
+    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
+        raise ValueError(f"chunk_size: expected None or an int >= 1, got {chunk_size!r}")

@@ -14,6 +14,7 @@ from fuselet.torch._dtensor import install as _install_sharding  # noqa: E402
 from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.torch.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
+from fuselet.torch.fused_linear_jsd import FusedLinearJSD, fused_linear_jsd  # noqa: E402
 from fuselet.torch.glu import geglu, swiglu  # noqa: E402
 from fuselet.torch.losses import (  # noqa: E402
     FusedLinearGRPOLoss,
@@ -30,6 +31,7 @@ _install_sharding()  # DTensor sharding rules of every op, once torch.distribute
 __all__ = [
     "BUILD_INFO",
     "FusedLinearGRPOLoss",
+    "FusedLinearJSD",
     "FusedLinearPreferenceLoss",
     "LayerNorm",
     "RMSNorm",
@@ -37,6 +39,7 @@ __all__ = [
     "cross_entropy",
     "fused_linear_cross_entropy",
     "fused_linear_grpo_loss",
+    "fused_linear_jsd",
     "fused_linear_preference_loss",
     "geglu",
     "jsd",

@@ -1,0 +1,113 @@
+"""The distillation loss fused with both LM heads, for JAX: the generalized JSD of a student's and
+a teacher's token distributions from their last hidden states, without [tokens, V] logits.
+
+As fuselet.torch.fused_linear_jsd: the tokens are taken chunk by chunk (a lax.scan; the last chunk
+padded with tokens that count for nothing), each chunk's logits of both models from jnp's matmul,
+fuselet's divergence kernel for the loss and its gradient, the gradient through log_softmax and
+the head at once. The loss is a mean, so the gradients are computed in the forward (custom_vjp)
+and kept as its residuals instead of any logits. Gradients flow to the student (hidden and
+weight) only: the teacher's cotangents are zeros. Rules: fuselet/_losses.py.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from fuselet import _losses
+from fuselet._checks import DIVERGENCE_KINDS
+from fuselet._fused_linear_cross_entropy import chunk_size_for
+from fuselet.jax._checks import array_facts
+from fuselet.jax.divergence import _bwd_call, _fwd_call
+
+
+def _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
+    n, inv_t = hs.shape[0], 1.0 / temperature
+    pad = -n % chunk
+    chunks = (n + pad) // chunk
+    options = (DIVERGENCE_KINDS["jsd"], True, beta)
+
+    def split(a):
+        return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)).reshape(chunks, chunk, *a.shape[1:])
+
+    def step(dws, xs):
+        h, t, g = xs
+        logq = jax.nn.log_softmax(jnp.matmul(h, ws.T).astype(jnp.float32) * inv_t, axis=-1)
+        logp = jax.nn.log_softmax(jnp.matmul(t, wt.T).astype(jnp.float32) * inv_t, axis=-1)
+        rows = _fwd_call(logq, logp, options)
+        dlogq = _bwd_call(g, logq, logp, options, 0)
+        dlogits = (dlogq - jnp.exp(logq) * jnp.sum(dlogq, -1, keepdims=True)) * inv_t
+        dh = jnp.matmul(dlogits.astype(ws.dtype), ws)
+        dws = dws + jnp.matmul(dlogits.T, h.astype(jnp.float32))
+        return dws, (jnp.sum(jnp.where(g > 0, rows * g, 0.0)), dh)
+
+    dws, (losses, dhs) = jax.lax.scan(step, jnp.zeros(ws.shape, jnp.float32), (split(hs), split(ht), split(weight_of)))
+    return jnp.sum(losses), dhs.reshape(-1, hs.shape[1])[:n], dws.astype(ws.dtype)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
+def _fused(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
+    return _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk)[0]
+
+
+def _fused_fwd(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
+    loss, dhs, dws = _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk)
+    return loss, (dhs, dws, ht, wt, weight_of)
+
+
+def _fused_bwd(beta, temperature, chunk, res, g):
+    dhs, dws, ht, wt, weight_of = res
+    return (
+        dhs * g.astype(dhs.dtype),
+        dws * g.astype(dws.dtype),
+        jnp.zeros_like(ht),
+        jnp.zeros_like(wt),
+        jnp.zeros_like(weight_of),
+    )
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)
+_fused_jit = jax.jit(_fused, static_argnums=(5, 6, 7))
+
+
+def fused_linear_jsd(
+    student_hidden,
+    student_weight,
+    teacher_hidden,
+    teacher_weight,
+    labels=None,
+    *,
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+):
+    """The generalized JSD (jsd's beta: 0 forward KL, 1 reverse KL) of the student's and the
+    teacher's softmax(hidden @ weight.T / temperature), the mean over the tokens whose label is not
+    ignore_index, without [tokens, V] logits. student_hidden [..., Hs], student_weight [V, Hs],
+    teacher_hidden [..., Ht] (the same tokens; Ht may differ), teacher_weight [V, Ht], labels the
+    tokens' shape or None. float32 loss; gradients to the student only."""
+    arrays = {
+        "student_hidden": student_hidden,
+        "student_weight": student_weight,
+        "teacher_hidden": teacher_hidden,
+        "teacher_weight": teacher_weight,
+    }
+    facts = [array_facts(name, a) for name, a in arrays.items()]
+    _losses.check_linear_jsd_args(
+        *facts, array_facts("labels", labels, optional=True), beta, temperature, ignore_index, chunk_size
+    )
+    hs = jnp.reshape(student_hidden, (-1, student_hidden.shape[-1]))
+    ht = jax.lax.stop_gradient(jnp.reshape(teacher_hidden, (-1, teacher_hidden.shape[-1])))
+    n = hs.shape[0]
+    if labels is not None and jnp.iinfo(labels.dtype).min <= ignore_index <= jnp.iinfo(labels.dtype).max:
+        keep = (jnp.reshape(labels, (-1,)) != ignore_index).astype(jnp.float32)
+        weight_of = keep / jnp.maximum(jnp.sum(keep), 1.0)
+    else:
+        weight_of = jnp.full((n,), 1.0 / max(n, 1), jnp.float32)
+    chunk = min(chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0]), max(n, 1))
+    return _fused_jit(
+        hs, student_weight, ht, jax.lax.stop_gradient(teacher_weight), weight_of, float(beta), float(temperature), chunk
+    )

@@ -1,0 +1,124 @@
+"""The distillation loss fused with both LM heads, for PyTorch: the generalized JSD of a student's
+and a teacher's token distributions from their last hidden states, without [tokens, V] logits.
+
+fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_weight, labels) =
+jsd(log_softmax(student_hidden @ student_weight.T / T), log_softmax(teacher_hidden @
+teacher_weight.T / T), beta=beta, labels=labels), computed chunk by chunk over the tokens: each
+chunk's logits of both models from torch's matmul, fuselet's divergence kernel for the loss and
+its gradient, the gradient through log_softmax and the head at once. The loss is a mean, so the
+gradients are computed during the forward and kept instead of any logits; the backward scales
+them. At most one chunk of [chunk, V] float32 tensors exists at a time. Gradients flow to the
+student (hidden and weight) only: the teacher is a constant. Rules: fuselet/_losses.py.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuselet import _losses
+from fuselet._checks import DIVERGENCE_KINDS
+from fuselet._fused_linear_cross_entropy import chunk_size_for
+from fuselet.torch._args import check_dense, check_same_device, dtype_name
+
+ops = torch.ops.fuselet
+_JSD = DIVERGENCE_KINDS["jsd"]
+
+
+class _FusedLinearJSD(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hs, ws, ht, wt, keep, beta, temperature, chunk):
+        n, inv_t = hs.shape[0], 1.0 / temperature
+        weight_of = keep.float() / keep.sum().clamp(min=1) if keep is not None else None
+        loss = torch.zeros((), dtype=torch.float32, device=hs.device)
+        dhs = torch.empty_like(hs)
+        dws = torch.zeros(ws.shape, dtype=torch.float32, device=ws.device)
+        for a in range(0, n, chunk):
+            b = min(n, a + chunk)
+            logq = torch.log_softmax(torch.mm(hs[a:b], ws.t()).float() * inv_t, -1)
+            logp = torch.log_softmax(torch.mm(ht[a:b], wt.t()).float() * inv_t, -1)
+            rows = ops.divergence_fwd(logq, logp, _JSD, True, beta)
+            g = weight_of[a:b] if weight_of is not None else torch.full_like(rows, 1.0 / max(n, 1))
+            loss += torch.where(g > 0, rows * g, 0.0).sum()
+            dlogq = ops.divergence_bwd(g, logq, logp, _JSD, True, beta, False)
+            del logp
+            # through log_softmax (q = exp(logq)), then the temperature: in place, one [chunk, V] at a time
+            dlogits = dlogq.sub_(logq.exp_().mul_(dlogq.sum(-1, keepdim=True))).mul_(inv_t)
+            del logq
+            dhs[a:b] = torch.mm(dlogits.to(ws.dtype), ws)
+            dws.addmm_(dlogits.t(), hs[a:b].float())
+        ctx.save_for_backward(dhs, dws.to(ws.dtype))
+        return loss
+
+    @staticmethod
+    def backward(ctx, g):
+        dhs, dws = ctx.saved_tensors
+        return dhs * g.to(dhs.dtype), dws * g.to(dws.dtype), None, None, None, None, None, None
+
+
+def fused_linear_jsd(
+    student_hidden: torch.Tensor,
+    student_weight: torch.Tensor,
+    teacher_hidden: torch.Tensor,
+    teacher_weight: torch.Tensor,
+    labels: torch.Tensor | None = None,
+    *,
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """The generalized JSD (jsd's beta: 0 forward KL, 1 reverse KL) of the student's and the
+    teacher's softmax(hidden @ weight.T / temperature), the mean over the tokens whose label is not
+    ignore_index, without [tokens, V] logits. student_hidden [..., Hs], student_weight [V, Hs],
+    teacher_hidden [..., Ht] (the same tokens; Ht may differ), teacher_weight [V, Ht], labels the
+    tokens' shape or None. float32 loss; gradients to the student only."""
+    tensors = {
+        "student_hidden": student_hidden,
+        "student_weight": student_weight,
+        "teacher_hidden": teacher_hidden,
+        "teacher_weight": teacher_weight,
+    }
+    for name, t in tensors.items():
+        check_dense(name, t)
+    check_dense("labels", labels, optional=True)
+
+    def facts(t):
+        return None if t is None else (tuple(t.shape), dtype_name(t))
+
+    _losses.check_linear_jsd_args(
+        *(facts(t) for t in tensors.values()), facts(labels), beta, temperature, ignore_index, chunk_size
+    )
+    check_same_device(
+        "student_hidden", student_hidden, **{k: v for k, v in tensors.items() if k != "student_hidden"}, labels=labels
+    )
+    hs = student_hidden.reshape(-1, student_hidden.shape[-1])
+    ht = teacher_hidden.reshape(-1, teacher_hidden.shape[-1]).detach()
+    keep = None
+    if labels is not None:
+        info = torch.iinfo(labels.dtype)
+        if info.min <= ignore_index <= info.max:
+            keep = labels.reshape(-1) != ignore_index
+    chunk = chunk_size or chunk_size_for(hs.shape[0], hs.shape[1], student_weight.shape[0])
+    return _FusedLinearJSD.apply(hs, student_weight, ht, teacher_weight.detach(), keep, float(beta), float(temperature), chunk)
+
+
+class FusedLinearJSD(torch.nn.Module):
+    """fused_linear_jsd as a module: forward(student_hidden, student_weight, teacher_hidden,
+    teacher_weight, labels=None)."""
+
+    def __init__(self, beta: float = 0.5, temperature: float = 1.0, ignore_index: int = -100, chunk_size: int | None = None):
+        super().__init__()
+        self.beta, self.temperature, self.ignore_index, self.chunk_size = beta, temperature, ignore_index, chunk_size
+
+    def forward(self, student_hidden, student_weight, teacher_hidden, teacher_weight, labels=None):
+        return fused_linear_jsd(
+            student_hidden,
+            student_weight,
+            teacher_hidden,
+            teacher_weight,
+            labels,
+            beta=self.beta,
+            temperature=self.temperature,
+            ignore_index=self.ignore_index,
+            chunk_size=self.chunk_size,
+        )
