@@ -1,13 +1,15 @@
 """Benchmark the post-training losses fused with the LM head against the unfused path they
 replace: peak memory and time of one training step's loss (forward + backward to hidden and
 weight), at the issue's size by default: 4096 tokens (2 x 1024 chosen + 2 x 1024 rejected for the
-preference losses, 4 x 1024 completions for GRPO and distillation), H 1024, V 32768, bfloat16.
+preference losses, 4 x 1024 completions for KTO (2 desirable, 2 undesirable), GRPO and
+distillation), H 1024, V 32768, bfloat16.
 
 The unfused path is what a trainer without fuselet runs (TRL's): the logits hidden @ weight.T in
 the inputs' dtype, log_softmax in float32, the target's log-probabilities gathered, then the
-loss; DPO's reference model the same way under no_grad (its logits count in the peak too). Peers
-in the same run: that path in torch eager and under torch.compile, and under jax.jit; fuselet's
-fused_linear_preference_loss (loss="dpo", with a reference model), fused_linear_grpo_loss
+loss; DPO's and KTO's reference model the same way under no_grad (its logits count in the peak
+too). Peers in the same run: that path in torch eager and under torch.compile, and under jax.jit;
+fuselet's fused_linear_preference_loss (loss="dpo", with a reference model),
+fused_linear_kto_loss (with a reference model and a KL estimate), fused_linear_grpo_loss
 (old and reference log-probabilities given) and fused_linear_jsd (a teacher of the same size, its
 logits under no_grad in the unfused path: they count in the peak) through both layers. Each (method, repeat) runs in a
 child process of its own that builds the inputs and runs one warm-up step, then measures the
@@ -15,7 +17,7 @@ peak (torch on the CPU: the resident set's peak, glibc mapping each allocation o
 more on its own; JAX: XLA's buffer assignment of the compiled step) or the median time of
 --steps steps. Tables give medians over --processes children with the spread (min-max).
 
-    python benchmarks/bench_losses.py [--loss dpo|grpo|jsd] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
+    python benchmarks/bench_losses.py [--loss dpo|kto|grpo|jsd] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
         [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...]
 """
 
@@ -32,7 +34,7 @@ import common
 
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile"), "fuselet.jax": ("jax.jit",)}
-SEQUENCES = 4  # 2 chosen + 2 rejected (dpo), 4 completions (grpo), 4 sequences (jsd)
+SEQUENCES = 4  # 2 chosen + 2 rejected (dpo), 2 desirable + 2 undesirable (kto), 4 completions (grpo), 4 sequences (jsd)
 
 
 def _torch_step(loss, method, dtype, n, h, v):
@@ -47,6 +49,7 @@ def _torch_step(loss, method, dtype, n, h, v):
     ref_hidden, ref_weight = (torch.randn(SEQUENCES, t, h) * 0.5).to(dt), (torch.randn(v, h) * h**-0.5).to(dt)
     target = torch.randint(0, v, (SEQUENCES, t))
     advantages, old, ref = torch.randn(SEQUENCES), -torch.rand(SEQUENCES, t) * 10, -torch.rand(SEQUENCES, t) * 10
+    labels, kl = torch.tensor([True, False] * (SEQUENCES // 2)), torch.tensor(0.5)
 
     def logps(hid, w):
         return (hid @ w.t()).float().log_softmax(-1).gather(-1, target[..., None])[..., 0]
@@ -56,6 +59,12 @@ def _torch_step(loss, method, dtype, n, h, v):
             rc, rr = logps(ref_hidden, ref_weight).sum(-1).chunk(2)
         c, r = logps(hidden, weight).sum(-1).chunk(2)
         return -F.logsigmoid(0.1 * ((c - rc) - (r - rr))).mean()
+
+    def unfused_kto(hidden, weight):
+        with torch.no_grad():
+            ref_seq = logps(ref_hidden, ref_weight).sum(-1)
+        r = logps(hidden, weight).sum(-1) - ref_seq
+        return torch.where(labels, 1 - torch.sigmoid(0.1 * (r - kl)), 1 - torch.sigmoid(0.1 * (kl - r))).mean()
 
     def unfused_grpo(hidden, weight):
         lp = logps(hidden, weight)
@@ -74,10 +83,11 @@ def _torch_step(loss, method, dtype, n, h, v):
 
     fused = {
         "dpo": lambda a, b: ft.fused_linear_preference_loss(a, b, target, ref_hidden=ref_hidden, ref_weight=ref_weight),
+        "kto": lambda a, b: ft.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl),
         "grpo": lambda a, b: ft.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref),
         "jsd": lambda a, b: ft.fused_linear_jsd(a, b, ref_hidden, ref_weight),
     }[loss]
-    unfused = {"dpo": unfused_dpo, "grpo": unfused_grpo, "jsd": unfused_jsd}[loss]
+    unfused = {"dpo": unfused_dpo, "kto": unfused_kto, "grpo": unfused_grpo, "jsd": unfused_jsd}[loss]
     loss_fn = {"fuselet.torch": fused, "torch eager": unfused, "torch.compile": torch.compile(unfused)}[method]
 
     def step():
@@ -103,6 +113,7 @@ def _jax_step(loss, method, dtype, n, h, v):
     target = jax.random.randint(k[4], (SEQUENCES, t), 0, v)
     advantages = jax.random.normal(k[5], (SEQUENCES,))
     old, ref = -jax.random.uniform(k[6], (SEQUENCES, t)) * 10, -jax.random.uniform(k[7], (SEQUENCES, t)) * 10
+    labels, kl = jnp.asarray([True, False] * (SEQUENCES // 2)), jnp.float32(0.5)
 
     def logps(hid, w):
         logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
@@ -112,6 +123,10 @@ def _jax_step(loss, method, dtype, n, h, v):
         rs = jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
         s = logps(hidden, weight).sum(-1)
         return -jax.nn.log_sigmoid(0.1 * ((s[:2] - rs[:2]) - (s[2:] - rs[2:]))).mean()
+
+    def unfused_kto(hidden, weight):
+        r = logps(hidden, weight).sum(-1) - jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
+        return jnp.where(labels, 1 - jax.nn.sigmoid(0.1 * (r - kl)), 1 - jax.nn.sigmoid(0.1 * (kl - r))).mean()
 
     def unfused_grpo(hidden, weight):
         lp = logps(hidden, weight)
@@ -128,10 +143,12 @@ def _jax_step(loss, method, dtype, n, h, v):
 
     fused = {
         "dpo": lambda a, b: fj.fused_linear_preference_loss(a, b, target, ref_hidden=ref_hidden, ref_weight=ref_weight),
+        "kto": lambda a, b: fj.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl),
         "grpo": lambda a, b: fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref),
         "jsd": lambda a, b: fj.fused_linear_jsd(a, b, ref_hidden, ref_weight),
     }[loss]
-    loss_fn = fused if method == "fuselet.jax" else {"dpo": unfused_dpo, "grpo": unfused_grpo, "jsd": unfused_jsd}[loss]
+    unfused = {"dpo": unfused_dpo, "kto": unfused_kto, "grpo": unfused_grpo, "jsd": unfused_jsd}[loss]
+    loss_fn = fused if method == "fuselet.jax" else unfused
     grad = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
 
     def step():
@@ -162,7 +179,7 @@ def child(args) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--loss", choices=("dpo", "grpo", "jsd"), default="dpo")
+    p.add_argument("--loss", choices=("dpo", "kto", "grpo", "jsd"), default="dpo")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="bfloat16")
     p.add_argument("--tokens", type=int, default=4096)
     p.add_argument("--hidden", type=int, default=1024)
@@ -193,6 +210,7 @@ def main() -> None:
         }
     op = {
         "dpo": "fused_linear_preference_loss(loss='dpo', reference model)",
+        "kto": "fused_linear_kto_loss(reference model, KL estimate)",
         "grpo": "fused_linear_grpo_loss",
         "jsd": "fused_linear_jsd(beta=0.5, a teacher of the same size)",
     }[args.loss]

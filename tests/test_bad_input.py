@@ -214,6 +214,10 @@ JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
         lambda fj, a: fj.fused_linear_preference_loss(a["hidden"], a["weight"], a["target"]),
         {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3)},
     ),
+    "fused_linear_kto_loss": (
+        lambda fj, a: fj.fused_linear_kto_loss(a["hidden"], a["weight"], a["target"], a["preference_labels"]),
+        {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3), "preference_labels": (2,)},
+    ),
     "fused_linear_grpo_loss": (
         lambda fj, a: fj.fused_linear_grpo_loss(a["hidden"], a["weight"], a["target"], a["advantages"]),
         {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3), "advantages": (2,)},
@@ -233,8 +237,10 @@ def test_jax_given_a_torch_tensor(op, argument):
     call, shapes = JAX_OPS[op]
     api = Api("jax", fj)
     ids = {"target", "labels"} if op not in ("kl_div", "jsd", "tvd") else {"labels"}  # class ids
-    arrays = {n: api.array(s, "int32" if n in ids else "float32") for n, s in shapes.items()}
-    arrays[argument] = torch.zeros(shapes[argument], dtype=torch.int64 if argument in ids else torch.float32)
+    dtypes = {n: "int32" if n in ids else "bool" if n == "preference_labels" else "float32" for n in shapes}
+    arrays = {n: api.array(s, dtypes[n]) for n, s in shapes.items()}
+    torch_dtype = {"int32": torch.int64, "bool": torch.bool, "float32": torch.float32}[dtypes[argument]]
+    arrays[argument] = torch.zeros(shapes[argument], dtype=torch_dtype)
     optional = " or None" if (op, argument) in (("rms_norm", "weight"), ("jsd", "labels")) else ""
     with raises(TypeError, f"{argument}: expected a jax.Array{optional}, got torch.Tensor"):
         call(fj, arrays)
@@ -258,6 +264,45 @@ def test_fused_linear_preference_loss_rules(api):
         loss(hidden, weight, target, ref_hidden=hidden)
     with raises(TypeError, "weight: expected dtype float32 (the dtype of hidden), got bfloat16"):
         loss(hidden, api.array((5, 4), "bfloat16"), target)
+
+
+def test_fused_linear_kto_loss_rules(api):
+    hidden, weight, target = api.array((3, 2, 4)), api.array((5, 4)), api.array((3, 2), "int32")
+    labels = api.array((3,), "bool")
+    loss = api.module.fused_linear_kto_loss
+    with raises(ValueError, "preference_labels: expected shape (3,) (one per sequence of hidden (3, 2, 4)), got (2,)"):
+        loss(hidden, weight, target, api.array((2,), "bool"))
+    with raises(TypeError, "preference_labels: expected dtype bool (True: desirable, False: undesirable), got float32"):
+        loss(hidden, weight, target, api.array((3,)))
+    with raises(ValueError, "target: expected shape (3, 2) (the sequences and positions of hidden (3, 2, 4)), got (3, 1)"):
+        loss(hidden, weight, api.array((3, 1), "int32"), labels)
+    with raises(ValueError, "hidden: expected shape [sequences, T, H], got (6, 4)"):
+        loss(api.array((6, 4)), weight, api.array((6,), "int32"), labels)
+    with raises(ValueError, "hidden: expected at least one sequence, got shape (0, 2, 4)"):
+        loss(api.array((0, 2, 4)), weight, api.array((0, 2), "int32"), api.array((0,), "bool"))
+    with raises(ValueError, "kl: expected a scalar (a number or a 0-d array: the KL estimate), got shape (3,)"):
+        loss(hidden, weight, target, labels, kl=api.array((3,)))
+    with raises(TypeError, "kl: expected a floating-point dtype, got int32"):
+        loss(hidden, weight, target, labels, kl=api.array((), "int32"))
+    with raises(TypeError, "kl: expected None, a number or a 0-d array (the KL estimate), got str"):
+        loss(hidden, weight, target, labels, kl="0.1")
+    with raises(ValueError, "kl: expected a finite number, got nan"):
+        loss(hidden, weight, target, labels, kl=math.nan)
+    with raises(ValueError, "beta: expected a number > 0.0, got 0.0"):
+        loss(hidden, weight, target, labels, beta=0.0)
+    with raises(ValueError, "desirable_weight: expected a number >= 0.0, got -1.0"):
+        loss(hidden, weight, target, labels, desirable_weight=-1.0)
+    with raises(ValueError, "undesirable_weight: expected a finite number, got inf"):
+        loss(hidden, weight, target, labels, undesirable_weight=math.inf)
+    with raises(ValueError, "ref_hidden: expected with ref_weight"):
+        loss(hidden, weight, target, labels, ref_weight=weight)
+    with raises(ValueError, "ref_hidden: expected shape [3, 2, H_ref] (hidden's sequences and positions), got (2, 2, 4)"):
+        loss(hidden, weight, target, labels, ref_hidden=api.array((2, 2, 4)), ref_weight=weight)
+    with raises(ValueError, "ref_weight: expected shape [V, 6] (H_ref: the last dimension of ref_hidden (3, 2, 6)), got (5, 4)"):
+        loss(hidden, weight, target, labels, ref_hidden=api.array((3, 2, 6)), ref_weight=weight)
+    kind = "torch.Tensor" if api.framework == "torch" else "jax.Array"
+    with raises(TypeError, f"preference_labels: expected a {kind}, got list"):
+        loss(hidden, weight, target, [True, False, True])
 
 
 def test_fused_linear_grpo_loss_rules(api):

@@ -29,6 +29,7 @@ FAMILIES = {"kl_div": "divergence", "jsd": "divergence", "tvd": "divergence"}
 LOSSES = {
     "fused_linear_preference_loss": "fused_linear_cross_entropy",
     "fused_linear_grpo_loss": "fused_linear_cross_entropy",
+    "fused_linear_kto_loss": "fused_linear_cross_entropy",
     "fused_linear_jsd": "jsd",
 }
 

@@ -3,7 +3,7 @@ math over per-token log-probabilities. Each layer gets those log-probabilities f
 fused_linear_cross_entropy(reduction="none") (log p(target) = -loss, chunked over tokens: no
 [tokens, vocab] logits), and runs the math below with its array functions (an `xp` namespace:
 fuselet.torch.losses / fuselet.jax.losses). The math follows TRL's trainers (DPO, CPO, ORPO,
-GRPO), whose definitions the docs' ops reference repeats.
+KTO, GRPO), whose definitions the docs' ops reference repeats.
 """
 
 from __future__ import annotations
@@ -54,6 +54,16 @@ def check_preference_args(hidden_shape, target_shape, loss, beta, gamma, alpha, 
     _number("gamma", gamma)
     _number("alpha", alpha)
     _number("label_smoothing", label_smoothing, 0.0, 0.5)
+    refused = None
+    if loss not in WITH_REFERENCE:
+        refused = f"ref_hidden: loss {loss!r} takes no reference model (those that do: {', '.join(WITH_REFERENCE)})"
+    _reference(hidden_shape, reference, refused)
+
+
+def _reference(hidden_shape, reference: dict, refused: str | None = None) -> None:
+    """The reference model's arrays, {"ref_hidden": shape or None, "ref_weight": ..., "ref_bias": ...}:
+    ref_hidden [sequences, T, H_ref] (hidden's sequences and positions) and ref_weight [V, H_ref]
+    together or neither, ref_bias only with them; `refused`: the message when none is taken."""
     ref_hidden, ref_weight = reference.get("ref_hidden"), reference.get("ref_weight")
     if (ref_hidden is None) != (ref_weight is None):
         given, missing = ("ref_hidden", "ref_weight") if ref_hidden is not None else ("ref_weight", "ref_hidden")
@@ -61,12 +71,17 @@ def check_preference_args(hidden_shape, target_shape, loss, beta, gamma, alpha, 
     if reference.get("ref_bias") is not None and ref_weight is None:
         raise ValueError("ref_bias: expected only with ref_hidden and ref_weight")
     if ref_hidden is not None:
-        if loss not in WITH_REFERENCE:
-            raise ValueError(f"ref_hidden: loss {loss!r} takes no reference model (those that do: {', '.join(WITH_REFERENCE)})")
+        if refused is not None:
+            raise ValueError(refused)
         if tuple(ref_hidden[:2]) != tuple(hidden_shape[:2]) or len(ref_hidden) != 3:
             raise ValueError(
                 f"ref_hidden: expected shape [{hidden_shape[0]}, {hidden_shape[1]}, H_ref] (hidden's sequences and "
                 f"positions), got {tuple(ref_hidden)}"
+            )
+        if len(ref_weight) != 2 or ref_weight[1] != ref_hidden[2]:
+            raise ValueError(
+                f"ref_weight: expected shape [V, {ref_hidden[2]}] (H_ref: the last dimension of ref_hidden "
+                f"{tuple(ref_hidden)}), got {tuple(ref_weight)}"
             )
 
 
@@ -92,6 +107,41 @@ def check_grpo_args(
         isinstance(max_completion_length, bool) or not isinstance(max_completion_length, int) or max_completion_length < 1
     ):
         raise ValueError(f"max_completion_length: expected None or an int >= 1, got {max_completion_length!r}")
+
+
+def check_kto_options(beta, desirable_weight, undesirable_weight) -> None:
+    _number("beta", beta, 0.0, low_open=True)
+    _number("desirable_weight", desirable_weight, 0.0)
+    _number("undesirable_weight", undesirable_weight, 0.0)
+
+
+def check_kto_args(hidden_shape, target_shape, labels, kl, beta, desirable_weight, undesirable_weight, reference: dict):
+    """hidden [B, T, H] (B > 0), target [B, T]; labels: (shape, dtype) of preference_labels, [B]
+    bool; kl: None, a Python number, or (shape, dtype) of a 0-d floating-point array (anything
+    else: refused by its type); reference as check_preference_args's."""
+    _sequences(hidden_shape, target_shape)
+    if hidden_shape[0] == 0:
+        raise ValueError(f"hidden: expected at least one sequence, got shape {tuple(hidden_shape)}")
+    labels_shape, labels_dtype = labels
+    if labels_dtype != "bool":
+        raise TypeError(f"preference_labels: expected dtype bool (True: desirable, False: undesirable), got {labels_dtype}")
+    if tuple(labels_shape) != (hidden_shape[0],):
+        raise ValueError(
+            f"preference_labels: expected shape ({hidden_shape[0]},) (one per sequence of hidden {tuple(hidden_shape)}), "
+            f"got {tuple(labels_shape)}"
+        )
+    if isinstance(kl, tuple):
+        kl_shape, kl_dtype = kl
+        if not str(kl_dtype).startswith(("float", "bfloat")):
+            raise TypeError(f"kl: expected a floating-point dtype, got {kl_dtype}")
+        if tuple(kl_shape) != ():
+            raise ValueError(f"kl: expected a scalar (a number or a 0-d array: the KL estimate), got shape {tuple(kl_shape)}")
+    elif kl is not None:
+        if isinstance(kl, bool) or not isinstance(kl, (int, float)):
+            raise TypeError(f"kl: expected None, a number or a 0-d array (the KL estimate), got {type(kl).__name__}")
+        _number("kl", kl)
+    check_kto_options(beta, desirable_weight, undesirable_weight)
+    _reference(hidden_shape, reference)
 
 
 def _smoothed(xp, z, label_smoothing):
@@ -128,6 +178,20 @@ def preference_loss(xp, logp, mask, ref_logp, loss, beta, gamma, alpha, label_sm
         return _smoothed(xp, beta * (c - r), label_smoothing).mean() + alpha * nll
     log_odds = (c - r) - (xp.log1p(-xp.exp(c)) - xp.log1p(-xp.exp(r)))  # orpo, c and r < 0: averaged logps
     return nll - beta * xp.logsigmoid(log_odds).mean()
+
+
+def kto_loss(xp, logp, mask, ref_logp, labels, kl, beta, desirable_weight, undesirable_weight):
+    """KTO's loss (TRL's KTOTrainer, loss_type="kto") of [B, T] float32 per-token log-probabilities
+    (mask: 1.0 where counted), ref_logp the reference model's or None, labels [B] bool (True:
+    desirable), kl the KL estimate (no gradient) or None. Each sequence's log-ratio is the sum of
+    its counted log-probabilities less the reference's; 1 - sigmoid(z) is written sigmoid(-z)."""
+    ratio = (logp * mask).sum(-1)
+    if ref_logp is not None:
+        ratio = ratio - (ref_logp * mask).sum(-1)
+    shift = ratio if kl is None else ratio - kl
+    desirable = desirable_weight * xp.sigmoid(-beta * shift)
+    undesirable = undesirable_weight * xp.sigmoid(beta * shift)
+    return xp.where(labels, desirable, undesirable).mean()
 
 
 def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, beta, epsilon_low, epsilon_high, loss_type, max_completion_length):

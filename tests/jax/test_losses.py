@@ -1,5 +1,5 @@
-"""fuselet.jax's fused_linear_preference_loss and fused_linear_grpo_loss against the unfused
-losses in jax.numpy (the [tokens, V] logits, log_softmax, TRL's formulas), under jit and grad;
+"""fuselet.jax's fused_linear_preference_loss, fused_linear_kto_loss and fused_linear_grpo_loss
+against the unfused losses in jax.numpy (the [tokens, V] logits, log_softmax, TRL's formulas), under jit and grad;
 vmap over a batch of problems; bad input."""
 
 from __future__ import annotations
@@ -60,6 +60,16 @@ def reference_preference(hidden, weight, target, loss, ref=None, beta=0.1, gamma
     return nll - beta * jax.nn.log_sigmoid(log_odds).mean()
 
 
+def reference_kto(hidden, weight, target, labels, ref=None, kl=0.0, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0):
+    """TRL's KTOTrainer (loss_type="kto"): summed log-probabilities, chosen and rejected apart."""
+    logps = token_logps(hidden, weight, target).sum(-1)
+    ref_logps = jax.lax.stop_gradient(token_logps(*ref, target)).sum(-1) if ref is not None else jnp.zeros_like(logps)
+    chosen, rejected = np.flatnonzero(labels), np.flatnonzero(~np.asarray(labels))
+    chosen_losses = 1 - jax.nn.sigmoid(beta * ((logps[chosen] - ref_logps[chosen]) - kl))
+    rejected_losses = 1 - jax.nn.sigmoid(beta * (kl - (logps[rejected] - ref_logps[rejected])))
+    return jnp.concatenate([desirable_weight * chosen_losses, undesirable_weight * rejected_losses]).mean()
+
+
 def reference_grpo(hidden, weight, target, advantages, old, ref, beta=0.04, loss_type="grpo"):
     mask = (target != -100).astype(jnp.float32)
     logp = token_logps(hidden, weight, target)
@@ -92,6 +102,38 @@ def test_preference_loss_against_reference(loss):
         lambda h, w, t: reference_preference(h, w, t, loss, ref),
         (hidden, weight, target),
     )
+
+
+LABELS = np.array([True, False, False, True, False])  # unpaired: 2 desirable, 3 undesirable
+
+
+@pytest.mark.parametrize("kl", [None, 0.6, "array"])
+def test_kto_loss_against_reference(kl):
+    hidden, weight, target = inputs(sequences=5)
+    ref = inputs(seed=1, sequences=5, h=12)[:2]
+    labels = jnp.asarray(LABELS)
+    kl_arg = jnp.asarray(1.1, jnp.float32) if kl == "array" else kl
+    kl_value = 1.1 if kl == "array" else (kl or 0.0)
+    opts = dict(beta=0.5, desirable_weight=1.33, undesirable_weight=0.8)
+    assert_same(
+        lambda h, w, t: fj.fused_linear_kto_loss(
+            h, w, t, labels, ref_hidden=ref[0], ref_weight=ref[1], kl=kl_arg, chunk_size=5, **opts
+        ),
+        lambda h, w, t: reference_kto(h, w, t, LABELS, ref, kl_value, **opts),
+        (hidden, weight, target),
+    )
+
+
+def test_kto_without_reference_and_kl_gets_no_gradient():
+    hidden, weight, target = inputs(sequences=5)
+    labels = jnp.asarray(LABELS)
+    assert_same(
+        lambda h, w, t: fj.fused_linear_kto_loss(h, w, t, labels, beta=0.3),
+        lambda h, w, t: reference_kto(h, w, t, LABELS, beta=0.3),
+        (hidden, weight, target),
+    )
+    dkl = jax.grad(lambda k: fj.fused_linear_kto_loss(hidden, weight, target, labels, kl=k))(jnp.float32(0.5))
+    assert dkl == 0
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
@@ -139,5 +181,16 @@ def test_bad_input():
         fj.fused_linear_grpo_loss(hidden, weight, target, jnp.zeros(3))
     with pytest.raises(TypeError, match=r"advantages: expected a jax.Array, got NoneType"):
         fj.fused_linear_grpo_loss(hidden, weight, target, None)
+    labels = jnp.asarray([True, False, True, False])
+    with pytest.raises(ValueError, match=r"preference_labels: expected shape \(4,\)"):
+        fj.fused_linear_kto_loss(hidden, weight, target, labels[:3])
+    with pytest.raises(TypeError, match=r"preference_labels: expected dtype bool"):
+        fj.fused_linear_kto_loss(hidden, weight, target, labels.astype(jnp.int32))
+    with pytest.raises(ValueError, match=r"kl: expected a scalar"):
+        fj.fused_linear_kto_loss(hidden, weight, target, labels, kl=jnp.zeros(4))
+    with pytest.raises(TypeError, match=r"kl: expected None, a number or a 0-d array \(the KL estimate\), got list"):
+        fj.fused_linear_kto_loss(hidden, weight, target, labels, kl=[0.1])
+    with pytest.raises(ValueError, match=r"beta: expected a number > 0.0"):
+        fj.fused_linear_kto_loss(hidden, weight, target, labels, beta=-0.1)
     with pytest.raises(ValueError, match=r"loss_type: expected one of grpo, bnpo, dr_grpo"):
         fj.fused_linear_grpo_loss(hidden, weight, target, jnp.zeros(4), loss_type="x")

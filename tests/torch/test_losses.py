@@ -1,5 +1,5 @@
-"""fused_linear_preference_loss and fused_linear_grpo_loss against the same losses written the
-unfused way (the [tokens, V] logits, log_softmax and TRL's formulas in torch), in float32 and
+"""fused_linear_preference_loss, fused_linear_kto_loss and fused_linear_grpo_loss against the
+same losses written the unfused way (the [tokens, V] logits, log_softmax and TRL's formulas in torch), in float32 and
 bfloat16; gradients, torch.compile(fullgraph=True), the module forms, bad input."""
 
 from __future__ import annotations
@@ -63,6 +63,23 @@ def reference_preference(hidden, weight, target, loss, ref=None, beta=0.1, gamma
         return (-F.logsigmoid(beta * (c - r))).mean() + alpha * nll
     log_odds = (c - r) - (torch.log1p(-torch.exp(c)) - torch.log1p(-torch.exp(r)))
     return nll - beta * F.logsigmoid(log_odds).mean()
+
+
+def reference_kto(hidden, weight, target, labels, ref=None, kl=None, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0):
+    """TRL's KTOTrainer (loss_type="kto"): summed log-probabilities, chosen and rejected apart."""
+    logps = token_logps(hidden, weight, target).sum(-1)
+    if ref is not None:
+        with torch.no_grad():
+            ref_logps = token_logps(*ref, target).sum(-1)
+    else:
+        ref_logps = torch.zeros_like(logps)
+    kl = torch.zeros(()) if kl is None else torch.as_tensor(kl).detach()
+    chosen_idx, rejected_idx = labels.nonzero().view(-1), (~labels).nonzero().view(-1)
+    chosen_logratios = logps.index_select(0, chosen_idx) - ref_logps.index_select(0, chosen_idx)
+    rejected_logratios = logps.index_select(0, rejected_idx) - ref_logps.index_select(0, rejected_idx)
+    chosen_losses = 1 - F.sigmoid(beta * (chosen_logratios - kl))
+    rejected_losses = 1 - F.sigmoid(beta * (kl - rejected_logratios))
+    return torch.cat((desirable_weight * chosen_losses, undesirable_weight * rejected_losses), 0).mean()
 
 
 def reference_grpo(
@@ -140,6 +157,66 @@ def test_reference_model_gets_no_gradient():
     assert ref_hidden.grad is None and ref_weight.grad is None and hidden.grad is not None
 
 
+LABELS = torch.tensor([True, False, False, True, False])  # unpaired: 2 desirable, 3 undesirable
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_kto_loss_against_reference(dtype):
+    hidden, weight, target = inputs(dtype, sequences=5)
+    ref_hidden, ref_weight, _ = inputs(dtype, seed=1, sequences=5, h=12)  # the reference model's hidden size differs
+    ref = (ref_hidden.detach(), ref_weight.detach())
+    kl = torch.tensor(2.0)
+    opts = dict(beta=0.5, desirable_weight=1.33, undesirable_weight=0.8)
+    assert_same(
+        lambda: ft.fused_linear_kto_loss(
+            hidden, weight, target, LABELS, ref_hidden=ref[0], ref_weight=ref[1], kl=kl, chunk_size=5, **opts
+        ),
+        lambda: reference_kto(hidden, weight, target, LABELS, ref, kl, **opts),
+        (hidden, weight),
+        dtype,
+    )
+
+
+def test_kto_kl_bias_and_no_reference():
+    """kl as a number, a tensor or None (0); a bias on both heads; all desirable or all undesirable."""
+    hidden, weight, target = inputs(sequences=5)
+    g = torch.Generator().manual_seed(4)
+    bias, ref_bias = torch.randn(V, generator=g).requires_grad_(), torch.randn(V, generator=g)
+    ref_hidden, ref_weight, _ = inputs(seed=2, sequences=5)
+
+    def unfused(labels, kl):
+        logps = token_logps(hidden, weight, target, bias).sum(-1)
+        with torch.no_grad():
+            ref_logps = token_logps(ref_hidden, ref_weight, target, ref_bias).sum(-1)
+        z = 0.1 * (logps - ref_logps - kl)
+        return torch.where(labels, 1 - torch.sigmoid(z), 1 - torch.sigmoid(-z)).mean()
+
+    for labels, kl in ((LABELS, 2.5), (torch.ones(5, dtype=torch.bool), torch.tensor(3.0)), (~LABELS, 0.0)):
+        got = ft.fused_linear_kto_loss(
+            hidden, weight, target, labels, bias=bias, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias, kl=kl
+        )
+        want = unfused(labels, kl)
+        torch.testing.assert_close(got, want)
+        grads = torch.autograd.grad(got, (hidden, weight, bias))
+        for g_got, g_want in zip(grads, torch.autograd.grad(want, (hidden, weight, bias))):
+            torch.testing.assert_close(g_got, g_want)
+    assert_same(
+        lambda: ft.fused_linear_kto_loss(hidden, weight, target, LABELS, beta=0.3),
+        lambda: reference_kto(hidden, weight, target, LABELS, beta=0.3),
+        (hidden, weight),
+        torch.float32,
+    )
+
+
+def test_kto_no_gradient_to_kl_or_reference():
+    hidden, weight, target = inputs(sequences=5)
+    ref_hidden, ref_weight, _ = inputs(seed=1, sequences=5)
+    kl = torch.tensor(0.5, requires_grad=True)
+    loss = ft.fused_linear_kto_loss(hidden, weight, target, LABELS, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl)
+    loss.backward()
+    assert kl.grad is None and ref_hidden.grad is None and ref_weight.grad is None and hidden.grad is not None
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
 def test_grpo_loss_against_reference(loss_type, dtype):
@@ -176,6 +253,14 @@ def test_torch_compile_fullgraph():
     got = compiled(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
     want = ft.fused_linear_preference_loss(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
     torch.testing.assert_close(got, want)
+    kto = torch.compile(ft.fused_linear_kto_loss, fullgraph=True)
+    labels, kl = torch.tensor([True, False, False, True]), torch.tensor(0.3)
+    torch.testing.assert_close(
+        kto(hidden, weight, target, labels, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach(), kl=kl),
+        ft.fused_linear_kto_loss(
+            hidden, weight, target, labels, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach(), kl=kl
+        ),
+    )
     advantages = torch.randn(2 * B)
     grpo = torch.compile(ft.fused_linear_grpo_loss, fullgraph=True)
     torch.testing.assert_close(
@@ -197,6 +282,17 @@ def test_module_forms():
     )
     with pytest.raises(ValueError, match="loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'kto2'"):
         ft.FusedLinearPreferenceLoss("kto2")
+    labels = torch.tensor([True, False, False, True])
+    kto = ft.FusedLinearKTOLoss(beta=0.2, undesirable_weight=2.0)
+    assert repr(kto) == "FusedLinearKTOLoss(beta=0.2, undesirable_weight=2.0)"
+    torch.testing.assert_close(
+        kto(hidden, weight, target, labels, kl=0.4),
+        ft.fused_linear_kto_loss(hidden, weight, target, labels, kl=0.4, beta=0.2, undesirable_weight=2.0),
+    )
+    with pytest.raises(ValueError, match=r"desirable_weight: expected a number >= 0.0, got -1"):
+        ft.FusedLinearKTOLoss(desirable_weight=-1)
+    with pytest.raises(TypeError, match=r"bta: not an option of fused_linear_kto_loss"):
+        ft.FusedLinearKTOLoss(bta=0.1)
 
 
 def test_bad_input():
@@ -223,6 +319,37 @@ def test_bad_input():
         ),
         (lambda: pref(None, weight, target), TypeError, r"hidden"),
         (lambda: pref(hidden, weight.double(), target), TypeError, r"weight: expected dtype float32"),
+    ]
+    labels = torch.tensor([True, False, True, False])
+    kto = ft.fused_linear_kto_loss
+    cases += [
+        (lambda: kto(hidden, weight, target, labels[:3]), ValueError, r"preference_labels: expected shape \(4,\) \(one per"),
+        (lambda: kto(hidden, weight, target, labels.long()), TypeError, r"preference_labels: expected dtype bool"),
+        (lambda: kto(hidden, weight, target, None), TypeError, r"preference_labels: expected a torch.Tensor"),
+        (lambda: kto(hidden, weight, target, labels, kl=torch.zeros(4)), ValueError, r"kl: expected a scalar"),
+        (lambda: kto(hidden, weight, target, labels, kl=torch.tensor(1)), TypeError, r"kl: expected a floating-point dtype"),
+        (lambda: kto(hidden, weight, target, labels, kl="0.1"), TypeError, r"kl: expected None, a number or a 0-d array"),
+        (lambda: kto(hidden, weight, target, labels, kl=float("inf")), ValueError, r"kl: expected a finite number"),
+        (lambda: kto(hidden, weight, target, labels, beta=0), ValueError, r"beta: expected a number > 0.0, got 0"),
+        (
+            lambda: kto(hidden, weight, target, labels, undesirable_weight=-0.5),
+            ValueError,
+            r"undesirable_weight: expected a number >= 0.0",
+        ),
+        (
+            lambda: kto(hidden, weight, target, labels, desirable_weight=float("nan")),
+            ValueError,
+            r"desirable_weight: expected a finite",
+        ),
+        (lambda: kto(hidden, weight, target, labels, ref_weight=weight), ValueError, r"ref_hidden: expected with ref_weight"),
+        (lambda: kto(hidden, weight, target, labels, ref_bias=weight[:, 0]), ValueError, r"ref_bias: expected only with"),
+        (
+            lambda: kto(hidden, weight, target, labels, ref_hidden=hidden, ref_weight=weight[:, :3]),
+            ValueError,
+            r"ref_weight: expected shape \[V, 16\]",
+        ),
+        (lambda: kto(hidden[:0], weight, target[:0], labels[:0]), ValueError, r"hidden: expected at least one sequence"),
+        (lambda: kto(hidden, weight, target[:, :3], labels), ValueError, r"target: expected shape \(4, 7\)"),
     ]
     advantages = torch.zeros(2 * B)
     grpo = ft.fused_linear_grpo_loss

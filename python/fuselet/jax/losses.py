@@ -1,6 +1,6 @@
 """The post-training losses fused with the LM head, for JAX: preference losses (DPO and its
-hinge / IPO variants, SimPO, CPO, ORPO) and GRPO's policy loss, from the last hidden states and
-the head's weight without the [tokens, vocab] logits.
+hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
+hidden states and the head's weight without the [tokens, vocab] logits.
 
 Math and argument rules: fuselet/_losses.py (shared with fuselet.torch). The per-token
 log-probabilities are -fused_linear_cross_entropy(reduction="none") (chunked over tokens with
@@ -27,6 +27,8 @@ class _Jax:
     log1p = staticmethod(jnp.log1p)
     minimum = staticmethod(jnp.minimum)
     clip = staticmethod(jnp.clip)
+    sigmoid = staticmethod(jax.nn.sigmoid)
+    where = staticmethod(jnp.where)
     stop_gradient = staticmethod(jax.lax.stop_gradient)
 
     @staticmethod
@@ -75,6 +77,46 @@ def fused_linear_preference_loss(
         ref_logp = jax.lax.stop_gradient(_logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size))
     mask = (target != ignore_index).astype(jnp.float32)
     return _losses.preference_loss(_Jax, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
+
+
+def fused_linear_kto_loss(
+    hidden,
+    weight,
+    target,
+    preference_labels,
+    *,
+    bias=None,
+    ref_hidden=None,
+    ref_weight=None,
+    ref_bias=None,
+    kl=None,
+    beta: float = 0.1,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+):
+    """fuselet.torch.fused_linear_kto_loss for JAX (the same arguments and math: TRL's KTOTrainer,
+    loss_type="kto"): hidden [B, T, H], weight [V, H], target [B, T], preference_labels [B] bool,
+    kl a number or a 0-d array (None: 0). The float32 scalar loss; no gradient reaches kl or the
+    reference model's arrays."""
+    shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target))}
+    labels = array_facts("preference_labels", preference_labels)
+    refs = (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias))
+    reference = {n: _shape(n, a, optional=True) for n, a in refs}
+    is_array = hasattr(kl, "shape") and hasattr(kl, "dtype")
+    kl_facts = array_facts("kl", kl) if is_array else kl
+    _losses.check_kto_args(
+        shapes["hidden"], shapes["target"], labels, kl_facts, beta, desirable_weight, undesirable_weight, reference
+    )
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    ref_logp = None
+    if ref_hidden is not None:
+        ref_logp = jax.lax.stop_gradient(_logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size))
+    mask = (target != ignore_index).astype(jnp.float32)
+    if is_array:
+        kl = jax.lax.stop_gradient(jnp.asarray(kl, jnp.float32))
+    return _losses.kto_loss(_Jax, logp, mask, ref_logp, preference_labels, kl, beta, desirable_weight, undesirable_weight)
 
 
 def fused_linear_grpo_loss(

@@ -18,8 +18,10 @@ from fuselet.torch.fused_linear_jsd import FusedLinearJSD, fused_linear_jsd  # n
 from fuselet.torch.glu import geglu, swiglu  # noqa: E402
 from fuselet.torch.losses import (  # noqa: E402
     FusedLinearGRPOLoss,
+    FusedLinearKTOLoss,
     FusedLinearPreferenceLoss,
     fused_linear_grpo_loss,
+    fused_linear_kto_loss,
     fused_linear_preference_loss,
 )
 from fuselet.torch.norm import LayerNorm, RMSNorm, add_rms_norm, layer_norm, rms_norm  # noqa: E402
@@ -32,6 +34,7 @@ __all__ = [
     "BUILD_INFO",
     "FusedLinearGRPOLoss",
     "FusedLinearJSD",
+    "FusedLinearKTOLoss",
     "FusedLinearPreferenceLoss",
     "LayerNorm",
     "RMSNorm",
@@ -40,6 +43,7 @@ __all__ = [
     "fused_linear_cross_entropy",
     "fused_linear_grpo_loss",
     "fused_linear_jsd",
+    "fused_linear_kto_loss",
     "fused_linear_preference_loss",
     "geglu",
     "jsd",

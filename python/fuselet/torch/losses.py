@@ -1,6 +1,6 @@
 """The post-training losses fused with the LM head, for PyTorch: preference losses (DPO and its
-hinge / IPO variants, SimPO, CPO, ORPO) and GRPO's policy loss, from the last hidden states and
-the head's weight without the [tokens, vocab] logits.
+hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
+hidden states and the head's weight without the [tokens, vocab] logits.
 
 Math and argument rules: fuselet/_losses.py (shared with fuselet.jax). The per-token
 log-probabilities are -fused_linear_cross_entropy(reduction="none"): chunked over tokens with
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from fuselet import _losses
-from fuselet.torch._args import check_dense, check_same_device
+from fuselet.torch._args import check_dense, check_same_device, dtype_name
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
 
 
@@ -25,6 +25,8 @@ class _Torch:
     exp = staticmethod(torch.exp)
     log1p = staticmethod(torch.log1p)
     minimum = staticmethod(torch.minimum)
+    sigmoid = staticmethod(torch.sigmoid)
+    where = staticmethod(torch.where)
 
     @staticmethod
     def clip(x, low, high):
@@ -87,6 +89,71 @@ def fused_linear_preference_loss(
             ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).to(torch.float32)
     return _losses.preference_loss(_Torch, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
+
+
+def fused_linear_kto_loss(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    target: torch.Tensor,
+    preference_labels: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    ref_hidden: torch.Tensor | None = None,
+    ref_weight: torch.Tensor | None = None,
+    ref_bias: torch.Tensor | None = None,
+    kl: torch.Tensor | float | None = None,
+    beta: float = 0.1,
+    desirable_weight: float = 1.0,
+    undesirable_weight: float = 1.0,
+    ignore_index: int = -100,
+    chunk_size: int | None = None,
+) -> torch.Tensor:
+    """KTO's loss of unpaired examples: hidden [B, T, H] through the head weight [V, H] (and bias),
+    target [B, T] aligned with hidden (target[t] labels position t; ignore_index drops it),
+    preference_labels [B] bool (True: desirable, False: undesirable). A sequence's log-ratio r is
+    the sum of its counted log-probabilities less the reference model's (ref_hidden [B, T, H_ref]
+    / ref_weight / ref_bias, under no_grad; 0 without one); kl the KL estimate, a number or a 0-d
+    tensor that no gradient flows through (None: 0). Per sequence: desirable_weight
+    * (1 - sigmoid(beta (r - kl))) if desirable, undesirable_weight * (1 - sigmoid(beta (kl - r)))
+    if not; the float32 scalar loss is their mean over the B sequences. This matches TRL's
+    KTOTrainer with loss_type="kto" (its per-sequence losses, weights and mean; TRL computes the KL
+    estimate and clamps it at 0, the caller does here) and Liger-Kernel's LigerFusedLinearKTOLoss
+    (average_log_prob=False), which has no weights (both 1)."""
+    for name, t in (
+        ("hidden", hidden),
+        ("weight", weight),
+        ("bias", bias),
+        ("target", target),
+        ("preference_labels", preference_labels),
+    ):
+        check_dense(name, t, optional=name == "bias")
+    for name, t in (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias)):
+        check_dense(name, t, optional=True)
+    reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
+    kl_facts = (_shape(kl), dtype_name(kl)) if isinstance(kl, torch.Tensor) else kl
+    labels = (_shape(preference_labels), dtype_name(preference_labels))
+    _losses.check_kto_args(
+        _shape(hidden), _shape(target), labels, kl_facts, beta, desirable_weight, undesirable_weight, reference
+    )
+    kl_tensor = kl if isinstance(kl, torch.Tensor) else None
+    check_same_device(
+        "hidden",
+        hidden,
+        preference_labels=preference_labels,
+        kl=kl_tensor,
+        ref_hidden=ref_hidden,
+        ref_weight=ref_weight,
+        ref_bias=ref_bias,
+    )
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    ref_logp = None
+    if ref_hidden is not None:
+        with torch.no_grad():
+            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
+    mask = (target != ignore_index).to(torch.float32)
+    if kl_tensor is not None:
+        kl = kl_tensor.detach().to(torch.float32)
+    return _losses.kto_loss(_Torch, logp, mask, ref_logp, preference_labels, kl, beta, desirable_weight, undesirable_weight)
 
 
 def fused_linear_grpo_loss(
@@ -161,6 +228,40 @@ class FusedLinearPreferenceLoss(torch.nn.Module):
         return ", ".join([f"loss={self.loss!r}"] + [f"{k}={v!r}" for k, v in self.options.items()])
 
 
+class FusedLinearKTOLoss(torch.nn.Module):
+    """fused_linear_kto_loss as a module: the options (beta, desirable_weight, undesirable_weight,
+    ignore_index, chunk_size) at construction, the tensors and the KL estimate per call
+    (forward(hidden, weight, target, preference_labels, bias=None, ref_hidden=None,
+    ref_weight=None, ref_bias=None, kl=None))."""
+
+    def __init__(self, **options):
+        super().__init__()
+        unknown = sorted(set(options) - set(_KTO_OPTIONS))
+        if unknown:
+            raise TypeError(f"{unknown[0]}: not an option of fused_linear_kto_loss (those: {', '.join(_KTO_OPTIONS)})")
+        _losses.check_kto_options(*(options.get(k, _KTO_OPTIONS[k]) for k in ("beta", "desirable_weight", "undesirable_weight")))
+        self.options = options
+
+    def forward(
+        self, hidden, weight, target, preference_labels, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None, kl=None
+    ):
+        return fused_linear_kto_loss(
+            hidden,
+            weight,
+            target,
+            preference_labels,
+            bias=bias,
+            ref_hidden=ref_hidden,
+            ref_weight=ref_weight,
+            ref_bias=ref_bias,
+            kl=kl,
+            **self.options,
+        )
+
+    def extra_repr(self) -> str:
+        return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+
+
 class FusedLinearGRPOLoss(torch.nn.Module):
     """fused_linear_grpo_loss as a module: the options at construction, the tensors per call
     (forward(hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None))."""
@@ -179,3 +280,4 @@ class FusedLinearGRPOLoss(torch.nn.Module):
 
 
 _PREFERENCE_DEFAULTS = (("beta", 0.1), ("gamma", 0.5), ("alpha", 1.0), ("label_smoothing", 0.0))
+_KTO_OPTIONS = {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0, "ignore_index": -100, "chunk_size": None}
