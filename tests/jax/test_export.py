@@ -54,6 +54,8 @@ def model(x, residual, w, b, cos, sin, wv, target, chunk_size=None):
     a = jnp.einsum("bst,bth->bsh", p, h)
     g = fj.swiglu(jnp.concatenate([a, q], -1)) + fj.geglu(jnp.concatenate([q, a], -1), "tanh")
     loss = fj.cross_entropy(g @ wv, target, z_loss=1e-3)
+    # the divergences' targets: both arguments depend on the inputs, so both gradients are computed
+    loss = loss + fj.jsd(jax.nn.log_softmax(g @ wv, -1), jax.nn.log_softmax(h @ wv, -1), beta=0.3)
     # Its chunks call cross_entropy_fwd_bwd.
     return loss + fj.fused_linear_cross_entropy(g, wv.T, target, label_smoothing=0.1, chunk_size=chunk_size)
 
