@@ -131,21 +131,23 @@ def torch_cases(ops, shape, dtype, device):
     for op in ("kl_div", "jsd", "tvd"):
         if op in ops:  # student log-probabilities (requiring grad) against a teacher's
             x, target = t(rows, h).log_softmax(-1).detach().requires_grad_(True), t(rows, h, grad=False).log_softmax(-1)
+            unfused = _torch_divergence(op)
             out[op] = (
                 (x,),
-                lambda x=x, op=op, target=target: DIVERGENCES[op][0](ft, x, target),
-                DIVERGENCES_TORCH[op](x, target),
+                lambda x=x, op=op, target=target: DIVERGENCES[op](ft, x, target),
+                lambda x=x, unfused=unfused, target=target: unfused(x, target),
             )
     return out
 
 
-# op -> (fuselet call, ...): the divergences as users call them (kl_div with log-probability targets, jsd
-# at beta 0.5), and the unfused expressions: torch's kl_div, TRL's generalized JSD (a logsumexp
+# op -> fuselet's call in either layer (m: fuselet.torch or fuselet.jax): the divergences as users
+# call them (kl_div with log-probability targets, jsd at beta 0.5). The unfused expressions
+# (_torch_divergence, _jax_divergence): torch's kl_div, TRL's generalized JSD (a logsumexp
 # mixture), the total variation written out.
 DIVERGENCES = {
-    "kl_div": (lambda m, x, t: m.kl_div(x, t, log_target=True),),
-    "jsd": (lambda m, x, t: m.jsd(x, t, beta=0.5),),
-    "tvd": (lambda m, x, t: m.tvd(x, t),),
+    "kl_div": lambda m, x, t: m.kl_div(x, t, log_target=True),
+    "jsd": lambda m, x, t: m.jsd(x, t, beta=0.5),
+    "tvd": lambda m, x, t: m.tvd(x, t),
 }
 
 
@@ -165,11 +167,7 @@ def _torch_divergence(op):
     def tvd(x, t):
         return (0.5 * (t.float().exp() - x.float().exp()).abs().sum(-1)).mean()
 
-    fn = {"kl_div": kl, "jsd": jsd, "tvd": tvd}[op]
-    return lambda x, t: lambda: fn(x, t)
-
-
-DIVERGENCES_TORCH = {op: _torch_divergence(op) for op in DIVERGENCES}
+    return {"kl_div": kl, "jsd": jsd, "tvd": tvd}[op]
 
 
 def _jax_divergence(op):
@@ -286,7 +284,7 @@ def jax_cases(ops, shape, dtype, dev):
             unfused = _jax_divergence(op)
             out[op] = (
                 (x,),
-                lambda x, op=op, target=target: DIVERGENCES[op][0](fj, x, target),
+                lambda x, op=op, target=target: DIVERGENCES[op](fj, x, target),
                 lambda x, unfused=unfused, target=target: unfused(x, target),
             )
     return out

@@ -264,6 +264,7 @@ def check_linear_cross_entropy_args(hidden: tuple, weight: tuple, bias: tuple | 
 
 # The divergences of fuselet/divergence.h: the public op, its kind code (fuselet_divergence_kind).
 DIVERGENCE_KINDS = {"kl_div": 0, "jsd": 1, "tvd": 2}
+_DIVERGENCE_OPS = {code: op for op, code in DIVERGENCE_KINDS.items()}
 KL_REDUCTIONS = ("none", "batchmean", "sum", "mean")
 
 
@@ -324,7 +325,7 @@ def check_divergence_options(kind, log_target, beta) -> None:
     """The raw ops' options (torch.ops.fuselet.divergence_*, the FFI targets), as the core checks
     them: kind a DIVERGENCE_KINDS code, log_target True except with KL, beta in [0, 1] for JSD and
     0 for the others."""
-    names = {code: op for op, code in DIVERGENCE_KINDS.items()}
+    names = _DIVERGENCE_OPS
     if isinstance(kind, bool) or kind not in names:
         raise ValueError(f"kind: expected 0 (KL), 1 (JSD) or 2 (TVD), got {kind!r}")
     if not isinstance(log_target, bool):

@@ -26,9 +26,8 @@ _JSD = DIVERGENCE_KINDS["jsd"]
 
 class _FusedLinearJSD(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hs, ws, ht, wt, keep, beta, temperature, chunk):
+    def forward(ctx, hs, ws, ht, wt, weight_of, beta, temperature, chunk):
         n, inv_t = hs.shape[0], 1.0 / temperature
-        weight_of = keep.float() / keep.sum().clamp(min=1) if keep is not None else None
         loss = torch.zeros((), dtype=torch.float32, device=hs.device)
         dhs = torch.empty_like(hs)
         dws = torch.zeros(ws.shape, dtype=torch.float32, device=ws.device)
@@ -37,7 +36,7 @@ class _FusedLinearJSD(torch.autograd.Function):
             logq = torch.log_softmax(torch.mm(hs[a:b], ws.t()).float() * inv_t, -1)
             logp = torch.log_softmax(torch.mm(ht[a:b], wt.t()).float() * inv_t, -1)
             rows = ops.divergence_fwd(logq, logp, _JSD, True, beta)
-            g = weight_of[a:b] if weight_of is not None else torch.full_like(rows, 1.0 / max(n, 1))
+            g = weight_of[a:b]
             loss += torch.where(g > 0, rows * g, 0.0).sum()
             dlogq = ops.divergence_bwd(g, logq, logp, _JSD, True, beta, False)
             del logp
@@ -93,13 +92,17 @@ def fused_linear_jsd(
     )
     hs = student_hidden.reshape(-1, student_hidden.shape[-1])
     ht = teacher_hidden.reshape(-1, teacher_hidden.shape[-1]).detach()
-    keep = None
-    if labels is not None:
-        info = torch.iinfo(labels.dtype)
-        if info.min <= ignore_index <= info.max:
-            keep = labels.reshape(-1) != ignore_index
-    chunk = chunk_size or chunk_size_for(hs.shape[0], hs.shape[1], student_weight.shape[0])
-    return _FusedLinearJSD.apply(hs, student_weight, ht, teacher_weight.detach(), keep, float(beta), float(temperature), chunk)
+    # each token's share of the mean: 1 / (kept tokens) where its label is kept, else 0
+    n = hs.shape[0]
+    if labels is not None and torch.iinfo(labels.dtype).min <= ignore_index <= torch.iinfo(labels.dtype).max:
+        keep = (labels.reshape(-1) != ignore_index).float()
+        weight_of = keep / keep.sum().clamp(min=1)
+    else:
+        weight_of = torch.full((n,), 1.0 / max(n, 1), dtype=torch.float32, device=hs.device)
+    chunk = chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0])
+    return _FusedLinearJSD.apply(
+        hs, student_weight, ht, teacher_weight.detach(), weight_of, float(beta), float(temperature), chunk
+    )
 
 
 class FusedLinearJSD(torch.nn.Module):
