@@ -47,6 +47,16 @@ def _logps(hidden, weight, bias, target, ignore_index, chunk_size):
     )
 
 
+def _policy_and_reference(hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size):
+    """(logp, ref_logp, mask): the policy's per-token log-probabilities, the reference model's
+    under stop_gradient (None without one), and 1.0 where a token counts."""
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    ref_logp = None
+    if ref_hidden is not None:
+        ref_logp = jax.lax.stop_gradient(_logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size))
+    return logp, ref_logp, (target != ignore_index).astype(jnp.float32)
+
+
 def fused_linear_preference_loss(
     hidden,
     weight,
@@ -71,11 +81,9 @@ def fused_linear_preference_loss(
     refs = (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias))
     reference = {n: _shape(n, a, optional=True) for n, a in refs}
     _losses.check_preference_args(shapes["hidden"], shapes["target"], loss, beta, gamma, alpha, label_smoothing, reference)
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
-    ref_logp = None
-    if ref_hidden is not None:
-        ref_logp = jax.lax.stop_gradient(_logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size))
-    mask = (target != ignore_index).astype(jnp.float32)
+    logp, ref_logp, mask = _policy_and_reference(
+        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
+    )
     return _losses.preference_loss(_Jax, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
 
 
@@ -109,11 +117,9 @@ def fused_linear_kto_loss(
     _losses.check_kto_args(
         shapes["hidden"], shapes["target"], labels, kl_facts, beta, desirable_weight, undesirable_weight, reference
     )
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
-    ref_logp = None
-    if ref_hidden is not None:
-        ref_logp = jax.lax.stop_gradient(_logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size))
-    mask = (target != ignore_index).astype(jnp.float32)
+    logp, ref_logp, mask = _policy_and_reference(
+        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
+    )
     if is_array:
         kl = jax.lax.stop_gradient(jnp.asarray(kl, jnp.float32))
     return _losses.kto_loss(_Jax, logp, mask, ref_logp, preference_labels, kl, beta, desirable_weight, undesirable_weight)

@@ -52,6 +52,17 @@ def _logps(hidden, weight, bias, target, ignore_index, chunk_size):
     )
 
 
+def _policy_and_reference(hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size):
+    """(logp, ref_logp, mask): the policy's per-token log-probabilities, the reference model's
+    under no_grad (None without one), and 1.0 where a token counts."""
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    ref_logp = None
+    if ref_hidden is not None:
+        with torch.no_grad():
+            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
+    return logp, ref_logp, (target != ignore_index).to(torch.float32)
+
+
 def fused_linear_preference_loss(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -82,12 +93,9 @@ def fused_linear_preference_loss(
     reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
     _losses.check_preference_args(_shape(hidden), _shape(target), loss, beta, gamma, alpha, label_smoothing, reference)
     check_same_device("hidden", hidden, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias)
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
-    ref_logp = None
-    if ref_hidden is not None:
-        with torch.no_grad():
-            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
-    mask = (target != ignore_index).to(torch.float32)
+    logp, ref_logp, mask = _policy_and_reference(
+        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
+    )
     return _losses.preference_loss(_Torch, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
 
 
@@ -145,12 +153,9 @@ def fused_linear_kto_loss(
         ref_weight=ref_weight,
         ref_bias=ref_bias,
     )
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
-    ref_logp = None
-    if ref_hidden is not None:
-        with torch.no_grad():
-            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
-    mask = (target != ignore_index).to(torch.float32)
+    logp, ref_logp, mask = _policy_and_reference(
+        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
+    )
     if kl_tensor is not None:
         kl = kl_tensor.detach().to(torch.float32)
     return _losses.kto_loss(_Torch, logp, mask, ref_logp, preference_labels, kl, beta, desirable_weight, undesirable_weight)
