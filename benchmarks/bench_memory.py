@@ -73,6 +73,14 @@ class Case:
     unfused: list
 
 
+def gpt_oss_gate(x, clip, sigmoid, alpha: float = 1.702, limit: float = 7.0):
+    """GPT-OSS's experts' gate as transformers writes it (GptOssExperts._apply_gate), the unfused
+    peer of clamped_swiglu: x [..., 2F] interleaved; clip / sigmoid: torch.clip and torch.sigmoid,
+    or jnp.clip and jax.nn.sigmoid."""
+    g, u = clip(x[..., ::2], max=limit), clip(x[..., 1::2], min=-limit, max=limit)
+    return g * sigmoid(alpha * g) * (u + 1)
+
+
 def split(saved: list) -> tuple[int, int]:
     """(bytes of saved inputs, bytes of saved new tensors)."""
     inputs = sum(s.nbytes for s in saved if s.owner != "new")
@@ -165,6 +173,9 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
 
         return f
 
+    def clamped_unfused(x):
+        return gpt_oss_gate(x, torch.clip, torch.sigmoid)
+
     def causal_unfused(x):
         q, k = x.shape[-2:]
         mask = torch.ones(q, k, dtype=torch.bool, device=x.device).tril(k - q)
@@ -212,6 +223,14 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
             lambda: dict(x=t(ROWS, 2 * H)),
             lambda x: ft.geglu(x, "tanh"),
             glu(lambda g: F.gelu(g, approximate="tanh")),
+        ),
+        (
+            "clamped_swiglu",
+            _shape(ROWS, 2 * H),
+            "elem",
+            lambda: dict(x=t(ROWS, 2 * H)),
+            lambda x: ft.clamped_swiglu(x, interleaved=True),
+            clamped_unfused,
         ),
         ("softmax", _shape(*SOFTMAX), "elem", lambda: dict(x=t(*SOFTMAX)), ft.softmax, lambda x: torch.softmax(x, -1)),
         (
@@ -313,6 +332,9 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
 
         return f
 
+    def clamped_unfused(x):
+        return gpt_oss_gate(x, jnp.clip, jax.nn.sigmoid)
+
     def causal_unfused(x):
         q, k = x.shape[-2:]
         mask = jnp.tril(jnp.ones((q, k), bool), k - q)
@@ -376,6 +398,15 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
             ("x",),
             lambda x: fj.geglu(x, "tanh"),
             glu(lambda g: jax.nn.gelu(g, approximate=True)),
+        ),
+        (
+            "clamped_swiglu",
+            _shape(ROWS, 2 * H),
+            "elem",
+            lambda: dict(x=t(ROWS, 2 * H)),
+            ("x",),
+            lambda x: fj.clamped_swiglu(x, interleaved=True),
+            clamped_unfused,
         ),
         (
             "softmax",

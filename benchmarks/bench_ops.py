@@ -22,13 +22,14 @@ import statistics
 import sys
 
 import common
+from bench_memory import gpt_oss_gate
 from bench_norm import median_seconds
 
 SHAPES_CPU = [(1024, 1024), (4096, 4096)]
 SHAPES_GPU = [(8192, 4096), (16384, 8192)]
 FAMILIES = {
     "add_norm": ("add_rms_norm",),
-    "glu": ("swiglu", "geglu"),
+    "glu": ("swiglu", "geglu", "clamped_swiglu"),
     "softmax": ("softmax", "softmax_causal"),
     "divergence": ("kl_div", "jsd", "tvd"),
 }
@@ -41,6 +42,7 @@ TRAFFIC = {
     "add_rms_norm": (4, 8),
     "swiglu": (1.5, 4),
     "geglu": (1.5, 4),
+    "clamped_swiglu": (1.5, 4),
     "softmax": (2, 5),
     "softmax_causal": (2, 5),
     "cross_entropy": (1, 3),
@@ -117,6 +119,13 @@ def torch_cases(ops, shape, dtype, device):
                 return act(g) * u
 
             out[op] = ((x,), lambda x=x, fused=fused: fused(x), unfused)
+    if "clamped_swiglu" in ops:  # GPT-OSS's experts' gate, interleaved
+        x = t(rows, h)
+        out["clamped_swiglu"] = (
+            (x,),
+            lambda x=x: ft.clamped_swiglu(x, interleaved=True),
+            lambda x=x: gpt_oss_gate(x, torch.clip, torch.sigmoid),
+        )
     if "softmax" in ops:
         x = t(rows, h)
         out["softmax"] = ((x,), lambda x=x: ft.softmax(x, 0.125), lambda x=x: torch.softmax(x * 0.125, -1))
@@ -269,6 +278,12 @@ def jax_cases(ops, shape, dtype, dev):
         out["swiglu"] = ((t(0, rows, h),), fj.swiglu, glu(jax.nn.silu))
     if "geglu" in ops:
         out["geglu"] = ((t(0, rows, h),), fj.geglu, glu(lambda g: jax.nn.gelu(g, approximate=False)))
+    if "clamped_swiglu" in ops:
+        out["clamped_swiglu"] = (
+            (t(0, rows, h),),
+            lambda x: fj.clamped_swiglu(x, interleaved=True),
+            lambda x: gpt_oss_gate(x, jnp.clip, jax.nn.sigmoid),
+        )
     if "softmax" in ops:
         out["softmax"] = ((t(0, rows, h),), lambda x: fj.softmax(x, 0.125), lambda x: jax.nn.softmax(x * 0.125, axis=-1))
     if "softmax_causal" in ops:

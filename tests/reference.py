@@ -149,19 +149,39 @@ def _activation(g, kind: str):
     return 0.5 * g * (1.0 + t), 0.5 * (1.0 + t) + 0.5 * g * (1.0 - t * t) * k * (1.0 + 3.0 * c * g * g)
 
 
-def glu_fwd(x, kind: str):
-    """y [..., F] = act(gate) * up of x [..., 2F] = [gate, up]; kind in GLU_ACTIVATIONS."""
-    x = to_float64(x)
+def _gate_up(x, interleaved: bool):
     half = x.shape[-1] // 2
-    return _activation(x[..., :half], kind)[0] * x[..., half:]
+    return (x[..., 0::2], x[..., 1::2]) if interleaved else (x[..., :half], x[..., half:])
 
 
-def glu_bwd(dy, x, kind: str):
-    """-> dx [..., 2F] = [dy * up * act'(gate), dy * act(gate)]."""
-    dy, x = to_float64(dy), to_float64(x)
-    half = x.shape[-1] // 2
-    a, da = _activation(x[..., :half], kind)
-    return np.concatenate([dy * x[..., half:] * da, dy * a], axis=-1)
+def glu_fwd(x, kind: str, alpha=1.702, limit=7.0, interleaved=False):
+    """y [..., F] = act(gate) * up of x [..., 2F] = [gate, up] (or interleaved pairs); kind in
+    GLU_ACTIVATIONS, or "silu_clamped": GPT-OSS's min(g, limit) * sigmoid(alpha g) * (clamp(u) + 1)."""
+    g, u = _gate_up(to_float64(x), interleaved)
+    if kind == "silu_clamped":
+        alpha, limit = float(np.float32(alpha)), float(np.float32(limit))  # the kernels' float32 options
+        gc, uc = np.minimum(g, limit), np.clip(u, -limit, limit)
+        return gc / (1.0 + np.exp(-alpha * gc)) * (uc + 1.0)
+    return _activation(g, kind)[0] * u
+
+
+def glu_bwd(dy, x, kind: str, alpha=1.702, limit=7.0, interleaved=False):
+    """-> dx [..., 2F] = [dy * up * act'(gate), dy * act(gate)] (laid out like x); the clamped
+    SwiGLU passes no gradient beyond its clamps (torch.clamp's rule: the bounds pass it)."""
+    dy = to_float64(dy)
+    g, u = _gate_up(to_float64(x), interleaved)
+    if kind == "silu_clamped":
+        alpha, limit = float(np.float32(alpha)), float(np.float32(limit))
+        gc, uc = np.minimum(g, limit), np.clip(u, -limit, limit)
+        s = 1.0 / (1.0 + np.exp(-alpha * gc))
+        dg = np.where(g <= limit, dy * (uc + 1.0) * s * (1.0 + alpha * gc * (1.0 - s)), 0.0)
+        du = np.where((u >= -limit) & (u <= limit), dy * gc * s, 0.0)
+    else:
+        a, da = _activation(g, kind)
+        dg, du = dy * u * da, dy * a
+    if interleaved:
+        return np.stack([dg, du], axis=-1).reshape(*dg.shape[:-1], 2 * dg.shape[-1])
+    return np.concatenate([dg, du], axis=-1)
 
 
 def causal_mask(q: int, k: int) -> np.ndarray:

@@ -197,6 +197,7 @@ JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
     "rms_norm": (lambda fj, a: fj.rms_norm(a["x"], a["weight"]), {"x": (2, 4), "weight": (4,)}),
     "add_rms_norm": (lambda fj, a: fj.add_rms_norm(a["x"], a["residual"]), {"x": (2, 4), "residual": (2, 4)}),
     "swiglu": (lambda fj, a: fj.swiglu(a["x"]), {"x": (2, 4)}),
+    "clamped_swiglu": (lambda fj, a: fj.clamped_swiglu(a["x"], interleaved=True), {"x": (2, 4)}),
     "softmax": (lambda fj, a: fj.softmax(a["x"]), {"x": (2, 4)}),
     "rope": (lambda fj, a: fj.rope(a["x"], a["cos"], a["sin"]), {"x": (1, 2, 1, 4), "cos": (2, 4), "sin": (2, 4)}),
     "cross_entropy": (lambda fj, a: fj.cross_entropy(a["logits"], a["target"]), {"logits": (2, 4), "target": (2,)}),
@@ -441,13 +442,13 @@ def test_add_rms_norm_x_weight_eps(api):
 # --- gated linear units --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+@pytest.mark.parametrize("op", ["swiglu", "geglu", "clamped_swiglu"])
 def test_glu_odd_last_dim(api, op):
     with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape (2, 5)"):
         getattr(api.module, op)(api.array((2, 5)))
 
 
-@pytest.mark.parametrize("op", ["swiglu", "geglu"])
+@pytest.mark.parametrize("op", ["swiglu", "geglu", "clamped_swiglu"])
 def test_glu_bad_x(api, op):
     with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape (2, 0)"):
         getattr(api.module, op)(api.array((2, 0)))
@@ -465,6 +466,23 @@ def test_geglu_approximate(api):
         api.module.geglu(api.array((2, 4)), approximate="fast")
     with raises(TypeError, "approximate: expected 'none' or 'tanh', got bool"):
         api.module.geglu(api.array((2, 4)), approximate=True)
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "message"),
+    [
+        ({"limit": 0.0}, ValueError, "limit: expected a finite number > 0, got 0.0"),
+        ({"limit": -7.0}, ValueError, "limit: expected a finite number > 0, got -7.0"),
+        ({"limit": float("inf")}, ValueError, "limit: expected a finite number > 0, got inf"),
+        ({"alpha": float("nan")}, ValueError, "alpha: expected a finite number, got nan"),
+        ({"alpha": "1.702"}, TypeError, "alpha: expected a Python float, got str"),
+        ({"limit": True}, TypeError, "limit: expected a Python float, got bool"),
+        ({"interleaved": 1}, TypeError, "interleaved: expected a bool, got int"),
+    ],
+)
+def test_clamped_swiglu_options(api, options, error, message):
+    with raises(error, message):
+        api.module.clamped_swiglu(api.array((2, 4)), **options)
 
 
 # --- softmax ----------------------------------------------------------------------------------
@@ -758,6 +776,10 @@ def test_torch_op_direct_glu(torch):
         torch.ops.fuselet.geglu_fwd(torch.ones(2, 4), "fast")
     with raises(ValueError, "dy: expected 2 rows of 2 elements, got 2 rows of 4"):
         torch.ops.fuselet.swiglu_bwd(torch.ones(2, 4), torch.ones(2, 4))
+    with raises(ValueError, "limit: expected a finite number > 0, got 0"):
+        torch.ops.fuselet.clamped_swiglu_fwd(torch.ones(2, 4), 1.702, 0.0, True)
+    with raises(ValueError, "alpha: expected a finite number, got inf"):
+        torch.ops.fuselet.clamped_swiglu_bwd(torch.ones(2, 2), torch.ones(2, 4), float("inf"), 7.0, False)
 
 
 def test_torch_op_direct_softmax(torch):
@@ -847,6 +869,8 @@ def _bad_op_calls(torch):
         (ValueError, "dy: expected", "swiglu_bwd", (x, x)),
         (ValueError, "approximate: expected 'none' or 'tanh'", "geglu_fwd", (x, "fast")),
         (ValueError, "dy: expected", "geglu_bwd", (f(2, 3), x)),
+        (ValueError, "limit: expected a finite number > 0", "clamped_swiglu_fwd", (x, 1.702, -1.0, False)),
+        (ValueError, "dy: expected", "clamped_swiglu_bwd", (f(2, 3), x, 1.702, 7.0, True)),
         (ValueError, "needs x of shape [..., Q, K]", "softmax_fwd", (f(4), 1.0, True)),
         (ValueError, "scale: expected a finite", "softmax_fwd", (x, float("inf"))),
         (ValueError, "dy: expected", "softmax_bwd", (f(2, 3), x)),
@@ -936,6 +960,7 @@ def _mixed_calls(torch):
         ("weight", "residual_out", "add_rms_norm_bwd", (x, x, x, w, r)),
         ("dy", "x", "swiglu_bwd", (f(2, 2), x)),
         ("dy", "x", "geglu_bwd", (f(2, 2), x, "none")),
+        ("dy", "x", "clamped_swiglu_bwd", (f(2, 2), x, 1.702, 7.0, True)),
         ("dy", "y", "softmax_bwd", (x, x, 1.0)),
         ("sin", "x", "rope_fwd", (q, c, c)),
         ("cos", "dy", "rope_bwd", (q, c, c)),
@@ -974,6 +999,7 @@ def test_torch_op_direct_mixed_meta_devices(torch):
         lambda F, x: F.add_rms_norm(x, x),
         lambda F, x: F.swiglu(x),
         lambda F, x: F.geglu(x),
+        lambda F, x: F.clamped_swiglu(x),
         lambda F, x: F.softmax(x),
         lambda F, x: F.RMSNorm(4)(x),
         lambda F, x: F.LayerNorm(4)(x),
@@ -1078,6 +1104,7 @@ calls = [
     lambda: ops.add_rms_norm_bwd(big(n, 8), big(n, 4), big(n, 8), None, big(n)),
     lambda: ops.swiglu_fwd(big(n, 7)),
     lambda: ops.geglu_bwd(big(n, 8), big(n, 8)),
+    lambda: ops.clamped_swiglu_fwd(big(n, 8), 1.702, 0.0, True),
     lambda: ops.softmax_bwd(big(n, 4), big(n, 8)),
     lambda: ops.rope_fwd(big(2, n // 8, 4, 8), torch.ones(3, 8), torch.ones(3, 8)),
     lambda: ops.cross_entropy_fwd(big(n, 8), torch.zeros(3, dtype=torch.long), -100, 0.0, 0.0, 0.0),
@@ -1105,7 +1132,8 @@ def test_torch_op_refuses_before_copying(torch):
     out = subprocess.run([sys.executable, "-c", _NO_COPY_CHILD], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert len(lines) == 14 and not any("not refused" in line for line in lines), out.stdout
+    calls = _NO_COPY_CHILD.count("\n    lambda: ")
+    assert len(lines) == calls and not any("not refused" in line for line in lines), out.stdout
     assert int(lines[-1].split()[-2]) < 100, out.stdout
 
 

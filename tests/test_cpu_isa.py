@@ -58,6 +58,9 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
     elif op == "swiglu":
         y = ft.swiglu(x)
         dy = dy[..., : y.shape[-1]].contiguous()
+    elif op == "clamped_swiglu":  # interleaved, a limit inside the inputs' spread
+        y = ft.clamped_swiglu(x, limit=1.0, interleaved=True)
+        dy = dy[..., : y.shape[-1]].contiguous()
     elif op == "cross_entropy":
         target = torch.from_numpy(np.random.default_rng(3).integers(0, shape[-1], shape[:-1]))
         target[::5] = -100
@@ -89,7 +92,18 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
 @pytest.mark.parametrize("shape", [(5, 6), (8, 4098), (256, 4096)], ids=["5x6", "8x4098", "256x4096"])
 @pytest.mark.parametrize(
     "op",
-    ["rms_norm", "layer_norm", "add_rms_norm", "swiglu", "softmax", "rope", "rope_interleaved", "cross_entropy", "divergence"],
+    [
+        "rms_norm",
+        "layer_norm",
+        "add_rms_norm",
+        "swiglu",
+        "clamped_swiglu",
+        "softmax",
+        "rope",
+        "rope_interleaved",
+        "cross_entropy",
+        "divergence",
+    ],
 )
 def test_bit_identical_across_isas(op, dtype, shape):
     """No FMA contraction and a fixed reduction order: every ISA gives the baseline's bits."""

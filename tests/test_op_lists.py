@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ft = import_layer("torch")
 fj = import_layer("jax")
 # The JAX layer's FFI target family for a public op whose kernel it shares with another.
-FFI_FAMILY = {"swiglu": "glu", "geglu": "glu", "fused_linear_cross_entropy": "cross_entropy"}
+FFI_FAMILY = {"swiglu": "glu", "geglu": "glu", "clamped_swiglu": "glu", "fused_linear_cross_entropy": "cross_entropy"}
 # Public ops composed in Python from other ops' kernels (no schema or FFI target of their own).
 COMPOSED = {"fused_linear_cross_entropy": "cross_entropy"}
 # Public ops that are one kernel family's modes (the kind argument of its schema and FFI target).

@@ -1,5 +1,5 @@
-// XLA FFI handlers of the gated-linear-unit family: fuselet_glu_{fwd,bwd} (activation: a
-// fuselet_glu_activation), used by fuselet.jax.swiglu / geglu. Symbols: fuselet_jax_<op>_{cpu,cuda}.
+// XLA FFI handlers of the gated-linear-unit family: fuselet_glu_{fwd,bwd}_ex (the attributes are
+// fuselet_glu_options' fields), used by fuselet.jax.swiglu / geglu / clamped_swiglu. Symbols: fuselet_jax_<op>_{cpu,cuda}.
 #include <utility>
 
 #include "fuselet/glu.h"
@@ -12,32 +12,39 @@ using ffi::AnyBuffer;
 using ffi::Error;
 using ffi::Result;
 
-Error GluFwd(Where at, AnyBuffer x, int32_t activation, Result<AnyBuffer> y) {
+Error GluFwd(Where at, AnyBuffer x, int32_t activation, int32_t interleaved, float alpha, float limit,
+             Result<AnyBuffer> y) {
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vy, *y, "y");
+  const fuselet_glu_options o{activation, interleaved, alpha, limit};
   return run_on(
-      at, [&] { return fuselet_glu_fwd(&vx, activation, &vy); },
-      [&](void* s) { return fuselet_glu_fwd_cuda(&vx, activation, &vy, s); });
+      at, [&] { return fuselet_glu_fwd_ex(&vx, &o, &vy); },
+      [&](void* s) { return fuselet_glu_fwd_ex_cuda(&vx, &o, &vy, s); });
 }
 
-Error GluBwd(Where at, AnyBuffer dy, AnyBuffer x, int32_t activation, Result<AnyBuffer> dx) {
+Error GluBwd(Where at, AnyBuffer dy, AnyBuffer x, int32_t activation, int32_t interleaved, float alpha, float limit,
+             Result<AnyBuffer> dx) {
   FUSELET_JAX_VIEW(vdy, dy, "dy");
   FUSELET_JAX_VIEW(vx, x, "x");
   FUSELET_JAX_VIEW(vdx, *dx, "dx");
+  const fuselet_glu_options o{activation, interleaved, alpha, limit};
   return run_on(
-      at, [&] { return fuselet_glu_bwd(&vdy, &vx, activation, &vdx); },
-      [&](void* s) { return fuselet_glu_bwd_cuda(&vdy, &vx, activation, &vdx, s); });
+      at, [&] { return fuselet_glu_bwd_ex(&vdy, &vx, &o, &vdx); },
+      [&](void* s) { return fuselet_glu_bwd_ex_cuda(&vdy, &vx, &o, &vdx, s); });
 }
 
+template <typename B> auto options(B b) {
+  return std::move(b)
+      .template Attr<int32_t>("activation")
+      .template Attr<int32_t>("interleaved")
+      .template Attr<float>("alpha")
+      .template Attr<float>("limit");
+}
 template <typename B> auto fwd_args(B b) {
-  return std::move(b).template Arg<AnyBuffer>().template Attr<int32_t>("activation").template Ret<AnyBuffer>();
+  return options(std::move(b).template Arg<AnyBuffer>()).template Ret<AnyBuffer>();
 }
 template <typename B> auto bwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<int32_t>("activation")
-      .template Ret<AnyBuffer>();
+  return options(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>()).template Ret<AnyBuffer>();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// CPU and CUDA implementations of fuselet::{swiglu,geglu}_{fwd,bwd}: allocate outputs, hand
+// CPU and CUDA implementations of fuselet::{swiglu,geglu,clamped_swiglu}_{fwd,bwd}: allocate outputs, hand
 // core views to libfuselet (on the current CUDA stream for CUDA tensors).
+#include <cmath>
 #include <string>
 
 #include "fuselet/glu.h"
@@ -23,7 +24,7 @@ Rows check_glu_x(const Tensor& x) {
 }
 
 // y [..., F] of x [..., 2F] (a contiguous x, so that its rows are views of x's).
-Tensor glu_fwd(const Tensor& x_in, int32_t activation) {
+Tensor glu_fwd(const Tensor& x_in, const fuselet_glu_options& opts) {
   check_glu_x(x_in);
   const Tensor x = make_contiguous(x_in);
   fuselet_tensor vx = view(x, "x");
@@ -32,12 +33,12 @@ Tensor glu_fwd(const Tensor& x_in, int32_t activation) {
   Tensor y = alloc(x, shape, x.scalar_type());
   fuselet_tensor vy = view(y, "y");
   run_on(
-      x, [&] { return fuselet_glu_fwd(&vx, activation, &vy); },
-      [&](void* stream) { return fuselet_glu_fwd_cuda(&vx, activation, &vy, stream); });
+      x, [&] { return fuselet_glu_fwd_ex(&vx, &opts, &vy); },
+      [&](void* stream) { return fuselet_glu_fwd_ex_cuda(&vx, &opts, &vy, stream); });
   return y;
 }
 
-Tensor glu_bwd(const Tensor& dy_in, const Tensor& x_in, int32_t activation) {
+Tensor glu_bwd(const Tensor& dy_in, const Tensor& x_in, const fuselet_glu_options& opts) {
   check_defined(x_in, "x");
   check_same_device(x_in, dy_in, "dy");
   const Rows r = check_glu_x(x_in);
@@ -47,16 +48,35 @@ Tensor glu_bwd(const Tensor& dy_in, const Tensor& x_in, int32_t activation) {
   Tensor dx = alloc_like(x);
   fuselet_tensor vdx = view(dx, "dx");
   run_on(
-      x, [&] { return fuselet_glu_bwd(&vdy, &vx, activation, &vdx); },
-      [&](void* stream) { return fuselet_glu_bwd_cuda(&vdy, &vx, activation, &vdx, stream); });
+      x, [&] { return fuselet_glu_bwd_ex(&vdy, &vx, &opts, &vdx); },
+      [&](void* stream) { return fuselet_glu_bwd_ex_cuda(&vdy, &vx, &opts, &vdx, stream); });
   return dx;
 }
 
-Tensor swiglu_fwd(const Tensor& x) { return glu_fwd(x, FUSELET_GLU_SILU); }
-Tensor swiglu_bwd(const Tensor& dy, const Tensor& x) { return glu_bwd(dy, x, FUSELET_GLU_SILU); }
-Tensor geglu_fwd(const Tensor& x, const std::string& approximate) { return glu_fwd(x, gelu_activation(approximate)); }
+fuselet_glu_options plain(int32_t activation) { return {activation, 0, 0.f, 0.f}; }
+
+// alpha and limit in float32, checked before x is copied (the core's rule and message).
+fuselet_glu_options clamped(double alpha, double limit, bool interleaved) {
+  const fuselet_glu_options o{FUSELET_GLU_SILU_CLAMPED, interleaved ? 1 : 0, static_cast<float>(alpha),
+                              static_cast<float>(limit)};
+  FUSELET_CHECK_VALUE(std::isfinite(o.alpha), "alpha: expected a finite number, got ", o.alpha);
+  FUSELET_CHECK_VALUE(std::isfinite(o.limit) && o.limit > 0.f, "limit: expected a finite number > 0, got ", o.limit);
+  return o;
+}
+
+Tensor swiglu_fwd(const Tensor& x) { return glu_fwd(x, plain(FUSELET_GLU_SILU)); }
+Tensor swiglu_bwd(const Tensor& dy, const Tensor& x) { return glu_bwd(dy, x, plain(FUSELET_GLU_SILU)); }
+Tensor geglu_fwd(const Tensor& x, const std::string& approximate) {
+  return glu_fwd(x, plain(gelu_activation(approximate)));
+}
 Tensor geglu_bwd(const Tensor& dy, const Tensor& x, const std::string& approximate) {
-  return glu_bwd(dy, x, gelu_activation(approximate));
+  return glu_bwd(dy, x, plain(gelu_activation(approximate)));
+}
+Tensor clamped_swiglu_fwd(const Tensor& x, double alpha, double limit, bool interleaved) {
+  return glu_fwd(x, clamped(alpha, limit, interleaved));
+}
+Tensor clamped_swiglu_bwd(const Tensor& dy, const Tensor& x, double alpha, double limit, bool interleaved) {
+  return glu_bwd(dy, x, clamped(alpha, limit, interleaved));
 }
 
 void impls(Library& m) {
@@ -64,6 +84,8 @@ void impls(Library& m) {
   FUSELET_IMPL(m, "swiglu_bwd", swiglu_bwd);
   FUSELET_IMPL(m, "geglu_fwd", geglu_fwd);
   FUSELET_IMPL(m, "geglu_bwd", geglu_bwd);
+  FUSELET_IMPL(m, "clamped_swiglu_fwd", clamped_swiglu_fwd);
+  FUSELET_IMPL(m, "clamped_swiglu_bwd", clamped_swiglu_bwd);
 }
 
 }  // namespace

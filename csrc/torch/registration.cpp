@@ -27,11 +27,16 @@ FUSELET_TORCH_LIBRARY(m) {
       "add_rms_norm_bwd(Tensor dy, Tensor dresidual_out, Tensor residual_out, Tensor? weight, Tensor rstd,"
       " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight)");
   // Gated linear units (glu.cpp): math in csrc/core/include/fuselet/glu.h. x [..., 2F] = [gate, up],
-  // y [..., F]; approximate: "none" (erf) or "tanh".
+  // y [..., F]; approximate: "none" (erf) or "tanh"; clamped_swiglu: GPT-OSS's (alpha, limit; x
+  // interleaved [g0, u0, g1, u1, ...] when asked).
   m.def("swiglu_fwd(Tensor x) -> Tensor y");
   m.def("swiglu_bwd(Tensor dy, Tensor x) -> Tensor dx");
   m.def("geglu_fwd(Tensor x, str approximate=\"none\") -> Tensor y");
   m.def("geglu_bwd(Tensor dy, Tensor x, str approximate=\"none\") -> Tensor dx");
+  m.def("clamped_swiglu_fwd(Tensor x, float alpha=1.702, float limit=7.0, bool interleaved=False) -> Tensor y");
+  m.def(
+      "clamped_swiglu_bwd(Tensor dy, Tensor x, float alpha=1.702, float limit=7.0, bool interleaved=False) -> Tensor "
+      "dx");
   // Softmax (softmax.cpp): math in csrc/core/include/fuselet/softmax.h. y = softmax(scale * x)
   // over the last dim; causal: x [..., Q, K], key j masked for query i when j > i + (K - Q).
   m.def("softmax_fwd(Tensor x, float scale=1.0, bool causal=False) -> Tensor y");

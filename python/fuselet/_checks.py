@@ -91,6 +91,17 @@ def check_glu_args(x_shape: tuple, x_dtype: str) -> None:
         raise ValueError(f"x: expected an even last dimension > 0 (2F: the gate and up halves), got shape {tuple(x_shape)}")
 
 
+def check_clamped_glu_options(alpha, limit, interleaved) -> None:
+    """clamped_swiglu's alpha (finite), limit (finite, > 0) and interleaved (a bool)."""
+    for name, value, rule in (("alpha", alpha, "a finite number"), ("limit", limit, "a finite number > 0")):
+        if not _is_number(value):
+            raise TypeError(f"{name}: expected a Python float, got {type(value).__name__}")
+        if not _finite(value) or (name == "limit" and not value > 0):
+            raise ValueError(f"{name}: expected {rule}, got {value}")
+    if not isinstance(interleaved, bool):
+        raise TypeError(f"interleaved: expected a bool, got {type(interleaved).__name__}")
+
+
 def check_approximate(approximate) -> None:
     if not isinstance(approximate, str):
         raise TypeError(f"approximate: expected 'none' or 'tanh', got {type(approximate).__name__}")

@@ -67,18 +67,23 @@ void compare(const std::string& what, const std::vector<float>& got, const std::
   check(err < 1e-4, what + ": max error " + std::to_string(err));
 }
 
-void glu_case(int act, int64_t rows, int64_t f, cudaStream_t s) {
-  const std::string name = "glu act=" + std::to_string(act) + " " + std::to_string(rows) + "x" + std::to_string(f);
+void glu_case(const fuselet_glu_options& o, int64_t rows, int64_t f, cudaStream_t s) {
+  const std::string name = "glu act=" + std::to_string(o.activation) + (o.interleaved ? " interleaved " : " ") +
+                           std::to_string(rows) + "x" + std::to_string(f);
   Buf x(rows * 2 * f, 1), dy(rows * f, 2), y(rows * f), dx(rows * 2 * f);
   fuselet_tensor hx = view(x.h.data(), {rows, 2 * f}), hdy = view(dy.h.data(), {rows, f}),
                  hy = view(y.h.data(), {rows, f}), hdx = view(dx.h.data(), {rows, 2 * f});
   fuselet_tensor vx = view(x.d, {rows, 2 * f}), vdy = view(dy.d, {rows, f}), vy = view(y.d, {rows, f}),
                  vdx = view(dx.d, {rows, 2 * f});
-  check(fuselet_glu_fwd(&hx, act, &hy) == FUSELET_OK && fuselet_glu_bwd(&hdy, &hx, act, &hdx) == FUSELET_OK,
+  check(fuselet_glu_fwd_ex(&hx, &o, &hy) == FUSELET_OK && fuselet_glu_bwd_ex(&hdy, &hx, &o, &hdx) == FUSELET_OK,
         name + " cpu");
-  check(fuselet_glu_fwd_cuda(&vx, act, &vy, s) == FUSELET_OK &&
-            fuselet_glu_bwd_cuda(&vdy, &vx, act, &vdx, s) == FUSELET_OK,
+  check(fuselet_glu_fwd_ex_cuda(&vx, &o, &vy, s) == FUSELET_OK &&
+            fuselet_glu_bwd_ex_cuda(&vdy, &vx, &o, &vdx, s) == FUSELET_OK,
         name + " cuda");
+  if (o.activation != FUSELET_GLU_SILU_CLAMPED && !o.interleaved)  // the plain entry points too
+    check(fuselet_glu_fwd_cuda(&vx, o.activation, &vy, s) == FUSELET_OK &&
+              fuselet_glu_bwd_cuda(&vdy, &vx, o.activation, &vdx, s) == FUSELET_OK,
+          name + " cuda, plain entry points");
   CUDA_OK(cudaStreamSynchronize(s));
   compare(name + " y", y.download(), y.h);
   compare(name + " dx", dx.download(), dx.h);
@@ -304,9 +309,11 @@ int main() {
   }
   cudaStream_t s;
   CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int act : {FUSELET_GLU_SILU, FUSELET_GLU_GELU, FUSELET_GLU_GELU_TANH})
-    for (int64_t f : {1, 3, 127, 4096, 4097}) glu_case(act, 9, f, s);
-  glu_case(FUSELET_GLU_SILU, 70000, 8, s);  // more rows than the grid's y extent
+  for (int act : {FUSELET_GLU_SILU, FUSELET_GLU_GELU, FUSELET_GLU_GELU_TANH, FUSELET_GLU_SILU_CLAMPED})
+    for (int interleaved : {0, 1})
+      for (int64_t f : {1, 3, 127, 4096, 4097})
+        glu_case({act, interleaved, 1.702f, 1.5f}, 9, f, s);  // a limit inside the inputs' spread
+  glu_case({FUSELET_GLU_SILU, 0, 0.f, 0.f}, 70000, 8, s);  // more rows than the grid's y extent
   for (bool causal : {false, true}) {
     for (int64_t k : {1, 3, 127, 4096, 4097}) softmax_case(2, 5, k, causal, s);
     softmax_case(1, 7, 3, causal, s);  // Q > K: fully masked rows

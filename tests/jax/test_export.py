@@ -53,6 +53,7 @@ def model(x, residual, w, b, cos, sin, wv, target, chunk_size=None):
     p = fj.softmax(jnp.einsum("bsh,bth->bst", q, h)[:, None], scale=0.25, causal=True)[:, 0]
     a = jnp.einsum("bst,bth->bsh", p, h)
     g = fj.swiglu(jnp.concatenate([a, q], -1)) + fj.geglu(jnp.concatenate([q, a], -1), "tanh")
+    g = g + fj.clamped_swiglu(jnp.concatenate([q, a], -1), limit=1.0, interleaved=True)
     loss = fj.cross_entropy(g @ wv, target, z_loss=1e-3)
     # the divergences' targets: both arguments depend on the inputs, so both gradients are computed
     loss = loss + fj.jsd(jax.nn.log_softmax(g @ wv, -1), jax.nn.log_softmax(h @ wv, -1), beta=0.3)

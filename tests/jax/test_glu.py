@@ -1,4 +1,4 @@
-"""fuselet.jax SwiGLU / GeGLU against the float64 reference (tests/reference.py): forward,
+"""fuselet.jax SwiGLU / GeGLU / clamped SwiGLU against the float64 reference (tests/reference.py): forward,
 grad, jit, vmap."""
 
 from __future__ import annotations
@@ -13,10 +13,17 @@ import jax.numpy as jnp  # noqa: E402
 
 fj = import_layer("jax")
 
+# name -> (call, (reference activation, the reference's options))
+CLAMPED = {"alpha": 1.702, "limit": 1.5}  # a limit inside the inputs' spread: both sides of each clamp
 GLUS = {
-    "swiglu": (lambda x: fj.swiglu(x), "silu"),
-    "geglu": (lambda x: fj.geglu(x), "gelu"),
-    "geglu_tanh": (lambda x: fj.geglu(x, approximate="tanh"), "gelu_tanh"),
+    "swiglu": (lambda x: fj.swiglu(x), ("silu", {})),
+    "geglu": (lambda x: fj.geglu(x), ("gelu", {})),
+    "geglu_tanh": (lambda x: fj.geglu(x, approximate="tanh"), ("gelu_tanh", {})),
+    "clamped_swiglu": (lambda x: fj.clamped_swiglu(x, **CLAMPED), ("silu_clamped", CLAMPED)),
+    "clamped_swiglu_interleaved": (
+        lambda x: fj.clamped_swiglu(x, **CLAMPED, interleaved=True),
+        ("silu_clamped", {**CLAMPED, "interleaved": True}),
+    ),
 }
 
 
@@ -41,9 +48,10 @@ def vjp(call):
 
 def check(kind, x, dy, y, dx, dtype):
     assert y.dtype == x.dtype and y.shape == (*x.shape[:-1], x.shape[-1] // 2)
-    ref.assert_close(f64(y), ref.glu_fwd(x, kind), dtype, "out", name="y")
+    kind, options = kind
+    ref.assert_close(f64(y), ref.glu_fwd(x, kind, **options), dtype, "out", name="y")
     assert dx.dtype == x.dtype and dx.shape == x.shape
-    ref.assert_close(f64(dx), ref.glu_bwd(dy, x, kind), dtype, "out", name="dx")
+    ref.assert_close(f64(dx), ref.glu_bwd(dy, x, kind, **options), dtype, "out", name="dx")
 
 
 def test_forward_grad(glu, dtype, shape, jax_device):

@@ -39,6 +39,7 @@ def expected(dt: str) -> dict:
         "add_rms_norm": [("weight", (H,), dt), ("output", (ROWS, H), dt), ("new", (ROWS,), F32)],
         "swiglu": [("x", (ROWS, 2 * H), dt)],
         "geglu tanh": [("x", (ROWS, 2 * H), dt)],
+        "clamped_swiglu": [("x", (ROWS, 2 * H), dt)],  # x only: the clamps are recomputed
         "softmax": [("output", bm.SOFTMAX, dt)],
         "softmax causal": [("output", bm.SOFTMAX, dt)],
         "rope": [("cos", (S, D), dt), ("sin", (S, D), dt)],

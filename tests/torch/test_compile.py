@@ -112,6 +112,7 @@ CASES = {
     ),
     "swiglu": (ft.swiglu, lambda b, s: [hidden(b, s, 2 * H)]),
     "geglu tanh": (lambda x: ft.geglu(x, approximate="tanh"), lambda b, s: [hidden(b, s, 2 * H)]),
+    "clamped_swiglu": (lambda x: ft.clamped_swiglu(x, limit=1.0, interleaved=True), lambda b, s: [hidden(b, s, 2 * H)]),
     "softmax attention": (Attention(), lambda b, s: [hidden(b, s), hidden(b, s)]),
     "softmax scale attribute": (ScaledSoftmax(0.125), lambda b, s: [hidden(b, s, s)]),
     "rope": (

@@ -1,4 +1,4 @@
-"""fuselet.torch SwiGLU / GeGLU against the float64 reference (tests/reference.py)."""
+"""fuselet.torch SwiGLU / GeGLU / clamped SwiGLU against the float64 reference (tests/reference.py)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,19 @@ torch = pytest.importorskip("torch", reason="torch is not installed in this envi
 ft = import_layer("torch")
 ops = torch.ops.fuselet
 
-# name -> (call, reference activation)
+# name -> (call, reference activation, the reference's options)
+CLAMPED = {"alpha": 1.702, "limit": 1.5}  # a limit inside the inputs' spread: both sides of each clamp
 GLUS = {
-    "swiglu": (lambda x: ft.swiglu(x), "silu"),
-    "geglu": (lambda x: ft.geglu(x), "gelu"),
-    "geglu_tanh": (lambda x: ft.geglu(x, approximate="tanh"), "gelu_tanh"),
+    "swiglu": (lambda x: ft.swiglu(x), "silu", {}),
+    "geglu": (lambda x: ft.geglu(x), "gelu", {}),
+    "geglu_tanh": (lambda x: ft.geglu(x, approximate="tanh"), "gelu_tanh", {}),
+    "clamped_swiglu": (lambda x: ft.clamped_swiglu(x, **CLAMPED), "silu_clamped", CLAMPED),
+    "clamped_swiglu_interleaved": (
+        lambda x: ft.clamped_swiglu(x, **CLAMPED, interleaved=True),
+        "silu_clamped",
+        {**CLAMPED, "interleaved": True},
+    ),
+    "clamped_swiglu_gpt_oss": (lambda x: ft.clamped_swiglu(x), "silu_clamped", {}),  # alpha 1.702, limit 7
 }
 
 
@@ -41,13 +49,13 @@ def f64(t) -> np.ndarray:
 
 
 def check(glu, x, dy, dtype):
-    call, kind = glu
+    call, kind, options = glu
     y = call(x)
     assert y.dtype == x.dtype and y.shape == (*x.shape[:-1], x.shape[-1] // 2)
-    ref.assert_close(f64(y), ref.glu_fwd(f64(x), kind), dtype, "out", name="y")
+    ref.assert_close(f64(y), ref.glu_fwd(f64(x), kind, **options), dtype, "out", name="y")
     y.backward(dy)
     assert x.grad.dtype == x.dtype and x.grad.shape == x.shape
-    ref.assert_close(f64(x.grad), ref.glu_bwd(f64(dy), f64(x), kind), dtype, "out", name="dx")
+    ref.assert_close(f64(x.grad), ref.glu_bwd(f64(dy), f64(x), kind, **options), dtype, "out", name="dx")
 
 
 def test_forward_backward(glu, dtype, shape, torch_device):
@@ -94,6 +102,8 @@ def test_opcheck(dtype):
         (ops.geglu_fwd, (x.clone().requires_grad_(True), "none")),
         (ops.geglu_fwd, (x, "tanh")),
         (ops.geglu_bwd, (dy, x, "tanh")),
+        (ops.clamped_swiglu_fwd, (x.clone().requires_grad_(True), 1.702, 1.5, True)),
+        (ops.clamped_swiglu_bwd, (dy, x, 1.702, 1.5, False)),
     ]
     for op, args in cases:
         torch.library.opcheck(op.default, args)
@@ -107,7 +117,7 @@ def test_torch_compile_fullgraph():
 
     def mlp(x):
         h = up(x)
-        return down(ft.swiglu(h)) + down(ft.geglu(h, approximate="tanh"))
+        return down(ft.swiglu(h)) + down(ft.geglu(h, approximate="tanh")) + down(ft.clamped_swiglu(h, interleaved=True))
 
     def step(fn):
         x = x0.clone().requires_grad_(True)
@@ -120,3 +130,22 @@ def test_torch_compile_fullgraph():
     compiled = step(torch.compile(mlp, fullgraph=True))
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_clamped_swiglu_is_gpt_oss_gate():
+    """ft.clamped_swiglu(interleaved=True) is transformers' GptOssExperts._apply_gate, values and
+    gradients, gates and ups beyond the clamps included."""
+    gpt_oss = pytest.importorskip("transformers.models.gpt_oss.modeling_gpt_oss", reason="transformers is not installed")
+    config = gpt_oss.GptOssConfig(hidden_size=8, intermediate_size=16, num_local_experts=2)
+    experts = gpt_oss.GptOssExperts(config)
+    torch.manual_seed(0)
+    x0 = 6.0 * torch.randn(5, 32)
+    assert (x0 > config.swiglu_limit).any() and (x0 < -config.swiglu_limit).any()
+    dy = torch.randn(5, 16)
+    x1, x2 = x0.clone().requires_grad_(True), x0.clone().requires_grad_(True)
+    want = experts._apply_gate(x1)
+    got = ft.clamped_swiglu(x2, alpha=config.swiglu_alpha, limit=config.swiglu_limit, interleaved=True)
+    want.backward(dy)
+    got.backward(dy)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(x2.grad, x1.grad, rtol=1e-6, atol=1e-6)

@@ -39,6 +39,7 @@ def expected(dt: str) -> dict:
         "add_rms_norm": [("output", (ROWS, H), dt), ("weight", (H,), dt), ("new", (ROWS,), F32)],
         "swiglu": [("x", (ROWS, 2 * H), dt)],  # x only: the backward recomputes silu(gate)
         "geglu tanh": [("x", (ROWS, 2 * H), dt)],
+        "clamped_swiglu": [("x", (ROWS, 2 * H), dt)],  # x only: the clamps are recomputed
         "softmax": [("output", bm.SOFTMAX, dt)],  # y only
         "softmax causal": [("output", bm.SOFTMAX, dt)],  # the mask is recomputed, not kept
         "rope": [("cos", (S, D), dt), ("sin", (S, D), dt)],  # the tables only, nothing of x

@@ -52,7 +52,8 @@ class Norms(torch.nn.Module):
 
 class Glu(torch.nn.Module):
     def forward(self, x):
-        return ft.swiglu(x), ft.geglu(x), ft.geglu(x, approximate="tanh")
+        clamped = (ft.clamped_swiglu(x, limit=0.5), ft.clamped_swiglu(x, alpha=1.0, limit=0.5, interleaved=True))
+        return ft.swiglu(x), ft.geglu(x), ft.geglu(x, approximate="tanh"), *clamped
 
 
 class Softmax(torch.nn.Module):

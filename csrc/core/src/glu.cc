@@ -1,4 +1,4 @@
-// SwiGLU and GeGLU on the CPU: one pass over each row, rows split across fuselet's own
+// SwiGLU, GeGLU and the clamped SwiGLU on the CPU: one pass over each row, rows split across fuselet's own
 // thread pool. Math and shapes: fuselet/glu.h.
 #include <cinttypes>
 #include <cmath>
@@ -12,17 +12,40 @@ namespace fuselet {
 
 namespace {
 
-fuselet_status check_x(const fuselet_tensor* x, int32_t activation, Rows* rx, GluProblem* p) {
+fuselet_status check_options(const fuselet_glu_options* opts, bool ex, GluProblem* p) {
+  if (opts == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "opts: expected a fuselet_glu_options, got NULL");
+  const int32_t activation = opts->activation;
+  if (activation < FUSELET_GLU_SILU || activation > FUSELET_GLU_SILU_CLAMPED)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "activation: expected FUSELET_GLU_SILU, FUSELET_GLU_GELU, FUSELET_GLU_GELU_TANH or "
+                "FUSELET_GLU_SILU_CLAMPED, got %d",
+                static_cast<int>(activation));
+  if (activation == FUSELET_GLU_SILU_CLAMPED && !ex)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "activation: FUSELET_GLU_SILU_CLAMPED takes alpha and limit: call fuselet_glu_fwd_ex / _bwd_ex");
+  if (opts->interleaved != 0 && opts->interleaved != 1)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "interleaved: expected 0 or 1, got %d",
+                static_cast<int>(opts->interleaved));
+  if (activation == FUSELET_GLU_SILU_CLAMPED) {
+    if (!std::isfinite(opts->alpha))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "alpha: expected a finite number, got %g", double(opts->alpha));
+    if (!std::isfinite(opts->limit) || !(opts->limit > 0.f))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "limit: expected a finite number > 0, got %g", double(opts->limit));
+  }
+  p->activation = activation;
+  p->interleaved = opts->interleaved == 1;
+  p->alpha = opts->alpha;
+  p->limit = opts->limit;
+  return FUSELET_OK;
+}
+
+fuselet_status check_x(const fuselet_tensor* x, const fuselet_glu_options* opts, bool ex, Rows* rx, GluProblem* p) {
   if (fuselet_status s = as_rows(x, "x", rx)) return s;
   if (rx->hidden == 0 || rx->hidden % 2 != 0)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
                 "x: expected an even last dimension > 0 (2F: the gate and up halves), got %" PRId64, rx->hidden);
-  if (activation < FUSELET_GLU_SILU || activation > FUSELET_GLU_GELU_TANH)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "activation: expected FUSELET_GLU_SILU, FUSELET_GLU_GELU or FUSELET_GLU_GELU_TANH, got %d",
-                static_cast<int>(activation));
+  if (fuselet_status s = check_options(opts, ex, p)) return s;
   p->dtype = x->dtype;
-  p->activation = activation;
   p->rows = rx->rows;
   p->half = rx->hidden / 2;
   p->x = rx->data;
@@ -32,19 +55,20 @@ fuselet_status check_x(const fuselet_tensor* x, int32_t activation, Rows* rx, Gl
 
 }  // namespace
 
-fuselet_status check_glu_fwd(const fuselet_tensor* x, int32_t activation, fuselet_tensor* y, GluProblem* p) {
+fuselet_status check_glu_fwd(const fuselet_tensor* x, const fuselet_glu_options* opts, bool ex, fuselet_tensor* y,
+                             GluProblem* p) {
   Rows rx, ry;
-  if (fuselet_status s = check_x(x, activation, &rx, p)) return s;
+  if (fuselet_status s = check_x(x, opts, ex, &rx, p)) return s;
   if (fuselet_status s = rows_like_x(y, "y", x->dtype, rx.rows, p->half, &ry)) return s;
   p->y = ry.data;
   p->y_stride = ry.row_stride;
   return ok();
 }
 
-fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation, fuselet_tensor* dx,
-                             GluProblem* p) {
+fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_glu_options* opts,
+                             bool ex, fuselet_tensor* dx, GluProblem* p) {
   Rows rx, rdy, rdx;
-  if (fuselet_status s = check_x(x, activation, &rx, p)) return s;
+  if (fuselet_status s = check_x(x, opts, ex, &rx, p)) return s;
   if (fuselet_status s = rows_like_x(dy, "dy", x->dtype, rx.rows, p->half, &rdy)) return s;
   if (fuselet_status s = rows_like_x(dx, "dx", x->dtype, rx.rows, rx.hidden, &rdx)) return s;
   p->dy = rdy.data;
@@ -88,69 +112,115 @@ struct GeluTanh {
   }
 };
 
-// y = act(g) * u for rows [r0, r1) (buf: 2F floats of scratch).
-template <typename T, typename Act>
+// The plain GLUs: y = act(g) * u.
+template <typename Act>
+struct Gated {
+  explicit Gated(const GluProblem&) {}
+  FUSELET_INLINE float fwd(float g, float u) const { return Act::f(g) * u; }
+  FUSELET_INLINE void bwd(float g, float u, float dy, float* dg, float* du) const {
+    float a;
+    const float da = Act::df(g, &a);
+    *dg = dy * u * da;
+    *du = dy * a;
+  }
+};
+
+// GPT-OSS's clamped SwiGLU. The comparisons keep a NaN (torch.clamp's rule) and pass the
+// gradient at the bounds, where torch.clamp passes it.
+struct SiluClamped {
+  float alpha, limit;
+  explicit SiluClamped(const GluProblem& p) : alpha(p.alpha), limit(p.limit) {}
+  FUSELET_INLINE float gate(float g) const { return g > limit ? limit : g; }
+  FUSELET_INLINE float up(float u) const { return u > limit ? limit : (u < -limit ? -limit : u); }
+  FUSELET_INLINE float fwd(float g, float u) const {
+    const float gc = gate(g);
+    return gc * sigmoid_approx(alpha * gc) * (up(u) + 1.f);
+  }
+  FUSELET_INLINE void bwd(float g, float u, float dy, float* dg, float* du) const {
+    const float gc = gate(g), s = sigmoid_approx(alpha * gc);
+    *dg = g <= limit ? dy * (up(u) + 1.f) * s * (1.f + alpha * gc * (1.f - s)) : 0.f;
+    *du = (u >= -limit && u <= limit) ? dy * gc * s : 0.f;
+  }
+};
+
+// Where g_i and u_i sit in a row of x (and dx): halves, or interleaved pairs.
+template <bool Interleaved>
+struct Layout {
+  static FUSELET_INLINE int64_t g(int64_t i, int64_t) { return Interleaved ? 2 * i : i; }
+  static FUSELET_INLINE int64_t u(int64_t i, int64_t F) { return Interleaved ? 2 * i + 1 : F + i; }
+};
+
+// y = fwd(g, u) for rows [r0, r1) (buf: 2F floats of scratch).
+template <typename T, typename Math, typename L>
 struct FwdRows {
   static FUSELET_INLINE void run(const GluProblem* p, float* buf, int64_t r0, int64_t r1) {
     const int64_t F = p->half;
+    const Math math(*p);
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, 2 * F);
       T* y = static_cast<T*>(p->y) + r * p->y_stride;
-      for (int64_t i = 0; i < F; ++i) y[i] = from_float<T>(Act::f(x[i]) * x[F + i]);
+      for (int64_t i = 0; i < F; ++i) y[i] = from_float<T>(math.fwd(x[L::g(i, F)], x[L::u(i, F)]));
     }
   }
 };
 
-// dx = [dy * u * act'(g), dy * act(g)] for rows [r0, r1) (buf: 3F floats of scratch).
-template <typename T, typename Act>
+// dx = (dg, du) laid out like x, for rows [r0, r1) (buf: 3F floats of scratch).
+template <typename T, typename Math, typename L>
 struct BwdRows {
   static FUSELET_INLINE void run(const GluProblem* p, float* buf, int64_t r0, int64_t r1) {
     const int64_t F = p->half;
+    const Math math(*p);
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = row_as_float(static_cast<const T*>(p->x) + r * p->x_stride, buf, 2 * F);
       const float* dy = row_as_float(static_cast<const T*>(p->dy) + r * p->dy_stride, buf + 2 * F, F);
       T* dx = static_cast<T*>(p->dx) + r * p->dx_stride;
       for (int64_t i = 0; i < F; ++i) {
-        float a;
-        const float da = Act::df(x[i], &a);
-        dx[i] = from_float<T>(dy[i] * x[F + i] * da);
-        dx[F + i] = from_float<T>(dy[i] * a);
+        float dg, du;
+        math.bwd(x[L::g(i, F)], x[L::u(i, F)], dy[i], &dg, &du);
+        dx[L::g(i, F)] = from_float<T>(dg);
+        dx[L::u(i, F)] = from_float<T>(du);
       }
     }
   }
 };
 
-template <typename T, typename Act>
+template <typename T, typename Math, typename L>
 void glu_fwd(const GluProblem& p, Scratch& s) {
   parallel_rows<T>(p.rows, row_grain(2 * p.half), s.tasks, {{p.y, p.y_stride, p.half}},
-                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<FwdRows<T, Act>>(&p, s.task(c), r0, r1); });
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<FwdRows<T, Math, L>>(&p, s.task(c), r0, r1); });
 }
 
-template <typename T, typename Act>
+template <typename T, typename Math, typename L>
 void glu_bwd(const GluProblem& p, Scratch& s) {
   parallel_rows<T>(p.rows, row_grain(3 * p.half), s.tasks, {{p.dx, p.dx_stride, 2 * p.half}},
-                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<BwdRows<T, Act>>(&p, s.task(c), r0, r1); });
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<BwdRows<T, Math, L>>(&p, s.task(c), r0, r1); });
 }
 
-template <typename Act>
+template <typename Math, typename L>
 fuselet_status run(const GluProblem& p, bool backward) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain((backward ? 3 : 2) * p.half));
   return with_scratch("x", tasks, 3, p.half, [&](Scratch& s) {
     dispatch(p.dtype, [&](auto tag) {
       if (backward)
-        glu_bwd<decltype(tag), Act>(p, s);
+        glu_bwd<decltype(tag), Math, L>(p, s);
       else
-        glu_fwd<decltype(tag), Act>(p, s);
+        glu_fwd<decltype(tag), Math, L>(p, s);
     });
   });
+}
+
+template <typename Math>
+fuselet_status run(const GluProblem& p, bool backward) {
+  return p.interleaved ? run<Math, Layout<true>>(p, backward) : run<Math, Layout<false>>(p, backward);
 }
 
 fuselet_status run(const GluProblem& p, bool backward) {
   if (p.rows == 0) return ok();
   switch (p.activation) {
-    case FUSELET_GLU_GELU: return run<Gelu>(p, backward);
-    case FUSELET_GLU_GELU_TANH: return run<GeluTanh>(p, backward);
-    default: return run<Silu>(p, backward);
+    case FUSELET_GLU_GELU: return run<Gated<Gelu>>(p, backward);
+    case FUSELET_GLU_GELU_TANH: return run<Gated<GeluTanh>>(p, backward);
+    case FUSELET_GLU_SILU_CLAMPED: return run<SiluClamped>(p, backward);
+    default: return run<Gated<Silu>>(p, backward);
   }
 }
 
@@ -159,10 +229,28 @@ fuselet_status run(const GluProblem& p, bool backward) {
 
 extern "C" {
 
+fuselet_status fuselet_glu_fwd_ex(const fuselet_tensor* x, const fuselet_glu_options* opts, fuselet_tensor* y) {
+  return fuselet::guarded("fuselet_glu_fwd_ex", [&] {
+    fuselet::GluProblem p;
+    if (fuselet_status s = fuselet::check_glu_fwd(x, opts, true, y, &p)) return s;
+    return fuselet::run(p, false);
+  });
+}
+
+fuselet_status fuselet_glu_bwd_ex(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_glu_options* opts,
+                                  fuselet_tensor* dx) {
+  return fuselet::guarded("fuselet_glu_bwd_ex", [&] {
+    fuselet::GluProblem p;
+    if (fuselet_status s = fuselet::check_glu_bwd(dy, x, opts, true, dx, &p)) return s;
+    return fuselet::run(p, true);
+  });
+}
+
 fuselet_status fuselet_glu_fwd(const fuselet_tensor* x, int32_t activation, fuselet_tensor* y) {
   return fuselet::guarded("fuselet_glu_fwd", [&] {
     fuselet::GluProblem p;
-    if (fuselet_status s = fuselet::check_glu_fwd(x, activation, y, &p)) return s;
+    const fuselet_glu_options opts = fuselet::glu_options(activation);
+    if (fuselet_status s = fuselet::check_glu_fwd(x, &opts, false, y, &p)) return s;
     return fuselet::run(p, false);
   });
 }
@@ -171,7 +259,8 @@ fuselet_status fuselet_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x
                                fuselet_tensor* dx) {
   return fuselet::guarded("fuselet_glu_bwd", [&] {
     fuselet::GluProblem p;
-    if (fuselet_status s = fuselet::check_glu_bwd(dy, x, activation, dx, &p)) return s;
+    const fuselet_glu_options opts = fuselet::glu_options(activation);
+    if (fuselet_status s = fuselet::check_glu_bwd(dy, x, &opts, false, dx, &p)) return s;
     return fuselet::run(p, true);
   });
 }
@@ -181,6 +270,13 @@ fuselet_status fuselet_glu_fwd_cuda(const fuselet_tensor*, int32_t, fuselet_tens
   return fuselet::no_cuda();
 }
 fuselet_status fuselet_glu_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, int32_t, fuselet_tensor*, void*) {
+  return fuselet::no_cuda();
+}
+fuselet_status fuselet_glu_fwd_ex_cuda(const fuselet_tensor*, const fuselet_glu_options*, fuselet_tensor*, void*) {
+  return fuselet::no_cuda();
+}
+fuselet_status fuselet_glu_bwd_ex_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_glu_options*,
+                                       fuselet_tensor*, void*) {
   return fuselet::no_cuda();
 }
 #endif

@@ -10,6 +10,8 @@ namespace fuselet {
 struct GluProblem {
   fuselet_dtype dtype = FUSELET_FLOAT32;
   int32_t activation = FUSELET_GLU_SILU;
+  bool interleaved = false;        // x = [g_0, u_0, g_1, u_1, ...]
+  float alpha = 1.f, limit = 0.f;  // FUSELET_GLU_SILU_CLAMPED
   int64_t rows = 0, half = 0;  // half = F
   // clang-format off: each data pointer beside its strides
   const void* x = nullptr;  int64_t x_stride = 0;
@@ -19,8 +21,13 @@ struct GluProblem {
   // clang-format on
 };
 
-fuselet_status check_glu_fwd(const fuselet_tensor* x, int32_t activation, fuselet_tensor* y, GluProblem* p);
-fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation, fuselet_tensor* dx,
+// `opts` of the _ex entry points; `ex` false: the plain ones, whose options hold only the activation.
+fuselet_status check_glu_fwd(const fuselet_tensor* x, const fuselet_glu_options* opts, bool ex, fuselet_tensor* y,
                              GluProblem* p);
+fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_glu_options* opts,
+                             bool ex, fuselet_tensor* dx, GluProblem* p);
+
+// The plain entry points' options: the activation, halves layout.
+inline fuselet_glu_options glu_options(int32_t activation) { return {activation, 0, 0.f, 0.f}; }
 
 }  // namespace fuselet

@@ -15,7 +15,7 @@ from fuselet.jax.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.jax.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.jax.fused_linear_jsd import fused_linear_jsd  # noqa: E402
-from fuselet.jax.glu import geglu, swiglu  # noqa: E402
+from fuselet.jax.glu import clamped_swiglu, geglu, swiglu  # noqa: E402
 from fuselet.jax.losses import fused_linear_grpo_loss, fused_linear_kto_loss, fused_linear_preference_loss  # noqa: E402
 from fuselet.jax.norm import add_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.jax.rope import rope  # noqa: E402
@@ -24,6 +24,7 @@ from fuselet.jax.softmax import softmax  # noqa: E402
 __all__ = [
     "BUILD_INFO",
     "add_rms_norm",
+    "clamped_swiglu",
     "cross_entropy",
     "export",
     "fused_linear_cross_entropy",

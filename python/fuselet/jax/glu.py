@@ -1,6 +1,7 @@
-"""SwiGLU and GeGLU for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
+"""SwiGLU, GeGLU and GPT-OSS's clamped SwiGLU for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
 
-Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up]; y [..., F] has
+Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up] (clamped_swiglu: or
+interleaved [g0, u0, g1, u1, ...]); y [..., F] has
 x's dtype (float32, float16 or bfloat16; the math runs in float32). Leading dims of x keep
 their sharding; a sharded last dim is gathered.
 """
@@ -12,26 +13,34 @@ import functools
 import jax
 import numpy as np
 
-from fuselet._checks import check_approximate, check_glu_args
+from fuselet._checks import check_approximate, check_clamped_glu_options, check_glu_args
 from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import HALF, ROWS
 
 # fuselet_glu_activation of fuselet/glu.h
-SILU, GELU, GELU_TANH = 0, 1, 2
+SILU, GELU, GELU_TANH, SILU_CLAMPED = 0, 1, 2, 3
+
+
+def _attrs(options):
+    """fuselet_glu_options' fields of options = (activation, interleaved, alpha, limit)."""
+    activation, interleaved, alpha, limit = options
+    return dict(
+        activation=np.int32(activation), interleaved=np.int32(interleaved), alpha=np.float32(alpha), limit=np.float32(limit)
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
-def _glu(x, activation):
-    return row_op("glu_fwd", (ROWS,), (HALF,), (x,), True, activation=np.int32(activation))[0]
+def _glu(x, options):
+    return row_op("glu_fwd", (ROWS,), (HALF,), (x,), True, **_attrs(options))[0]
 
 
-def _glu_fwd(x, activation):
-    return _glu(x, activation), x
+def _glu_fwd(x, options):
+    return _glu(x, options), x
 
 
-def _glu_bwd(activation, x, dy):
-    return (row_op("glu_bwd", (HALF, ROWS), (ROWS,), (dy, x), True, activation=np.int32(activation))[0],)
+def _glu_bwd(options, x, dy):
+    return (row_op("glu_bwd", (HALF, ROWS), (ROWS,), (dy, x), True, **_attrs(options))[0],)
 
 
 _glu.defvjp(_glu_fwd, _glu_bwd)
@@ -46,11 +55,21 @@ def _check(x) -> None:
 def swiglu(x):
     """y = silu(gate) * up with x [..., 2F] = [gate, up]; y [..., F]."""
     _check(x)
-    return _glu_jit(x, SILU)
+    return _glu_jit(x, (SILU, 0, 0.0, 0.0))
 
 
 def geglu(x, approximate: str = "none"):
     """y = gelu(gate, approximate) * up with x [..., 2F] = [gate, up]; approximate "none" (erf) or "tanh"."""
     _check(x)
     check_approximate(approximate)
-    return _glu_jit(x, GELU_TANH if approximate == "tanh" else GELU)
+    return _glu_jit(x, (GELU_TANH if approximate == "tanh" else GELU, 0, 0.0, 0.0))
+
+
+def clamped_swiglu(x, *, alpha: float = 1.702, limit: float = 7.0, interleaved: bool = False):
+    """GPT-OSS's SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), y = g * sigmoid(alpha * g) * (u + 1).
+
+    x [..., 2F] is [gate, up], or [g0, u0, g1, u1, ...] with interleaved=True (GPT-OSS's
+    gate_up_proj); y [..., F]. The defaults are GPT-OSS's (swiglu_alpha, swiglu_limit)."""
+    _check(x)
+    check_clamped_glu_options(alpha, limit, interleaved)
+    return _glu_jit(x, (SILU_CLAMPED, int(interleaved), float(alpha), float(limit)))

@@ -15,7 +15,7 @@ from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.torch.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
 from fuselet.torch.fused_linear_jsd import FusedLinearJSD, fused_linear_jsd  # noqa: E402
-from fuselet.torch.glu import geglu, swiglu  # noqa: E402
+from fuselet.torch.glu import clamped_swiglu, geglu, swiglu  # noqa: E402
 from fuselet.torch.losses import (  # noqa: E402
     FusedLinearGRPOLoss,
     FusedLinearKTOLoss,
@@ -39,6 +39,7 @@ __all__ = [
     "LayerNorm",
     "RMSNorm",
     "add_rms_norm",
+    "clamped_swiglu",
     "cross_entropy",
     "fused_linear_cross_entropy",
     "fused_linear_grpo_loss",

@@ -1,7 +1,8 @@
-"""SwiGLU and GeGLU for PyTorch: checked wrappers, fake impls, autograd.
+"""SwiGLU, GeGLU and GPT-OSS's clamped SwiGLU for PyTorch: checked wrappers, fake impls, autograd.
 
-Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up]; y [..., F] has
-x's dtype (float32, float16 or bfloat16; the math runs in float32).
+Math and shapes: csrc/core/include/fuselet/glu.h. x [..., 2F] is [gate, up] (clamped_swiglu:
+or interleaved [g0, u0, g1, u1, ...]); y [..., F] has x's dtype (float32, float16 or bfloat16;
+the math runs in float32).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import math
 
 import torch
 
-from fuselet._checks import check_approximate, check_glu_args
+from fuselet._checks import check_approximate, check_clamped_glu_options, check_glu_args
 from fuselet.torch._args import check_dense, op_tensors, rows_like
 from fuselet.torch._dtensor import rowwise, sharding
 
@@ -33,6 +34,16 @@ def geglu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     _check(x)
     check_approximate(approximate)
     return ops.geglu_fwd(x, approximate)
+
+
+def clamped_swiglu(x: torch.Tensor, *, alpha: float = 1.702, limit: float = 7.0, interleaved: bool = False) -> torch.Tensor:
+    """GPT-OSS's SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), y = g * sigmoid(alpha * g) * (u + 1).
+
+    x [..., 2F] is [gate, up], or [g0, u0, g1, u1, ...] with interleaved=True (GPT-OSS's
+    gate_up_proj); y [..., F]. The defaults are GPT-OSS's (swiglu_alpha, swiglu_limit)."""
+    _check(x)
+    check_clamped_glu_options(alpha, limit, interleaved)
+    return ops.clamped_swiglu_fwd(x, float(alpha), float(limit), bool(interleaved))
 
 
 # --- fake (meta) implementations ----------------------------------------------------------
@@ -75,6 +86,20 @@ def _(dy, x, approximate="none"):
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
+@torch.library.register_fake("fuselet::clamped_swiglu_fwd")
+def _(x, alpha=1.702, limit=7.0, interleaved=False):
+    _fake_check(x)
+    check_clamped_glu_options(alpha, limit, interleaved)
+    return _half(x)
+
+
+@torch.library.register_fake("fuselet::clamped_swiglu_bwd")
+def _(dy, x, alpha=1.702, limit=7.0, interleaved=False):
+    _fake_check(x, dy=dy)
+    check_clamped_glu_options(alpha, limit, interleaved)
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
 # --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding; the [gate, up] dim
 # is whole (a Shard(-1) of it would pair gate and up columns of different ranks).
 
@@ -99,6 +124,16 @@ def _(dy, x, approximate="none"):
     return rowwise([(dy, "rows"), (x, "rows"), (approximate, None)], ["rows"])
 
 
+@sharding("clamped_swiglu_fwd")
+def _(x, alpha=1.702, limit=7.0, interleaved=False):
+    return rowwise([(x, "rows"), (alpha, None), (limit, None), (interleaved, None)], ["rows"])
+
+
+@sharding("clamped_swiglu_bwd")
+def _(dy, x, alpha=1.702, limit=7.0, interleaved=False):
+    return rowwise([(dy, "rows"), (x, "rows"), (alpha, None), (limit, None), (interleaved, None)], ["rows"])
+
+
 # --- autograd: the backward of each forward op is itself a registered op ----------------
 
 
@@ -121,5 +156,16 @@ def _geglu_backward(ctx, dy):
     return ops.geglu_bwd(dy, x, ctx.approximate), None
 
 
+def _clamped_setup(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+    ctx.options = inputs[1:]
+
+
+def _clamped_backward(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return ops.clamped_swiglu_bwd(dy, x, *ctx.options), None, None, None
+
+
 torch.library.register_autograd("fuselet::swiglu_fwd", _swiglu_backward, setup_context=_swiglu_setup)
 torch.library.register_autograd("fuselet::geglu_fwd", _geglu_backward, setup_context=_geglu_setup)
+torch.library.register_autograd("fuselet::clamped_swiglu_fwd", _clamped_backward, setup_context=_clamped_setup)

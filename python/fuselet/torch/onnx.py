@@ -118,6 +118,21 @@ def swiglu_fwd(b, x):
     return _like(b, b.op("Mul", b.op("Mul", gate, b.op("Sigmoid", gate)), up), x)
 
 
+def _pairs(b, x):
+    """x [..., 2F] interleaved [g0, u0, g1, u1, ...] -> (x[..., 0::2], x[..., 1::2])."""
+    end, axes, steps = b.const([2**62], _INT64), b.const([-1], _INT64), b.const([2], _INT64)
+    return tuple(b.op("Slice", x, b.const([start], _INT64), end, axes, steps) for start in (0, 1))
+
+
+def clamped_swiglu_fwd(b, x, alpha=1.702, limit=7.0, interleaved=False):
+    gate, up = (_f32(b, h) for h in (_pairs(b, x) if interleaved else _halves(b, x)))
+    bound = b.const(float(limit), _FLOAT)
+    gate = b.op("Min", gate, bound)
+    up = b.op("Clip", up, b.const(-float(limit), _FLOAT), bound)
+    glu = b.op("Mul", gate, b.op("Sigmoid", b.op("Mul", gate, b.const(float(alpha), _FLOAT))))
+    return _like(b, b.op("Mul", glu, b.op("Add", up, b.const(1.0, _FLOAT))), x)
+
+
 def _gelu(b, g, approximate):
     if b.opset >= 20:
         return b.op("Gelu", g, approximate=approximate)
@@ -297,6 +312,7 @@ _OPS = {
         layer_norm_fwd,
         swiglu_fwd,
         geglu_fwd,
+        clamped_swiglu_fwd,
         softmax_fwd,
         rope_fwd,
         cross_entropy_fwd,
@@ -319,6 +335,7 @@ _UNSUPPORTED = {
             "add_rms_norm",
             "swiglu",
             "geglu",
+            "clamped_swiglu",
             "softmax",
             "rope",
             "cross_entropy",
