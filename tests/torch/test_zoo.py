@@ -39,6 +39,12 @@ KINDS = {
     "gpt2": {"norm": "ft.layer_norm(eps=1e-05)"},  # torch.nn.LayerNorm, tied head
     "gemma3_text": {"mlp": "ft.geglu(approximate='tanh')"},
     "mixtral": {"mlp": "ft.swiglu in the experts' gate (grouped_mm)"},  # transformers' experts interface
+    "llama4_text": {"rope": "ft.rope(interleaved, complex freqs_cis, bshd)"},  # x * freqs_cis, as complex pairs
+    "deepseek_v2": {"rope": "ft.rope(interleaved, complex freqs_cis, bhsd)"},
+    "gpt_oss": {  # its own clamped gate over interleaved [gate, up]; half-split rope over a half-width table
+        "mlp": "ft.clamped_swiglu(alpha=1.702, limit=7.0, interleaved=True) in the experts' gate (grouped_mm)",
+        "rope": "ft.rope(half-split, half-width table)",
+    },
 }
 
 
@@ -74,7 +80,7 @@ def test_each_layer_kind_fused_and_equal(model_type):
     assert ran.get("fused_linear_cross_entropy_reduced") == 1, ran  # the fused loss ran, once
 
 
-@pytest.mark.parametrize("model_type", ["llama", "gemma2", "glm4", "nemotron", "phi3", "cohere"])
+@pytest.mark.parametrize("model_type", ["llama", "gemma2", "glm4", "nemotron", "phi3", "cohere", "gpt_oss", "llama4_text"])
 def test_compiled_fullgraph_step_matches_stock(model_type):
     plain = zoo.build(model_type)
     fused = ft.transformers.fuse(copy.deepcopy(plain))
@@ -115,12 +121,33 @@ def test_report_names_every_kind():
     assert "model_type 'mixtral'" in text and f"norm: {2 * layers + 1} fused, 0 left" in text
 
 
+def _with_gate(model, gate, drop_clamp=False):
+    """model with its experts' _apply_gate replaced by `gate` (a subclass per experts class)."""
+    for m in model.modules():
+        if "_apply_gate" in vars(type(m)):
+            m.__class__ = type("SquaredReluExperts", (type(m),), {"_apply_gate": gate})
+            if drop_clamp:
+                del m.alpha, m.limit
+    return model
+
+
+def _squared_relu_gate(self, gate_up):
+    return torch.relu(gate_up[..., ::2]) ** 2 * gate_up[..., 1::2]
+
+
 def test_experts_left_where_their_gate_is_not_fuselets():
     eager = zoo.build("mixtral", experts_implementation="eager")
-    gpt_oss = zoo.build("gpt_oss")
+    clamp = "ft.clamped_swiglu(alpha=1.702, limit=7.0, interleaved={})"
     for model, reason in (
         (eager, "experts_implementation 'eager' does not call _apply_gate (fused under batched_mm, grouped_mm)"),
-        (gpt_oss, "the experts' own gate (GptOssExperts._apply_gate): no fuselet op for it yet"),
+        (
+            _with_gate(zoo.build("gpt_oss"), _squared_relu_gate),
+            f"{clamp.format(True)} or {clamp.format(False)} differs from its _apply_gate on the probe",
+        ),
+        (
+            _with_gate(zoo.build("gpt_oss"), _squared_relu_gate, drop_clamp=True),
+            "the experts' own gate (SquaredReluExperts._apply_gate): no fuselet op for it yet",
+        ),
     ):
         report = ft.transformers.fuse_report(ft.transformers.fuse(model))
         assert {r.detail for r in report.left("mlp")} == {reason}

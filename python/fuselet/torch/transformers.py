@@ -19,12 +19,14 @@ How each kind is found and what it runs:
   Gemma2/3) and the per-head q/k norms (Qwen3, OLMo2, Gemma3: an RMSNorm over the head dim).
 - mlp: a module with gate_proj / up_proj / down_proj (or w1 / w3 / w2, or Phi3's fused
   gate_up_proj / down_proj), plain torch.nn.Linear, and a SiLU or GELU activation: down(glu(x))
-  with ft.swiglu or ft.geglu (exact or tanh), gate and up in one matmul.
+  with ft.swiglu or ft.geglu (exact or tanh), gate and up in one matmul. MoE experts under
+  transformers' experts interface: their gate (`_apply_gate`) through the GLU of their act_fn,
+  or GPT-OSS's clamped gate through ft.clamped_swiglu; the expert matmuls stay transformers'.
 - rope: an attention module whose forward calls the modeling file's
   `apply_rotary_pos_emb(q, k, cos, sin, unsqueeze_dim=1)`. The probe runs that function on the
   model's own rotary tables and picks the layout that equals it: half-split (rotate_half),
-  interleaved, or interleaved over a half-width table (GLM), with partial rotary when the table
-  is narrower than the head. Where transformers marks the attention class for kernel swapping
+  interleaved, interleaved over a half-width table (GLM), or half-split over one (GPT-OSS),
+  with partial rotary when the table is narrower than the head. Where transformers marks the attention class for kernel swapping
   (`use_kernelized_func`, with the `kernels` package) the instance's own rotary wrapper gets
   fuselet's forward, as `kernels.kernelize` would give it a hub kernel; elsewhere the instance
   gets a copy of its class's forward whose globals name fuselet's function instead.
@@ -59,7 +61,7 @@ import torch
 
 from fuselet.torch._dtensor import is_dtensor
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
-from fuselet.torch.glu import geglu, swiglu
+from fuselet.torch.glu import clamped_swiglu, geglu, swiglu
 from fuselet.torch.norm import layer_norm, rms_norm
 from fuselet.torch.rope import rope
 
@@ -380,38 +382,72 @@ def _experts_gate(self, gate_up_out):
     return self._fuselet_gate(gate_up_out)
 
 
+def _calls_gate(cls) -> bool:
+    """The experts class's own forward (under transformers' experts interface) calls _apply_gate."""
+    forward = inspect.unwrap(getattr(cls, "forward", None) or (lambda: None))
+    try:
+        return "self._apply_gate(" in inspect.getsource(forward)
+    except (OSError, TypeError):
+        return False
+
+
+def _gate_candidates(module):
+    """(op, name, probe scale) for each fuselet op that may be the experts' gate: the GLU of its
+    act_fn, or, for a gate of its own with a clamp (GPT-OSS's alpha and limit), the clamped
+    SwiGLU in both layouts, probed beyond the clamp."""
+    glu, name = _glu_of(getattr(module, "act_fn", None))
+    if glu is not None:
+        return [(glu, name, 1.0)]
+    alpha, limit = getattr(module, "alpha", None), getattr(module, "limit", None)
+    if not (isinstance(alpha, (int, float)) and isinstance(limit, (int, float)) and limit > 0):
+        return []
+    first = not getattr(module, "is_concatenated", True)  # transformers' flag: [g0, u0, g1, u1, ...]
+    return [
+        (
+            functools.partial(clamped_swiglu, alpha=float(alpha), limit=float(limit), interleaved=interleaved),
+            f"ft.clamped_swiglu(alpha={alpha}, limit={limit}, interleaved={interleaved})",
+            2.0 * float(limit),
+        )
+        for interleaved in (first, not first)
+    ]
+
+
 def _fuse_experts(module) -> str:
-    """The experts' gate through ft.swiglu / ft.geglu, where transformers' experts interface
-    (use_experts_implementation) applies it: act(gate) * up of each expert's [gate, up] output.
-    The expert matmuls stay transformers' (grouped_mm / batched_mm)."""
+    """The experts' gate through ft.swiglu / ft.geglu / ft.clamped_swiglu, where transformers'
+    experts interface (use_experts_implementation) applies it: the gate of each expert's
+    [gate, up] output. The expert matmuls stay transformers' (grouped_mm / batched_mm, or the
+    class's own loop where it calls _apply_gate: GPT-OSS's)."""
     default = getattr(type(module), "_apply_gate", None)
     if default is None:
         raise _Left("batched MoE experts without transformers' experts interface (_apply_gate)")
     implementation = getattr(getattr(module, "config", None), "_experts_implementation", None)
-    if implementation not in _GATED_EXPERTS:
+    if implementation not in _GATED_EXPERTS and not _calls_gate(type(module)):
         fused_under = ", ".join(_GATED_EXPERTS)
         raise _Left(f"experts_implementation {implementation!r} does not call _apply_gate (fused under {fused_under})")
-    act = getattr(module, "act_fn", None)
-    glu, name = _glu_of(act)
-    if glu is None:
+    candidates = _gate_candidates(module)
+    if not candidates:
+        act = getattr(module, "act_fn", None)
         what = f"activation {type(act).__name__}" if act is not None else f"own gate ({type(module).__name__}._apply_gate)"
         raise _Left(f"the experts' {what}: no fuselet op for it yet")
     like = _probe_device(module)
     weight = getattr(module, "gate_up_proj", None)
-    size = 2 * getattr(module, "intermediate_dim", 8)
+    size = 2 * getattr(module, "intermediate_dim", getattr(module, "intermediate_size", 8))
     x = _randn(6, size, like=like, dtype=weight.dtype if isinstance(weight, torch.Tensor) else torch.float32)
     with torch.no_grad():
         try:
-            want = default(module, x)
+            wants = {scale: default(module, x * scale) for _, _, scale in candidates}
         except Exception as e:
             raise _Left(f"its _apply_gate failed on the probe ({type(e).__name__})") from None
-        if not _close(glu(x), want, x.dtype):
-            raise _Left(f"{name}([gate, up]) differs from its _apply_gate on the probe (clamped or interleaved gate)")
+        found = _closest(candidates, lambda c: [(c[0](x * c[2]), wants[c[2]])], x.dtype)
+    if found is None:
+        names = " or ".join(name for _, name, _ in candidates)
+        raise _Left(f"{names} differs from its _apply_gate on the probe")
     if "_apply_gate" in vars(module):
         raise _Left("its _apply_gate is already its own (fused)")
+    glu, name, _ = found
     module._fuselet_gate = glu
     module._apply_gate = types.MethodType(_experts_gate, module)
-    return f"{name} in the experts' gate ({implementation})"
+    return f"{name} in the experts' gate ({implementation or 'its own loop'})"
 
 
 # --- rotary embedding ------------------------------------------------------------------------
@@ -428,8 +464,18 @@ def _half_repeated(t):
     return t[..., : t.shape[-1] // 2].repeat_interleave(2, dim=-1)
 
 
+def _doubled(t):
+    """A half-width table of one angle per half-split pair (GPT-OSS's): the full-width table."""
+    return torch.cat((t, t), dim=-1)
+
+
 # (name, interleaved, table transform)
-_ROPE_FORMS = (("half-split", False, None), ("interleaved", True, None), ("interleaved, half table", True, _half_repeated))
+_ROPE_FORMS = (
+    ("half-split", False, None),
+    ("interleaved", True, None),
+    ("interleaved, half table", True, _half_repeated),
+    ("half-split, half-width table", False, _doubled),
+)
 
 
 def _rope_layout(xs, cos, sin, unsqueeze_dim):
@@ -586,7 +632,72 @@ def _kernelized_rotary(module):
 
 def _calls_rotary(cls) -> bool:
     code = inspect.unwrap(cls.forward).__code__
-    return "apply_rotary_pos_emb" in code.co_names
+    return "apply_rotary_pos_emb" in code.co_names or "apply_rotary_emb" in code.co_names
+
+
+# --- rotary embedding by complex frequencies: apply_rotary_emb(xq, xk, freqs_cis) (Llama4,
+# DeepSeek-V2): x * freqs_cis over x's interleaved pairs viewed as complex numbers, which is
+# ft.rope(interleaved=True) with cos / sin the real / imaginary parts, each twice.
+
+
+def _fused_complex_rotary(original, layout):
+    """apply_rotary_emb through ft.rope in `layout`, `original` for calls it does not take."""
+
+    def apply_rotary_emb(xq, xk, freqs_cis):
+        fits = (
+            isinstance(freqs_cis, torch.Tensor)
+            and freqs_cis.is_complex()
+            and freqs_cis.dim() == 3
+            and all(isinstance(x, torch.Tensor) and x.dim() == 4 and x.shape[-1] == 2 * freqs_cis.shape[-1] for x in (xq, xk))
+            and freqs_cis.shape[0] in (1, xq.shape[0])
+        )
+        if not fits:
+            return original(xq, xk, freqs_cis)
+        freqs = freqs_cis.to(xq.device)
+        cos, sin = (part.repeat_interleave(2, dim=-1) for part in (freqs.real, freqs.imag))
+        if cos.shape[0] != xq.shape[0]:
+            cos, sin = cos[0], sin[0]  # [1, S, D] tables shared by the batch: [S, D]
+        return tuple(rope(x, cos, sin, layout=layout, interleaved=True) for x in (xq, xk))
+
+    return apply_rotary_emb
+
+
+def _complex_rotary_layout(plain, like):
+    """The x layout ("bshd" / "bhsd") in which ft.rope equals `plain` on a probe, or a reason."""
+    if tuple(inspect.signature(plain).parameters) != ("xq", "xk", "freqs_cis"):
+        return None, f"apply_rotary_emb{inspect.signature(plain)}: not the call fuselet serves"
+    gen = _generator()
+    angles = torch.rand(2, 5, 4, generator=gen).to(like.device) * 6
+    freqs = torch.polar(torch.ones_like(angles), angles)
+    for layout, shape in (("bshd", (2, 5, 3, 8)), ("bhsd", (2, 3, 5, 8))):
+        xs = tuple(_randn(*shape, like=angles, gen=gen) for _ in range(2))
+        try:
+            with torch.no_grad():
+                want, got = plain(*xs, freqs), _fused_complex_rotary(plain, layout)(*xs, freqs)
+        except Exception:
+            continue
+        if all(_close(g, w, torch.float32) for g, w in zip(got, want)):
+            return layout, None
+    return None, "no ft.rope layout (bshd, bhsd) equals its apply_rotary_emb (complex freqs_cis) on the probe"
+
+
+@functools.cache
+def _complex_rope_forward(cls, layout):
+    """cls.forward with apply_rotary_emb through ft.rope (one copy per attention class)."""
+    fn = cls.forward
+    original = inspect.unwrap(fn).__globals__["apply_rotary_emb"]
+    return _with_global(fn, "apply_rotary_emb", _fused_complex_rotary(original, layout), f"{cls.__name__}_complex")
+
+
+def _fuse_complex_rope(module, plain) -> str:
+    if not inspect.isfunction(plain):
+        raise _Left("its apply_rotary_emb is not a function fuselet can probe")
+    layout, why = _complex_rotary_layout(plain, _probe_device(module))
+    if layout is None:
+        raise _Left(why)
+    if not _own_forward(module, _complex_rope_forward(type(module), layout)):
+        raise _Left("it already has a forward of its own (hooked, or fused)")
+    return f"ft.rope(interleaved, complex freqs_cis, {layout})"
 
 
 @functools.cache
@@ -599,6 +710,9 @@ def _rope_forward(cls, form, kind):
 
 
 def _fuse_rope(module, tables_key) -> str:
+    forward = inspect.unwrap(type(module).forward)
+    if "apply_rotary_emb" in forward.__code__.co_names and "apply_rotary_pos_emb" not in forward.__code__.co_names:
+        return _fuse_complex_rope(module, forward.__globals__.get("apply_rotary_emb"))
     kernelized = _kernelized_rotary(module)
     if kernelized is not None:
         wrapper, plain = kernelized
@@ -689,7 +803,7 @@ def _fused_loss_forward(self, *args, **kwargs):
     if not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
         raise ValueError(f"logits_to_keep: the fused loss needs every position (0) when labels are given, got {logits_to_keep!r}")
     passed = {k: v for k, v in bound.items() if base_params is None or k in base_params}
-    outputs = getattr(self, self.base_model_prefix)(**passed, **extra)
+    outputs = _base_model(self)(**passed, **extra)
     hidden = outputs[0]
     if shift_labels is None:  # tokens < n predict n
         shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
@@ -700,9 +814,19 @@ def _fused_loss_forward(self, *args, **kwargs):
     return out if return_dict else out.to_tuple()
 
 
+def _base_model(module):
+    """The decoder under the LM head: the child its base_model_prefix names, else `model` (where
+    the prefix names another: Llama4ForCausalLM's "language_model"), or None."""
+    for name in (getattr(module, "base_model_prefix", None), "model"):
+        child = getattr(module, name or "", None)
+        if isinstance(child, torch.nn.Module) and child is not getattr(module, "lm_head", None):
+            return child
+    return None
+
+
 def _is_lm(module) -> bool:
-    head, prefix = getattr(module, "lm_head", None), getattr(module, "base_model_prefix", None)
-    if not isinstance(head, torch.nn.Module) or not isinstance(getattr(module, prefix or "", None), torch.nn.Module):
+    head = getattr(module, "lm_head", None)
+    if not isinstance(head, torch.nn.Module) or _base_model(module) is None:
         return False
     return "labels" in inspect.signature(inspect.unwrap(type(module).forward)).parameters
 
@@ -738,7 +862,7 @@ def _fuse_loss(module) -> str:
         raise _Left(f"lm_head is a {type(head).__name__}, not a plain torch.nn.Linear")
     like = _probe_device(module)
     signature = inspect.signature(inspect.unwrap(type(module).forward))
-    base = getattr(module, module.base_model_prefix)
+    base = _base_model(module)
     params = inspect.signature(inspect.unwrap(type(base).forward)).parameters
     base_params = None if any(p.kind is p.VAR_KEYWORD for p in params.values()) else set(params)
     vocab = min(head.out_features, getattr(getattr(module, "config", None), "vocab_size", None) or head.out_features)
