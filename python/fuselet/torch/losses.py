@@ -20,13 +20,19 @@ from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
 class _Torch:
     """The array functions fuselet/_losses.py's math calls."""
 
-    logsigmoid = staticmethod(torch.nn.functional.logsigmoid)
     relu = staticmethod(torch.relu)
     exp = staticmethod(torch.exp)
     log1p = staticmethod(torch.log1p)
     minimum = staticmethod(torch.minimum)
     sigmoid = staticmethod(torch.sigmoid)
     where = staticmethod(torch.where)
+
+    @staticmethod
+    def logsigmoid(x):
+        # -log(1 + exp(-x)) through logaddexp: the same values and gradients as
+        # torch.nn.functional.logsigmoid, and ops that DTensor has rules for (it has none for
+        # log_sigmoid's backward)
+        return -torch.logaddexp(torch.zeros_like(x), -x)
 
     @staticmethod
     def clip(x, low, high):
