@@ -23,7 +23,7 @@ from fuselet import _losses
 from fuselet._checks import DIVERGENCE_KINDS
 from fuselet._fused_linear_cross_entropy import chunk_size_for
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
-from fuselet.torch._dtensor import is_dtensor, on_row_shards
+from fuselet.torch._dtensor import check_dtensors, is_dtensor, on_row_shards
 
 ops = torch.ops.fuselet
 _JSD = DIVERGENCE_KINDS["jsd"]
@@ -95,6 +95,7 @@ def fused_linear_jsd(
     check_same_device(
         "student_hidden", student_hidden, **{k: v for k, v in tensors.items() if k != "student_hidden"}, labels=labels
     )
+    check_dtensors(**tensors, labels=labels)
     hs = student_hidden.reshape(-1, student_hidden.shape[-1])
     ht = teacher_hidden.reshape(-1, teacher_hidden.shape[-1]).detach()
     # each token's share of the mean: 1 / (kept tokens) where its label is kept, else 0 (on
