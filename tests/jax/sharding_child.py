@@ -161,6 +161,103 @@ def cross_entropy_case(mesh, spec, shape) -> dict:
     return out
 
 
+def _sequences(seed=0, b=8, t=4, h=8, v=24):
+    """hidden [b, t, h] (rows: sequences) through a [v, h] head and bias, target with a prompt
+    and padding, a reference model's hidden and head, per-sequence and per-token extras."""
+    rng = np.random.default_rng(seed)
+    target = rng.integers(0, v, (b, t))
+    target[:, 0] = -100
+    target[1, -1] = -100
+    f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+    return {
+        "hidden": f32(rng.standard_normal((b, t, h)) * 0.5),
+        "weight": f32(rng.standard_normal((v, h)) * 0.3),
+        "bias": f32(rng.standard_normal(v) * 0.1),
+        "target": jnp.asarray(target, jnp.int32),
+        "ref_hidden": f32(rng.standard_normal((b, t, 6)) * 0.5),
+        "ref_weight": f32(rng.standard_normal((v, 6)) * 0.3),
+        "preference_labels": jnp.asarray(rng.integers(0, 2, b), bool),
+        "advantages": f32(rng.standard_normal(b)),
+        "old_logps": f32(-rng.random((b, t)) * 3),
+        "ref_logps": f32(-rng.random((b, t)) * 3),
+    }
+
+
+HEADS = ("weight", "bias", "ref_weight", "student_weight", "teacher_weight")
+
+
+def loss_case(mesh, fn, arrays, grads, may_refuse=False) -> dict:
+    """jit(value_and_grad(fn)) over `arrays` with every array's leading (row) dim sharded on
+    mesh's "data" axis but the heads' (replicated), against the unsharded call: the collectives of
+    the compiled HLO, the gradients whose sharding differs from their array's, the largest
+    difference. may_refuse: an error of the call is the result ({"refused": its type and start}),
+    for meshes of Explicit axes, whose sharding type checks may refuse a computation."""
+    names = list(arrays)
+    vg = jax.value_and_grad(lambda *a: fn(**dict(zip(names, a))), argnums=tuple(names.index(n) for n in grads))
+    specs = {n: NamedSharding(mesh, P() if n in HEADS else P("data")) for n in names}
+    args = [jax.device_put(a, specs[n]) for n, a in arrays.items()]
+    try:
+        compiled = jax.jit(vg).lower(*args).compile()
+    except Exception as e:
+        if not may_refuse:
+            raise
+        return {"refused": f"{type(e).__name__}: {str(e)[:80]}"}
+    got, expected = compiled(*args), jax.jit(vg)(*arrays.values())
+    return {
+        "grad": collectives(compiled.as_text()),
+        "resharded_grads": [n for n, g in zip(grads, got[1]) if not g.sharding.is_equivalent_to(specs[n], g.ndim)],
+        "max_diff": max_diff(got, expected),
+    }
+
+
+def losses() -> dict:
+    """{name: (fn, arrays, the names of the arrays whose gradients are compared)}: the post-training
+    losses, fused_linear_jsd and the divergences over rows (sequences or tokens) of 8."""
+    seq = _sequences()
+    policy = {n: seq[n] for n in ("hidden", "weight", "bias", "target")}
+    reference = {"ref_hidden": seq["ref_hidden"], "ref_weight": seq["ref_weight"]}
+    params = ("hidden", "weight", "bias")
+    cases = {}
+    # dpo's tokens in chunks of 5 that straddle the devices' rows (4 tokens each); kto's and
+    # grpo's in one chunk (the default at this size)
+    fn = functools.partial(fj.fused_linear_preference_loss, loss="dpo", label_smoothing=0.1, chunk_size=5)
+    cases["preference/dpo"] = fn, {**policy, **reference}, params
+    fn = functools.partial(fj.fused_linear_kto_loss, kl=0.1)
+    cases["kto"] = fn, {**policy, **reference, "preference_labels": seq["preference_labels"]}, params
+    grpo = {n: seq[n] for n in ("advantages", "old_logps", "ref_logps")}
+    cases["grpo"] = functools.partial(fj.fused_linear_grpo_loss, beta=0.1), {**policy, **grpo}, params
+    rng = np.random.default_rng(1)
+    labels = jnp.asarray(rng.integers(0, 24, (8, 4)), jnp.int32).at[0, :3].set(-100)
+    students = {
+        "student_hidden": jnp.asarray(rng.standard_normal((8, 4, 8)), jnp.float32),
+        "student_weight": jnp.asarray(rng.standard_normal((24, 8)) * 0.3, jnp.float32),
+        "teacher_hidden": jnp.asarray(rng.standard_normal((8, 4, 6)), jnp.float32),
+        "teacher_weight": jnp.asarray(rng.standard_normal((24, 6)) * 0.3, jnp.float32),
+    }
+    fn = functools.partial(fj.fused_linear_jsd, beta=0.3, temperature=2.0, chunk_size=5)
+    student = ("student_hidden", "student_weight")
+    cases["fused_linear_jsd"] = fn, {**students, "labels": labels}, student
+    logq = jax.nn.log_softmax(jnp.asarray(rng.standard_normal((8, 4, 24)), jnp.float32))
+    logp = jax.nn.log_softmax(jnp.asarray(rng.standard_normal((8, 4, 24)), jnp.float32))
+    pair, both = {"input": logq, "target": logp}, ("input", "target")
+    cases["kl_div/batchmean"] = functools.partial(fj.kl_div, log_target=True), pair, both
+    cases["jsd"] = functools.partial(fj.jsd, beta=0.3), {**pair, "labels": labels}, both
+    cases["tvd"] = fj.tvd, {**pair, "labels": labels}, both
+    return cases
+
+
+def loss_cases() -> dict:
+    """Each of losses() on a mesh of Auto axes (computed), and of Explicit axes (jax.make_mesh's
+    default: computed or refused)."""
+    auto = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    explicit = jax.make_mesh((8,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    out = {}
+    for name, (fn, arrays, grads) in losses().items():
+        out[f"{name}/auto"] = loss_case(auto, fn, arrays, grads)
+        out[f"{name}/explicit"] = loss_case(explicit, fn, arrays, grads, may_refuse=True)
+    return out
+
+
 def main():
     mesh = jax.make_mesh((8,), ("data",))
     mesh2 = jax.make_mesh((2, 4), ("a", "b"))
@@ -187,6 +284,7 @@ def main():
     out["cross_entropy/rows"] = cross_entropy_case(mesh, P("data", None), (16, 64))
     out["cross_entropy/rows_2d_mesh"] = cross_entropy_case(mesh2, P("a", "b", None), (4, 8, 64))
     out["cross_entropy/vocab"] = cross_entropy_case(mesh, P(None, "data"), (16, 64))
+    out.update(loss_cases())
     print(json.dumps(out))
 
 

@@ -122,3 +122,26 @@ def test_cross_entropy_vocab_sharding_gathers_logits(results):
     for name in ("fwd", "reduced", "grad"):
         assert r[name]["all-gather"] >= 1 and others(r[name], "all-gather") == {}, r[name]
     assert r["loss_sharding_is_target"] and r["max_diff"] < 1e-5, r
+
+
+# The post-training losses, fused_linear_jsd and the divergences under jax.jit: every array's
+# rows (sequences or tokens, and the per-sequence arrays) sharded on "data", the heads
+# replicated. Auto axes: GSPMD partitions the chunks, and the result is the unsharded one.
+# Explicit axes (jax.make_mesh's default): JAX's sharding type checks refuse the chunked loops
+# (a chunk that straddles the devices' rows), never a different result.
+LOSSES = ("preference/dpo", "kto", "grpo", "fused_linear_jsd")
+DIVERGENCES = ("kl_div/batchmean", "jsd", "tvd")
+
+
+@pytest.mark.parametrize("name", LOSSES + DIVERGENCES)
+def test_losses_row_sharding(results, name):
+    """The unsharded loss and gradients (hidden, weight, bias; input, target); dhidden keeps the
+    rows' sharding but fused_linear_jsd's (its scan pads the tokens to whole chunks)."""
+    auto, explicit = results[f"{name}/auto"], results[f"{name}/explicit"]
+    assert auto["max_diff"] < 1e-5, auto
+    assert name == "fused_linear_jsd" or auto["resharded_grads"] == [], auto
+    if name in DIVERGENCES:  # the kernels run on each device's rows: no gather, the mean's sums reduced
+        for r in (auto, explicit):
+            assert others(r["grad"], "all-reduce") == {} and r["max_diff"] < 1e-5, r
+    else:
+        assert "refused" in explicit or explicit["max_diff"] < 1e-5, explicit

@@ -9,6 +9,7 @@ MASTER_PORT set.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -26,8 +27,8 @@ WORLD = 2
 CHECKS = {}
 
 
-def check(fn):
-    CHECKS[fn.__name__] = fn
+def check(fn, name=None):
+    CHECKS[name or fn.__name__] = fn
     return fn
 
 
@@ -398,6 +399,140 @@ def fused_linear_cross_entropy_rows_sharded_mean(mesh):
 @check
 def fused_linear_cross_entropy_rows_sharded_none(mesh):
     return _flce(mesh, "none")
+
+
+# --- the post-training losses and the divergences: rows (sequences, tokens) sharded ----------
+
+
+def _loss_case(mesh, fn, tensors, sharded, grads=("hidden", "weight", "bias")):
+    """fn(**tensors) against fn on DTensors: the tensors named in `sharded` Shard(0) (their rows:
+    sequences or tokens), the others Replicate; those named in `grads` collect gradients."""
+    args = [leaf(t) if n in grads else t for n, t in tensors.items()]
+    dargs = [
+        (dleaf if n in grads else distribute_tensor)(t, mesh, [Shard(0) if n in sharded else Replicate()])
+        for n, t in tensors.items()
+    ]
+    return forward_backward(lambda *a: fn(**dict(zip(tensors, a))), args, dargs, torch.tensor(0.75))
+
+
+def _sequences(seed=12, **extra):
+    """[4, 4, 8] hidden through a [24, 8] head (bias too), target with a prompt and padding."""
+    torch.manual_seed(seed)
+    target = torch.randint(0, 24, (4, 4))
+    target[:, 0] = -100
+    target[1, -1] = -100
+    tensors = {"hidden": torch.randn(4, 4, 8) * 0.5, "weight": torch.randn(24, 8) * 0.3, "bias": torch.randn(24) * 0.1}
+    return {**tensors, "target": target, **extra}
+
+
+def _reference():
+    return {"ref_hidden": torch.randn(4, 4, 6) * 0.5, "ref_weight": torch.randn(24, 6) * 0.3}
+
+
+def _preference(mesh, loss):
+    """Rows sharded: rank 0 holds the 2 chosen sequences, rank 1 the 2 rejected ones."""
+    tensors = _sequences(**(_reference() if loss in ("dpo", "hinge", "ipo") else {}))
+    fn = lambda **a: ft.fused_linear_preference_loss(loss=loss, label_smoothing=0.1, chunk_size=5, **a)  # noqa: E731
+    return _loss_case(mesh, fn, tensors, ("hidden", "target", "ref_hidden"))
+
+
+for _loss in ("dpo", "hinge", "ipo", "simpo", "cpo", "orpo"):
+    check(functools.partial(_preference, loss=_loss), f"preference_{_loss}_rows_sharded")
+
+
+@check
+def kto_rows_sharded(mesh):
+    tensors = _sequences(**_reference(), preference_labels=torch.tensor([True, False, False, True]))
+    fn = lambda **a: ft.fused_linear_kto_loss(kl=torch.tensor(0.1), chunk_size=5, **a)  # noqa: E731
+    return _loss_case(mesh, fn, tensors, ("hidden", "target", "ref_hidden", "preference_labels"))
+
+
+def _grpo(mesh, loss_type):
+    old, ref = -torch.rand(4, 4) * 3, -torch.rand(4, 4) * 3
+    tensors = _sequences(advantages=torch.tensor([0.5, -1.0, 1.5, 0.25]), old_logps=old, ref_logps=ref)
+    fn = lambda **a: ft.fused_linear_grpo_loss(loss_type=loss_type, beta=0.1, chunk_size=5, **a)  # noqa: E731
+    return _loss_case(mesh, fn, tensors, ("hidden", "target", "advantages", "old_logps", "ref_logps"))
+
+
+for _loss in ("grpo", "bnpo", "dr_grpo"):
+    check(functools.partial(_grpo, loss_type=_loss), f"grpo_{_loss}_rows_sharded")
+
+
+def _linear_jsd(mesh, labels):
+    torch.manual_seed(13)
+    tensors = {
+        "student_hidden": torch.randn(4, 4, 8),
+        "student_weight": torch.randn(24, 8) * 0.3,
+        "teacher_hidden": torch.randn(4, 4, 6),
+        "teacher_weight": torch.randn(24, 6) * 0.3,
+    }
+    if labels:
+        tensors["labels"] = torch.randint(0, 24, (4, 4))
+        tensors["labels"][0, :3] = -100  # ignored tokens, all on rank 0's rows
+    fn = lambda **a: ft.fused_linear_jsd(beta=0.3, temperature=2.0, chunk_size=5, **a)  # noqa: E731
+    sharded = ("student_hidden", "teacher_hidden", "labels")
+    return _loss_case(mesh, fn, tensors, sharded, grads=("student_hidden", "student_weight"))
+
+
+check(functools.partial(_linear_jsd, labels=True), "fused_linear_jsd_rows_sharded")
+check(functools.partial(_linear_jsd, labels=False), "fused_linear_jsd_rows_sharded_no_labels")
+
+
+def _divergence(mesh, fn, labels=False, shape=(8, 24)):
+    torch.manual_seed(14)
+    tensors = {"input": torch.randn(shape).log_softmax(-1), "target": torch.randn(shape).log_softmax(-1)}
+    if labels:
+        tensors["labels"] = torch.randint(0, 24, shape[:-1])
+        tensors["labels"][:3] = -100
+    return _loss_case(mesh, fn, tensors, ("input", "target", "labels"), grads=("input", "target"))
+
+
+@check
+def kl_div_rows_sharded_batchmean(mesh):
+    return _divergence(mesh, lambda **a: ft.kl_div(log_target=True, **a))
+
+
+@check
+def kl_div_rows_sharded_mean(mesh):
+    return _divergence(mesh, lambda **a: ft.kl_div(reduction="mean", **a), shape=(4, 2, 24))
+
+
+@check
+def kl_div_rows_sharded_none(mesh):
+    return _divergence(mesh, lambda **a: ft.kl_div(reduction="none", log_target=True, **a))
+
+
+@check
+def jsd_rows_sharded(mesh):
+    return _divergence(mesh, lambda **a: ft.jsd(beta=0.3, **a), labels=True)
+
+
+@check
+def tvd_rows_sharded(mesh):
+    return _divergence(mesh, lambda **a: ft.tvd(**a), labels=True, shape=(4, 2, 24))
+
+
+@check
+def losses_refuse_mixed_tensors(mesh):
+    """A torch.Tensor beside DTensors: refused, naming it (fused_linear_jsd would otherwise take
+    it as this rank's share)."""
+    t = _sequences()
+    hidden, target = (distribute_tensor(t[n], mesh, [Shard(0)]) for n in ("hidden", "target"))
+    weight = distribute_tensor(t["weight"], mesh, [Replicate()])
+    calls = {
+        "preference": lambda: ft.fused_linear_preference_loss(hidden, weight, t["target"]),
+        "kto": lambda: ft.fused_linear_kto_loss(hidden, weight, target, torch.tensor([True, False, False, True])),
+        "grpo": lambda: ft.fused_linear_grpo_loss(hidden, weight, target, torch.ones(4)),
+        "jsd": lambda: ft.fused_linear_jsd(hidden, t["weight"], hidden, weight),
+    }
+    errors = {}
+    for name, call in calls.items():
+        try:
+            call()
+            errors[name] = "ran"
+        except TypeError as e:
+            errors[name] = str(e)
+    return {"max_diff": 0.0, "errors": errors}
 
 
 def main() -> None:

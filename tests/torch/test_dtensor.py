@@ -180,6 +180,73 @@ def test_fused_linear_cross_entropy_rows_sharded(results, reduction, out, fwd):
     assert r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r
 
 
+# The post-training losses: hidden / target (and the per-sequence tensors) sharded on their rows,
+# the head weight and bias replicated. The per-token log-probabilities keep the rows' sharding
+# (fused_linear_cross_entropy's rule); the losses' math over sequences runs on DTensors.
+
+
+@pytest.mark.parametrize("loss, gathers", [("dpo", 4), ("hinge", 4), ("ipo", 4), ("simpo", 2), ("cpo", 4), ("orpo", 4)])
+def test_preference_loss_rows_sharded(results, loss, gathers):
+    """[2B, T, H] sharded on its sequences: rank 0 holds the chosen, rank 1 the rejected ones. The
+    pairs meet through all-gathers of the [2B] per-sequence log-probabilities (and, for cpo and
+    orpo, of the chosen tokens' [B, T]); hidden is never gathered (its gradient stays sharded)."""
+    r = _get(results, f"preference_{loss}_rows_sharded")
+    assert r["fwd"] == {"all_gather_into_tensor": gathers} and r["bwd"] == {}, r
+    assert r["out"] == ["R"] and r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r
+
+
+@pytest.mark.parametrize(
+    "name, fwd, bwd",
+    [
+        ("kto_rows_sharded", {}, {"all_reduce": 1}),
+        ("grpo_grpo_rows_sharded", {}, {"all_reduce": 1}),
+        ("grpo_bnpo_rows_sharded", {"all_reduce": 1}, {}),
+        ("grpo_dr_grpo_rows_sharded", {}, {}),
+    ],
+)
+def test_kto_and_grpo_rows_sharded(results, name, fwd, bwd):
+    """Per-sequence losses (kto, grpo) and per-token sums: a mean over rows is Partial, the token
+    count of bnpo one all-reduce; dhidden sharded, dweight / dbias Partial."""
+    r = _get(results, name)
+    assert r["fwd"] == fwd and r["bwd"] == bwd, r
+    assert r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r
+
+
+@pytest.mark.parametrize("name, fwd", [("rows_sharded", {"all_reduce": 1}), ("rows_sharded_no_labels", {})])
+def test_fused_linear_jsd_rows_sharded(results, name, fwd):
+    """Both hiddens sharded on their tokens, both heads replicated: each rank its own tokens; the
+    loss and dweight Partial, dhidden sharded; labels cost one all-reduce (the kept count)."""
+    r = _get(results, f"fused_linear_jsd_{name}")
+    assert r["fwd"] == fwd and r["bwd"] == {}, r
+    assert r["out"] == ["P(sum)"] and r["grads"] == [["S(0)"], ["P(sum)"]], r
+
+
+@pytest.mark.parametrize(
+    "name, fwd, out",
+    [
+        ("kl_div_rows_sharded_batchmean", {}, "P(sum)"),
+        ("kl_div_rows_sharded_mean", {}, "P(sum)"),
+        ("kl_div_rows_sharded_none", {}, "S(0)"),
+        ("jsd_rows_sharded", {"all_reduce": 1}, "P(sum)"),
+        ("tvd_rows_sharded", {"all_reduce": 1}, "P(sum)"),
+    ],
+)
+def test_divergence_rows_sharded(results, name, fwd, out):
+    """input / target (and labels) sharded on rows: no collective but the kept-row count of the
+    labelled mean; the gradients of input and target keep the rows' sharding."""
+    r = _get(results, name)
+    assert r["fwd"] == fwd and r["bwd"] == {} and r["out"] == [out], r
+    assert r["grads"] == [["S(0)"], ["S(0)"]], r
+
+
+def test_losses_refuse_mixed_tensors(results):
+    """A torch.Tensor among DTensor arguments is refused by name, before any computation."""
+    errors = _get(results, "losses_refuse_mixed_tensors")["errors"]
+    names = {"preference": "target", "kto": "preference_labels", "grpo": "advantages", "jsd": "student_weight"}
+    for loss, arg in names.items():
+        assert errors[loss].startswith(f"{arg}: expected a DTensor on the device mesh of "), errors
+
+
 @pytest.mark.parametrize("first", ["fuselet.torch", "torch.distributed.tensor"])
 def test_import_registers_every_op(first):
     """Either import order registers a rule for every fuselet op; import fuselet.torch alone

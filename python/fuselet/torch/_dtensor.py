@@ -157,3 +157,49 @@ def rowwise(args, outs, core_dims: int = 1, skip: tuple = ()) -> list:
         if d not in skip:
             strategies.append((outputs(Shard(d), Partial()), inputs(Shard(d))))
     return strategies
+
+
+# --- the losses composed over the ops ---------------------------------------------------------
+
+
+def check_dtensors(**tensors) -> None:
+    """The tensor arguments of one call (None: absent; 0-d: scalars, taken either way) are all
+    DTensors on one device mesh, or none is: fuselet computes a loss of DTensors over the global
+    tensors, and a torch.Tensor beside them would be read as this rank's data alone."""
+    given = {n: t for n, t in tensors.items() if t is not None and t.dim() > 0}
+    first = next((n for n, t in given.items() if is_dtensor(t)), None)
+    if first is None:
+        return
+    mesh = given[first].device_mesh
+    for name, t in given.items():
+        if not is_dtensor(t):
+            raise TypeError(
+                f"{name}: expected a DTensor on the device mesh of {first} ({first} is a DTensor, so every "
+                "tensor argument must be one), got a torch.Tensor"
+            )
+        if t.device_mesh != mesh:
+            raise ValueError(f"{name}: expected a DTensor on the device mesh of {first} ({mesh}), got one on {t.device_mesh}")
+
+
+def on_row_shards(fn, rows: tuple, params: tuple):
+    """fn(*rows, *params): a float32 sum over the rows of the DTensors `rows` (each [N, ...], the
+    same N), run by each rank on its own shard of them, with `params` replicated. The rows keep a
+    split of dim 0 (Shard(0)); any other placement of theirs is redistributed to Replicate, and
+    params are redistributed to Replicate. Returns the sum as a DTensor, Partial over the mesh
+    dims that split the rows (each rank's rows' share; Replicate over the others); the rows'
+    gradients keep the rows' placements, the params' come out Partial like the sum."""
+    from torch.distributed.tensor.experimental import local_map
+
+    Replicate, Shard, Partial = placements()
+    split = [isinstance(p, Shard) and p.dim == 0 for p in rows[0].placements]
+    row = tuple(Shard(0) if s else Replicate() for s in split)
+    summed = tuple(Partial() if s else Replicate() for s in split)
+    whole = (Replicate(),) * len(split)
+    return local_map(
+        fn,
+        out_placements=[*summed],  # a list: one output (a tuple is one placement list per output)
+        in_placements=(row,) * len(rows) + (whole,) * len(params),
+        in_grad_placements=(row,) * len(rows) + (summed,) * len(params),
+        device_mesh=rows[0].device_mesh,
+        redistribute_inputs=True,
+    )(*rows, *params)

@@ -9,6 +9,10 @@ its gradient, the gradient through log_softmax and the head at once. The loss is
 gradients are computed during the forward and kept instead of any logits; the backward scales
 them. At most one chunk of [chunk, V] float32 tensors exists at a time. Gradients flow to the
 student (hidden and weight) only: the teacher is a constant. Rules: fuselet/_losses.py.
+
+On DTensors (the tokens of both hiddens sharded, the heads replicated) each rank runs the chunks
+over its own tokens (fuselet.torch._dtensor.on_row_shards): the loss and dweight come out Partial,
+dhidden keeps the tokens' sharding; the mean's count of kept tokens is the global one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from fuselet import _losses
 from fuselet._checks import DIVERGENCE_KINDS
 from fuselet._fused_linear_cross_entropy import chunk_size_for
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
+from fuselet.torch._dtensor import check_dtensors, is_dtensor, on_row_shards
 
 ops = torch.ops.fuselet
 _JSD = DIVERGENCE_KINDS["jsd"]
@@ -90,19 +95,25 @@ def fused_linear_jsd(
     check_same_device(
         "student_hidden", student_hidden, **{k: v for k, v in tensors.items() if k != "student_hidden"}, labels=labels
     )
+    check_dtensors(**tensors, labels=labels)
     hs = student_hidden.reshape(-1, student_hidden.shape[-1])
     ht = teacher_hidden.reshape(-1, teacher_hidden.shape[-1]).detach()
-    # each token's share of the mean: 1 / (kept tokens) where its label is kept, else 0
+    # each token's share of the mean: 1 / (kept tokens) where its label is kept, else 0 (on
+    # DTensors: the global count, and the tokens' sharding)
     n = hs.shape[0]
     if labels is not None and torch.iinfo(labels.dtype).min <= ignore_index <= torch.iinfo(labels.dtype).max:
         keep = (labels.reshape(-1) != ignore_index).float()
         weight_of = keep / keep.sum().clamp(min=1)
     else:
-        weight_of = torch.full((n,), 1.0 / max(n, 1), dtype=torch.float32, device=hs.device)
+        weight_of = torch.full_like(hs[:, 0], 1.0 / max(n, 1), dtype=torch.float32)
     chunk = chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0])
-    return _FusedLinearJSD.apply(
-        hs, student_weight, ht, teacher_weight.detach(), weight_of, float(beta), float(temperature), chunk
-    )
+
+    def loss_of(hs, ht, weight_of, ws, wt):
+        return _FusedLinearJSD.apply(hs, ws, ht, wt, weight_of, float(beta), float(temperature), chunk)
+
+    if is_dtensor(hs):  # each rank its own tokens: the loss Partial, dweight Partial, dhidden sharded
+        return on_row_shards(loss_of, (hs, ht, weight_of), (student_weight, teacher_weight.detach()))
+    return loss_of(hs, ht, weight_of, student_weight, teacher_weight.detach())
 
 
 class FusedLinearJSD(torch.nn.Module):

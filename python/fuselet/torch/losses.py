@@ -14,19 +14,26 @@ import torch
 
 from fuselet import _losses
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
+from fuselet.torch._dtensor import check_dtensors
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
 
 
 class _Torch:
     """The array functions fuselet/_losses.py's math calls."""
 
-    logsigmoid = staticmethod(torch.nn.functional.logsigmoid)
     relu = staticmethod(torch.relu)
     exp = staticmethod(torch.exp)
     log1p = staticmethod(torch.log1p)
     minimum = staticmethod(torch.minimum)
     sigmoid = staticmethod(torch.sigmoid)
     where = staticmethod(torch.where)
+
+    @staticmethod
+    def logsigmoid(x):
+        # -log(1 + exp(-x)) through logaddexp: the same values and gradients as
+        # torch.nn.functional.logsigmoid, and ops that DTensor has rules for (it has none for
+        # log_sigmoid's backward)
+        return -torch.logaddexp(torch.zeros_like(x), -x)
 
     @staticmethod
     def clip(x, low, high):
@@ -93,6 +100,9 @@ def fused_linear_preference_loss(
     reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
     _losses.check_preference_args(_shape(hidden), _shape(target), loss, beta, gamma, alpha, label_smoothing, reference)
     check_same_device("hidden", hidden, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias)
+    check_dtensors(
+        hidden=hidden, weight=weight, bias=bias, target=target, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias
+    )
     logp, ref_logp, mask = _policy_and_reference(
         hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
     )
@@ -153,6 +163,17 @@ def fused_linear_kto_loss(
         ref_weight=ref_weight,
         ref_bias=ref_bias,
     )
+    check_dtensors(
+        hidden=hidden,
+        weight=weight,
+        bias=bias,
+        target=target,
+        preference_labels=preference_labels,
+        kl=kl_tensor,
+        ref_hidden=ref_hidden,
+        ref_weight=ref_weight,
+        ref_bias=ref_bias,
+    )
     logp, ref_logp, mask = _policy_and_reference(
         hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
     )
@@ -201,6 +222,9 @@ def fused_linear_grpo_loss(
         max_completion_length,
     )
     check_same_device("hidden", hidden, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps)
+    check_dtensors(
+        hidden=hidden, weight=weight, bias=bias, target=target, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps
+    )
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
