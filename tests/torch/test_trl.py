@@ -1,0 +1,443 @@
+"""fuselet.torch's post-training losses against TRL's own trainers: each test builds the trainer on a
+tiny random Llama (float32, CPU) with an in-memory tokenizer and dataset, computes a batch's loss with
+the trainer's compute_loss and backpropagates it; the fused op then takes the same batch's last
+hidden states (caught at the backbone's output) and lm_head weight, and its loss and its gradients
+with respect to both must be TRL's. The reference is TRL's code itself, never its math written out
+again: DPOTrainer (sigmoid, hinge, ipo), CPOTrainer (its reference-free sigmoid, hinge and ipo,
+cpo, simpo), ORPOTrainer, KTOTrainer and GRPOTrainer (grpo, bnpo, dr_grpo)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from tests.conftest import import_layer
+
+torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
+trl = pytest.importorskip("trl", reason="trl is not installed: fuselet's losses cannot be compared with TRL's here")
+transformers = pytest.importorskip("transformers", reason="transformers is not installed in this environment")
+ft = import_layer("torch")
+
+from datasets import Dataset  # noqa: E402  (trl's own dependency)
+from tokenizers import Tokenizer, models, pre_tokenizers  # noqa: E402  (transformers' own dependency)
+
+with warnings.catch_warnings():  # CPO and ORPO live in trl.experimental, whose import warns so
+    warnings.filterwarnings("ignore", message="You are importing from 'trl.experimental'")
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
+
+RTOL = 1e-5
+WORDS = "the a cat dog sat ran on under mat rug big small red blue and then".split()
+VOCAB = {w: i for i, w in enumerate(["<pad>", "</s>", "<unk>", *WORDS])}
+# Prompts of one token: ORPO's NLL (over the prompt and the completion in TRL) is then the
+# completion's, as the first token is never a label.
+PROMPTS_1 = ["the", "a", "big"]
+PROMPTS = ["the cat", "a dog sat on", "the big red"]
+CHOSEN = [" sat on the mat", " the rug", " dog"]
+REJECTED = [" ran", " a mat and then", " cat sat"]
+
+
+@pytest.fixture
+def tokenizer():
+    tok = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
+
+
+def tiny_llama(seed: int):
+    """A one-layer Llama, its lm_head its own (untied: its gradient is the head's alone); weights
+    drawn wide (std 0.5) so that the log-probabilities spread and hinge / clipping regions are hit."""
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+        initializer_range=0.5,
+        pad_token_id=VOCAB["<pad>"],
+        eos_token_id=VOCAB["</s>"],
+        bos_token_id=None,
+    )
+    return transformers.LlamaForCausalLM(config).float()
+
+
+def trl_args(tmp_path):
+    """The options every trainer takes here: float32 on the CPU, no logging."""
+    return {"output_dir": str(tmp_path), "report_to": "none", "use_cpu": True, "bf16": False}
+
+
+class Backbone:
+    """The last hidden states of each call of model's backbone (model.model), with the input_ids of
+    the call; those of a call under autograd keep their gradient (retain_grad)."""
+
+    def __init__(self, model):
+        self.calls = []
+        model.model.register_forward_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs, out):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        h = out.last_hidden_state
+        if h.requires_grad:
+            h.retain_grad()
+        self.calls.append((ids, h))
+
+    def of(self, input_ids):
+        """The hidden states of the last call on input_ids."""
+        for ids, h in reversed(self.calls):
+            if ids.shape == input_ids.shape and torch.equal(ids, input_ids):
+                return h
+        raise AssertionError("the backbone never ran on these input_ids")
+
+
+def assert_close(name, got, want):
+    """|got - want| <= RTOL * max|want| over the tensor (a gradient's small entries by its scale)."""
+    got, want = got.detach(), want.detach()
+    assert got.shape == want.shape, f"{name}: shape {tuple(got.shape)}, TRL's {tuple(want.shape)}"
+    scale = want.abs().max().item()
+    err = (got - want).abs().max().item()
+    assert scale > 0, f"{name}: TRL's is all zero, which tests nothing"
+    assert err <= RTOL * scale, f"{name}: max |fuselet - TRL| = {err:.3g}, {err / scale:.3g} of TRL's scale {scale:.3g}"
+
+
+def check_against_trl(trl_loss, hidden, head, fused):
+    """trl_loss: TRL's loss, not yet backpropagated; hidden: the policy's last hidden states in TRL's
+    graph (retain_grad) and head its lm_head; fused(h, w): fuselet's loss of detached copies. Loss
+    and gradients with respect to the hidden states and the head's weight must agree."""
+    head.weight.grad = None
+    trl_loss.backward()
+    h = hidden.detach().clone().requires_grad_(True)
+    w = head.weight.detach().clone().requires_grad_(True)
+    loss = fused(h, w)
+    assert loss.dtype == torch.float32 and loss.shape == ()
+    dh, dw = torch.autograd.grad(loss, (h, w))
+    assert_close("loss", loss, trl_loss)
+    assert_close("d hidden", dh, hidden.grad)
+    assert_close("d weight", dw, head.weight.grad)
+
+
+def completion_target(input_ids, completion_mask):
+    """The next-token labels of TRL's concatenated batches: input_ids[:, 1:], -100 outside the completion."""
+    return input_ids.masked_fill(completion_mask == 0, -100)[:, 1:]
+
+
+# --- DPOTrainer: its loss_type against fuselet's loss, with a reference model -----------------------
+
+
+@pytest.mark.parametrize(("loss_type", "loss"), [("sigmoid", "dpo"), ("hinge", "hinge"), ("ipo", "ipo")])
+def test_dpo_trainer(tmp_path, tokenizer, loss_type, loss):
+    policy, ref = tiny_llama(0), tiny_llama(1)
+    data = Dataset.from_dict({"prompt": PROMPTS, "chosen": CHOSEN, "rejected": REJECTED})
+    args = trl.DPOConfig(**trl_args(tmp_path), loss_type=[loss_type], beta=0.5, per_device_train_batch_size=3)
+    trainer = trl.DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
+    seen, ref_seen = Backbone(policy), Backbone(ref)
+    trl_loss = trainer.compute_loss(policy, batch)
+    ids = batch["input_ids"]
+    target = completion_target(ids, batch["completion_mask"])
+    ref_hidden = ref_seen.of(ids)[:, :-1]
+
+    def fused(h, w):
+        return ft.fused_linear_preference_loss(
+            h[:, :-1], w, target, loss=loss, beta=0.5, ref_hidden=ref_hidden, ref_weight=ref.lm_head.weight.detach()
+        )
+
+    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, fused)
+
+
+def test_dpo_label_smoothing(tmp_path, tokenizer):
+    """DPO with label smoothing (the conservative DPO) against a reference model. TRL's DPOTrainer
+    smooths no "sigmoid" loss; its "aot" is that loss of the batch's sorted log-ratios, which on one
+    pair are the pair's own: fuselet's dpo with label_smoothing."""
+    policy, ref = tiny_llama(0), tiny_llama(1)
+    data = Dataset.from_dict({"prompt": PROMPTS[1:2], "chosen": CHOSEN[1:2], "rejected": REJECTED[1:2]})
+    args = trl.DPOConfig(**trl_args(tmp_path), loss_type=["aot"], beta=0.5, label_smoothing=0.2, per_device_train_batch_size=1)
+    trainer = trl.DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    seen, ref_seen = Backbone(policy), Backbone(ref)
+    trl_loss = trainer.compute_loss(policy, batch)
+    ids = batch["input_ids"]
+    target = completion_target(ids, batch["completion_mask"])
+
+    def fused(h, w):
+        return ft.fused_linear_preference_loss(
+            h[:, :-1],
+            w,
+            target,
+            loss="dpo",
+            beta=0.5,
+            label_smoothing=0.2,
+            ref_hidden=ref_seen.of(ids)[:, :-1],
+            ref_weight=ref.lm_head.weight.detach(),
+        )
+
+    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, fused)
+
+
+# --- CPOTrainer (trl.experimental): the reference-free losses, CPO and SimPO -------------------------
+
+
+def cpo_batch(trainer, model):
+    """A CPO / ORPO batch of the whole dataset: the collated batch, TRL's concatenated one, the
+    backbone watcher."""
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(trainer.train_dataset))])
+    concatenated = trainer.concatenated_inputs(batch, is_encoder_decoder=False, padding_value=VOCAB["<pad>"])
+    return batch, concatenated, Backbone(model)
+
+
+@pytest.mark.parametrize(
+    ("loss_type", "cpo_alpha", "label_smoothing", "loss", "options"),
+    [
+        # cpo_alpha 0: DPO's losses without a reference model
+        ("sigmoid", 0.0, 0.0, "dpo", {}),
+        ("sigmoid", 0.0, 0.2, "dpo", {}),
+        ("hinge", 0.0, 0.0, "hinge", {}),
+        ("ipo", 0.0, 0.0, "ipo", {}),
+        # CPO: the sigmoid loss plus cpo_alpha times the chosen completions' NLL (fuselet's alpha)
+        ("sigmoid", 1.0, 0.0, "cpo", {"alpha": 1.0}),
+        ("sigmoid", 0.7, 0.1, "cpo", {"alpha": 0.7}),
+        # SimPO: CPOTrainer's "simpo" without the NLL (cpo_alpha 0); simpo_gamma is fuselet's gamma
+        ("simpo", 0.0, 0.0, "simpo", {"gamma": 0.8}),
+        ("simpo", 0.0, 0.15, "simpo", {"gamma": 0.8}),
+    ],
+    ids=["dpo-free", "dpo-free-smoothed", "hinge-free", "ipo-free", "cpo", "cpo-smoothed", "simpo", "simpo-smoothed"],
+)
+def test_cpo_trainer(tmp_path, tokenizer, loss_type, cpo_alpha, label_smoothing, loss, options):
+    policy = tiny_llama(0)
+    data = Dataset.from_dict({"prompt": PROMPTS, "chosen": CHOSEN, "rejected": REJECTED})
+    args = CPOConfig(
+        **trl_args(tmp_path),
+        loss_type=loss_type,
+        beta=0.5,
+        cpo_alpha=cpo_alpha,
+        label_smoothing=label_smoothing,
+        simpo_gamma=options.get("gamma", 0.5),
+        max_length=64,
+    )
+    trainer = CPOTrainer(model=policy, args=args, train_dataset=data, processing_class=tokenizer)
+    batch, concatenated, seen = cpo_batch(trainer, policy)
+    trl_loss = trainer.compute_loss(policy, batch)
+    ids, target = concatenated["concatenated_input_ids"], concatenated["concatenated_labels"][:, 1:]
+
+    def fused(h, w):
+        return ft.fused_linear_preference_loss(
+            h[:, :-1], w, target, loss=loss, beta=0.5, label_smoothing=label_smoothing, **options
+        )
+
+    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, fused)
+
+
+# --- ORPOTrainer (trl.experimental) ----------------------------------------------------------------
+
+
+def orpo_trainer(tmp_path, tokenizer, policy, prompts):
+    data = Dataset.from_dict({"prompt": prompts, "chosen": CHOSEN, "rejected": REJECTED})
+    args = ORPOConfig(**trl_args(tmp_path), beta=0.3, max_length=64)
+    return ORPOTrainer(model=policy, args=args, train_dataset=data, processing_class=tokenizer)
+
+
+def test_orpo_trainer(tmp_path, tokenizer):
+    """One-token prompts: TRL's NLL over the chosen prompt and completion is the completion's."""
+    policy = tiny_llama(0)
+    trainer = orpo_trainer(tmp_path, tokenizer, policy, PROMPTS_1)
+    batch, concatenated, seen = cpo_batch(trainer, policy)
+    trl_loss = trainer.compute_loss(policy, batch)
+    ids, target = concatenated["concatenated_input_ids"], concatenated["concatenated_labels"][:, 1:]
+
+    def fused(h, w):
+        return ft.fused_linear_preference_loss(h[:, :-1], w, target, loss="orpo", beta=0.3)
+
+    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, fused)
+
+
+def test_orpo_trainer_prompt_nll(tmp_path, tokenizer):
+    """Longer prompts: TRL's ORPO NLL counts the chosen prompt's tokens too (its odds ratio the
+    completions' alone); fuselet's orpo counts the target's tokens in both. TRL's loss is fuselet's
+    orpo less its NLL (fused_linear_cross_entropy of the chosen half) plus the NLL of the chosen
+    sequences whole."""
+    policy = tiny_llama(0)
+    trainer = orpo_trainer(tmp_path, tokenizer, policy, PROMPTS)
+    batch, concatenated, seen = cpo_batch(trainer, policy)
+    trl_loss = trainer.compute_loss(policy, batch)
+    ids, target = concatenated["concatenated_input_ids"], concatenated["concatenated_labels"][:, 1:]
+    whole = ids.masked_fill(concatenated["concatenated_attention_mask"] == 0, -100)[:, 1:]
+    b = ids.shape[0] // 2
+
+    def orpo(h, w):
+        return ft.fused_linear_preference_loss(h[:, :-1], w, target, loss="orpo", beta=0.3)
+
+    def nll(h, w, labels):
+        return ft.fused_linear_cross_entropy(h[:b, :-1], w, labels[:b])
+
+    with torch.no_grad():
+        h, w = seen.of(ids).detach(), policy.lm_head.weight.detach()
+        assert abs(orpo(h, w).item() - trl_loss.item()) > 1e-3, "the prompts' NLL should tell the two apart"
+
+    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, lambda h, w: orpo(h, w) - nll(h, w, target) + nll(h, w, whole))
+
+
+# --- KTOTrainer ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("desirable_weight", "undesirable_weight"), [(1.0, 1.0), (1.3, 0.6)])
+def test_kto_trainer(tmp_path, tokenizer, desirable_weight, undesirable_weight):
+    """TRL's KL estimate (the mean log-ratio of the batch's mismatched prompt / completion pairs,
+    clamped at 0), as the trainer logs it, is the caller's kl here."""
+    policy, ref = tiny_llama(0), tiny_llama(2)  # a reference whose KL estimate is > 0 (not clamped)
+    data = Dataset.from_dict(
+        {
+            "prompt": PROMPTS + PROMPTS,
+            "completion": CHOSEN + REJECTED,
+            "label": [True, True, False, False, True, False],
+        }
+    )
+    args = trl.KTOConfig(
+        **trl_args(tmp_path),
+        beta=0.4,
+        desirable_weight=desirable_weight,
+        undesirable_weight=undesirable_weight,
+        per_device_train_batch_size=6,
+    )
+    trainer = trl.KTOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(6)])
+    seen, ref_seen = Backbone(policy), Backbone(ref)
+    trl_loss = trainer.compute_loss(policy, batch)
+    kl = trainer._metrics["train"]["kl"][-1]
+    assert kl > 0
+    ids = batch["input_ids"]
+    target = completion_target(ids, batch["completion_mask"])
+
+    def fused(h, w):
+        return ft.fused_linear_kto_loss(
+            h[:, :-1],
+            w,
+            target,
+            batch["label"],
+            ref_hidden=ref_seen.of(ids)[:, :-1],
+            ref_weight=ref.lm_head.weight.detach(),
+            kl=kl,
+            beta=0.4,
+            desirable_weight=desirable_weight,
+            undesirable_weight=undesirable_weight,
+        )
+
+    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, fused)
+
+
+# --- GRPOTrainer -----------------------------------------------------------------------------------
+
+
+def nudge(model, seed, scale):
+    """Moves every weight of model a little (a policy some steps further into training)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+
+
+# Two prompts, two completions each: prompts left-padded, completions right-padded (TRL's layout)
+GRPO_PROMPTS = [["<pad>", "the", "cat"]] * 2 + [["a", "dog", "sat"]] * 2
+GRPO_COMPLETIONS = [["sat", "on", "the", "mat", "</s>"], ["ran", "</s>"], ["on", "the", "rug", "and", "then", "ran"], ["</s>"]]
+
+
+def grpo_step(tmp_path, tokenizer, sampling_policy, reference, **options):
+    """GRPOTrainer's loss of a generated batch: the inputs its generation step hands compute_loss
+    (prompt and completion ids and masks, advantages, the sampling policy's log-probabilities where
+    sampling_policy, the reference model's where reference, both made by the trainer's own
+    _get_per_token_logps_and_entropies). The reference model is the initial policy, the sampling
+    policy that nudged once, the trained policy that nudged twice. Returns TRL's loss (not
+    backpropagated), the policy's last hidden states and its head, the completions' first position
+    in them, and fuselet's arguments but hidden / weight."""
+    tiny_llama(0).save_pretrained(tmp_path / "model")
+    args = trl.GRPOConfig(**trl_args(tmp_path / "out"), num_generations=2, per_device_train_batch_size=4, **options)
+    trainer = trl.GRPOTrainer(
+        model=str(tmp_path / "model"),
+        reward_funcs=lambda completions, **kwargs: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": ["the cat", "a dog sat"]}),
+        processing_class=tokenizer,
+    )
+    # As Trainer's loop: the policy in training mode, one micro-batch per optimizer step
+    policy = trainer.model.train()
+    trainer.current_gradient_accumulation_steps = 1
+    c = max(len(x) for x in GRPO_COMPLETIONS)
+    prompt_ids = torch.tensor([[VOCAB[t] for t in x] for x in GRPO_PROMPTS])
+    completion_ids = torch.tensor([[VOCAB[t] for t in x] + [VOCAB["<pad>"]] * (c - len(x)) for x in GRPO_COMPLETIONS])
+    completion_mask = torch.tensor([[1] * len(x) + [0] * (c - len(x)) for x in GRPO_COMPLETIONS])
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": (prompt_ids != VOCAB["<pad>"]).long(),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([0.9, -0.9, 1.2, -1.2]),
+    }
+    input_ids = torch.cat([prompt_ids, completion_ids], 1)
+    attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], 1)
+    nudge(policy, 1, 0.05)
+    with torch.no_grad():
+        for key, model, wanted in (
+            ("old_per_token_logps", policy, sampling_policy),
+            ("ref_per_token_logps", trainer.ref_model, reference),
+        ):
+            if wanted:
+                inputs[key], _, _ = trainer._get_per_token_logps_and_entropies(model, input_ids, attention_mask, c)
+    nudge(policy, 2, 0.05)
+    seen = Backbone(policy)
+    trl_loss = trainer.compute_loss(policy, inputs)
+    fused_args = {
+        "target": completion_ids.masked_fill(completion_mask == 0, -100),
+        "advantages": inputs["advantages"],
+        "old_logps": inputs.get("old_per_token_logps"),
+        "ref_logps": inputs.get("ref_per_token_logps"),
+        "beta": trainer.beta,
+        "epsilon_low": trainer.epsilon_low,
+        "epsilon_high": trainer.epsilon_high,
+        "loss_type": trainer.loss_type,
+        "max_completion_length": trainer.max_completion_length,
+    }
+    return trainer, trl_loss, seen.of(input_ids), policy.lm_head, prompt_ids.shape[1] - 1, fused_args
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
+@pytest.mark.parametrize("off_policy", [False, True], ids=["on-policy", "off-policy-kl"])
+def test_grpo_trainer(tmp_path, tokenizer, loss_type, off_policy):
+    """on-policy: beta 0, no old log-probabilities (ratio 1). off-policy-kl: beta 0.2, asymmetric
+    clipping (epsilon 0.2, epsilon_high 0.28) with tokens on both sides of the clip, the KL term
+    unweighted (use_bias_correction_kl=False: fuselet's KL term, TRL's default weights it by the
+    ratio, see test_grpo_trainer_ratio_weighted_kl). dr_grpo's max_completion_length is not T."""
+    options = {"beta": 0.0, "epsilon": 0.2, "max_completion_length": 9}
+    if off_policy:
+        options = {"beta": 0.2, "epsilon": 0.2, "epsilon_high": 0.28, "max_completion_length": 7}
+        options["use_bias_correction_kl"] = False
+    trainer, trl_loss, hidden, head, start, fused_args = grpo_step(
+        tmp_path, tokenizer, off_policy, off_policy, loss_type=loss_type, **options
+    )
+    if off_policy:  # TRL's own count of the clipped tokens: some on each side, not all
+        clipped = {k: trainer._metrics["train"][f"clip_ratio/{k}"][-1] for k in ("low_mean", "high_mean", "region_mean")}
+        assert clipped["low_mean"] > 0 and clipped["high_mean"] > 0 and clipped["region_mean"] < 0.8, clipped
+
+    def fused(h, w):
+        return ft.fused_linear_grpo_loss(h[:, start:-1], w, **fused_args)
+
+    check_against_trl(trl_loss, hidden, head, fused)
+
+
+def test_grpo_trainer_ratio_weighted_kl(tmp_path, tokenizer):
+    """TRL's default use_bias_correction_kl=True multiplies the per-token KL term by the importance
+    ratio exp(logp - old), gradient included; fuselet's KL term is the unweighted one (DeepSeekMath's
+    GRPO). On-policy (old = logp detached, a ratio of 1) the losses are one, their gradients not: the
+    ratio's own adds beta * KL * d logp."""
+    options = {"loss_type": "grpo", "beta": 0.2, "epsilon": 0.2, "max_completion_length": 7}
+    trainer, trl_loss, hidden, head, start, fused_args = grpo_step(tmp_path, tokenizer, False, True, **options)
+    assert trainer.args.use_bias_correction_kl
+    head.weight.grad = None
+    trl_loss.backward()
+    w = head.weight.detach().clone().requires_grad_(True)
+    loss = ft.fused_linear_grpo_loss(hidden.detach()[:, start:-1], w, **fused_args)
+    (dw,) = torch.autograd.grad(loss, (w,))
+    assert_close("loss", loss, trl_loss)
+    gap = (dw - head.weight.grad).abs().max().item()
+    assert gap > 1e-3 * head.weight.grad.abs().max().item(), "the ratio-weighted KL's gradient should differ"
