@@ -86,9 +86,20 @@ def _reference(hidden_shape, reference: dict, refused: str | None = None) -> Non
 
 
 def check_grpo_args(
-    hidden_shape, target_shape, advantages_shape, logps: dict, beta, epsilon_low, epsilon_high, loss_type, max_completion_length
+    hidden_shape,
+    target_shape,
+    advantages_shape,
+    logps: dict,
+    beta,
+    epsilon_low,
+    epsilon_high,
+    loss_type,
+    max_completion_length,
+    use_bias_correction_kl=False,
 ):
     """hidden [B, T, H], target [B, T], advantages [B]; logps: {"old_logps": shape or None, "ref_logps": ...}, each [B, T]."""
+    if not isinstance(use_bias_correction_kl, bool):
+        raise TypeError(f"use_bias_correction_kl: expected a bool, got {type(use_bias_correction_kl).__name__}")
     if loss_type not in GRPO_LOSS_TYPES:
         raise ValueError(f"loss_type: expected one of {', '.join(GRPO_LOSS_TYPES)}, got {loss_type!r}")
     _sequences(hidden_shape, target_shape)
@@ -194,15 +205,31 @@ def kto_loss(xp, logp, mask, ref_logp, labels, kl, beta, desirable_weight, undes
     return xp.where(labels, desirable, undesirable).mean()
 
 
-def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, beta, epsilon_low, epsilon_high, loss_type, max_completion_length):
-    """The GRPO loss of [B, T] float32 per-token log-probabilities (mask: 1.0 where counted)."""
+def grpo_loss(
+    xp,
+    logp,
+    mask,
+    advantages,
+    old_logp,
+    ref_logp,
+    beta,
+    epsilon_low,
+    epsilon_high,
+    loss_type,
+    max_completion_length,
+    use_bias_correction_kl=False,
+):
+    """The GRPO loss of [B, T] float32 per-token log-probabilities (mask: 1.0 where counted);
+    use_bias_correction_kl weights the KL term by the importance ratio (TRL's option of that
+    name: the unbiased reverse-KL gradient, DeepSeek-V3.2), gradient included."""
     old = xp.stop_gradient(logp) if old_logp is None else old_logp
     ratio = xp.exp(logp - old)
     a = advantages[:, None]
     per_token = -xp.minimum(ratio * a, xp.clip(ratio, 1 - epsilon_low, 1 + epsilon_high) * a)
     if ref_logp is not None and beta:
         delta = ref_logp - logp
-        per_token = per_token + beta * (xp.exp(delta) - delta - 1)
+        kl = xp.exp(delta) - delta - 1
+        per_token = per_token + beta * (kl * ratio if use_bias_correction_kl else kl)
     kept = per_token * mask
     if loss_type == "grpo":
         return (kept.sum(-1) / xp.at_least(mask.sum(-1), 1)).mean()

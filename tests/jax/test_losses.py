@@ -70,12 +70,13 @@ def reference_kto(hidden, weight, target, labels, ref=None, kl=0.0, beta=0.1, de
     return jnp.concatenate([desirable_weight * chosen_losses, undesirable_weight * rejected_losses]).mean()
 
 
-def reference_grpo(hidden, weight, target, advantages, old, ref, beta=0.04, loss_type="grpo"):
+def reference_grpo(hidden, weight, target, advantages, old, ref, beta=0.04, loss_type="grpo", weighted=False):
     mask = (target != -100).astype(jnp.float32)
     logp = token_logps(hidden, weight, target)
     ratio = jnp.exp(logp - old)
     a = advantages[:, None]
-    per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + beta * (jnp.exp(ref - logp) - (ref - logp) - 1)
+    kl = jnp.exp(ref - logp) - (ref - logp) - 1
+    per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + beta * (kl * ratio if weighted else kl)
     if loss_type == "grpo":
         return ((per_token * mask).sum(-1) / mask.sum(-1)).mean()
     if loss_type == "bnpo":
@@ -136,8 +137,9 @@ def test_kto_without_reference_and_kl_gets_no_gradient():
     assert dkl == 0
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["kl", "ratio-weighted-kl"])
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
-def test_grpo_loss_against_reference(loss_type):
+def test_grpo_loss_against_reference(loss_type, weighted):
     hidden, weight, target = inputs(sequences=3)
     rng = np.random.default_rng(3)
     advantages = jnp.asarray(rng.standard_normal(3), jnp.float32)
@@ -145,8 +147,10 @@ def test_grpo_loss_against_reference(loss_type):
     old = now + jnp.asarray(rng.standard_normal(now.shape) * 0.3, jnp.float32)
     ref = now + jnp.asarray(rng.standard_normal(now.shape) * 0.2, jnp.float32)
     assert_same(
-        lambda h, w, t: fj.fused_linear_grpo_loss(h, w, t, advantages, old_logps=old, ref_logps=ref, loss_type=loss_type),
-        lambda h, w, t: reference_grpo(h, w, t, advantages, old, ref, loss_type=loss_type),
+        lambda h, w, t: fj.fused_linear_grpo_loss(
+            h, w, t, advantages, old_logps=old, ref_logps=ref, loss_type=loss_type, use_bias_correction_kl=weighted
+        ),
+        lambda h, w, t: reference_grpo(h, w, t, advantages, old, ref, loss_type=loss_type, weighted=weighted),
         (hidden, weight, target),
     )
 

@@ -83,9 +83,9 @@ def reference_kto(hidden, weight, target, labels, ref=None, kl=None, beta=0.1, d
 
 
 def reference_grpo(
-    hidden, weight, target, advantages, old=None, ref=None, beta=0.04, eps_low=0.2, eps_high=0.2, loss_type="grpo"
+    hidden, weight, target, advantages, old=None, ref=None, beta=0.04, eps_low=0.2, eps_high=0.2, loss_type="grpo", weighted=False
 ):
-    """TRL's GRPOTrainer._compute_loss."""
+    """TRL's GRPOTrainer._compute_loss (weighted: its use_bias_correction_kl)."""
     mask = (target != -100).float()
     logp = token_logps(hidden, weight, target)
     old = logp.detach() if old is None else old
@@ -93,7 +93,8 @@ def reference_grpo(
     a = advantages[:, None]
     per_token = -torch.min(ratio * a, torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * a)
     if ref is not None and beta:
-        per_token = per_token + beta * (torch.exp(ref - logp) - (ref - logp) - 1)
+        kl = torch.exp(ref - logp) - (ref - logp) - 1
+        per_token = per_token + beta * (kl * ratio if weighted else kl)
     if loss_type == "grpo":
         return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
     if loss_type == "bnpo":
@@ -217,9 +218,10 @@ def test_kto_no_gradient_to_kl_or_reference():
     assert kl.grad is None and ref_hidden.grad is None and ref_weight.grad is None and hidden.grad is not None
 
 
+@pytest.mark.parametrize("weighted", [False, True], ids=["kl", "ratio-weighted-kl"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo"])
-def test_grpo_loss_against_reference(loss_type, dtype):
+def test_grpo_loss_against_reference(loss_type, dtype, weighted):
     hidden, weight, target = inputs(dtype, sequences=B + 1)
     g = torch.Generator().manual_seed(3)
     advantages = torch.randn(B + 1, generator=g)
@@ -228,8 +230,10 @@ def test_grpo_loss_against_reference(loss_type, dtype):
     old = now + 0.3 * torch.randn(now.shape, generator=g)  # ratios away from 1: the clip matters
     ref = now + 0.2 * torch.randn(now.shape, generator=g)
     assert_same(
-        lambda: ft.fused_linear_grpo_loss(hidden, weight, target, advantages, old_logps=old, ref_logps=ref, loss_type=loss_type),
-        lambda: reference_grpo(hidden, weight, target, advantages, old, ref, loss_type=loss_type),
+        lambda: ft.fused_linear_grpo_loss(
+            hidden, weight, target, advantages, old_logps=old, ref_logps=ref, loss_type=loss_type, use_bias_correction_kl=weighted
+        ),
+        lambda: reference_grpo(hidden, weight, target, advantages, old, ref, loss_type=loss_type, weighted=weighted),
         (hidden, weight),
         dtype,
     )
@@ -366,6 +370,11 @@ def test_bad_input():
             r"loss_type: expected one of grpo, bnpo, dr_grpo",
         ),
         (lambda: grpo(hidden, weight, target, advantages, epsilon_low=-1), ValueError, r"epsilon_low: expected a number >= 0.0"),
+        (
+            lambda: grpo(hidden, weight, target, advantages, use_bias_correction_kl=1),
+            TypeError,
+            r"use_bias_correction_kl: expected a bool, got int",
+        ),
         (
             lambda: grpo(hidden, weight, target, advantages, max_completion_length=0),
             ValueError,

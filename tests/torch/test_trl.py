@@ -425,19 +425,25 @@ def test_grpo_trainer(tmp_path, tokenizer, loss_type, off_policy):
     check_against_trl(trl_loss, hidden, head, fused)
 
 
-def test_grpo_trainer_ratio_weighted_kl(tmp_path, tokenizer):
+@pytest.mark.parametrize("off_policy", [False, True], ids=["on-policy", "off-policy"])
+def test_grpo_trainer_ratio_weighted_kl(tmp_path, tokenizer, off_policy):
     """TRL's default use_bias_correction_kl=True multiplies the per-token KL term by the importance
-    ratio exp(logp - old), gradient included; fuselet's KL term is the unweighted one (DeepSeekMath's
-    GRPO). On-policy (old = logp detached, a ratio of 1) the losses are one, their gradients not: the
-    ratio's own adds beta * KL * d logp."""
+    ratio exp(logp - old), gradient included: fuselet's option of that name gives TRL's loss and
+    gradients. fuselet's default (False) is the unweighted KL term (DeepSeekMath's GRPO): on-policy
+    (a ratio of 1) the losses are one, their gradients not (the ratio's own adds beta * KL * d logp)."""
     options = {"loss_type": "grpo", "beta": 0.2, "epsilon": 0.2, "max_completion_length": 7}
-    trainer, trl_loss, hidden, head, start, fused_args = grpo_step(tmp_path, tokenizer, False, True, **options)
+    trainer, trl_loss, hidden, head, start, fused_args = grpo_step(tmp_path, tokenizer, off_policy, True, **options)
     assert trainer.args.use_bias_correction_kl
-    head.weight.grad = None
-    trl_loss.backward()
+    (trl_dw,) = torch.autograd.grad(trl_loss, (head.weight,), retain_graph=True)
     w = head.weight.detach().clone().requires_grad_(True)
     loss = ft.fused_linear_grpo_loss(hidden.detach()[:, start:-1], w, **fused_args)
     (dw,) = torch.autograd.grad(loss, (w,))
-    assert_close("loss", loss, trl_loss)
-    gap = (dw - head.weight.grad).abs().max().item()
-    assert gap > 1e-3 * head.weight.grad.abs().max().item(), "the ratio-weighted KL's gradient should differ"
+    gap = (dw - trl_dw).abs().max().item()
+    assert gap > 1e-3 * trl_dw.abs().max().item(), "the unweighted KL's gradient should differ"
+    if not off_policy:
+        assert_close("loss", loss, trl_loss)
+
+    def fused(h, w):
+        return ft.fused_linear_grpo_loss(h[:, start:-1], w, use_bias_correction_kl=True, **fused_args)
+
+    check_against_trl(trl_loss, hidden, head, fused)

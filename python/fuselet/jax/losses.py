@@ -140,6 +140,7 @@ def fused_linear_grpo_loss(
     ignore_index: int = -100,
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
+    use_bias_correction_kl: bool = False,
     chunk_size: int | None = None,
 ):
     """fuselet.torch.fused_linear_grpo_loss for JAX (the same arguments and math): hidden
@@ -156,8 +157,10 @@ def fused_linear_grpo_loss(
         epsilon_high,
         loss_type,
         max_completion_length,
+        use_bias_correction_kl,
     )
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).astype(jnp.float32)
     as32 = [None if a is None else jax.lax.stop_gradient(jnp.asarray(a, jnp.float32)) for a in (advantages, old_logps, ref_logps)]
-    return _losses.grpo_loss(_Jax, logp, mask, *as32, beta, epsilon_low, epsilon_high, loss_type, max_completion_length)
+    options = (beta, epsilon_low, epsilon_high, loss_type, max_completion_length, use_bias_correction_kl)
+    return _losses.grpo_loss(_Jax, logp, mask, *as32, *options)

@@ -197,6 +197,7 @@ def fused_linear_grpo_loss(
     ignore_index: int = -100,
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
+    use_bias_correction_kl: bool = False,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
     """GRPO's clipped policy loss of hidden [B, T, H] through the head weight [V, H] (and bias),
@@ -204,7 +205,9 @@ def fused_linear_grpo_loss(
     [B, T] the sampling policy's log-probabilities (None: this policy's, detached: ratio 1);
     ref_logps [B, T] the reference model's, for the beta-weighted KL term (None: no KL).
     loss_type: "grpo" (per sequence, then over sequences), "bnpo" (over all counted tokens),
-    "dr_grpo" (over B * max_completion_length, default T). The float32 scalar loss."""
+    "dr_grpo" (over B * max_completion_length, default T). use_bias_correction_kl: the KL term
+    weighted by the importance ratio exp(logp - old_logps), as TRL's GRPOConfig option of that
+    name (TRL's default True; fuselet's False: DeepSeekMath's unweighted term). The float32 scalar loss."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target), ("advantages", advantages)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
@@ -220,6 +223,7 @@ def fused_linear_grpo_loss(
         epsilon_high,
         loss_type,
         max_completion_length,
+        use_bias_correction_kl,
     )
     check_same_device("hidden", hidden, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps)
     check_dtensors(
@@ -228,7 +232,8 @@ def fused_linear_grpo_loss(
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
-    return _losses.grpo_loss(_Torch, logp, mask, *as32, beta, epsilon_low, epsilon_high, loss_type, max_completion_length)
+    options = (beta, epsilon_low, epsilon_high, loss_type, max_completion_length, use_bias_correction_kl)
+    return _losses.grpo_loss(_Torch, logp, mask, *as32, *options)
 
 
 class FusedLinearPreferenceLoss(torch.nn.Module):
