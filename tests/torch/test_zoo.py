@@ -154,6 +154,38 @@ def test_experts_left_where_their_gate_is_not_fuselets():
         assert not any("_apply_gate" in vars(m) for m in model.modules())
 
 
+def vision_language(model_type):
+    """A tiny random vision-language model of transformers (its text model shrunk like the zoo's,
+    multimodal rope sections that fit its head), in float32."""
+    config = transformers.AutoConfig.for_model(model_type)
+    text = config.get_text_config()
+    for key, value in dict(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16
+    ).items():
+        setattr(text, key, value)
+    text.vocab_size = zoo.VOCAB
+    text.rope_parameters["mrope_section"] = [2, 3, 3]  # of the head's 8 rotary frequencies
+    vision = config.vision_config
+    for key, value in dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, intermediate_size=64, out_hidden_size=64).items():
+        if hasattr(vision, key):
+            setattr(vision, key, value)
+    torch.manual_seed(0)
+    return transformers.AutoModelForImageTextToText.from_config(config).float()
+
+
+@pytest.mark.parametrize("model_type", ["qwen2_vl", "qwen3_vl"])
+def test_vision_language_text_model_with_multimodal_rope(model_type):
+    """Qwen2-VL / Qwen3-VL: the rotary embedding applies the multimodal rope sections (its own
+    [B, S, D] tables, one per sequence), the attention the usual apply_rotary_pos_emb: the text
+    model's norms, MLPs, rope and loss are fused, and a text step equals the stock model's."""
+    plain = vision_language(model_type)
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    summary = ft.transformers.fuse_report(fused).summary()
+    layers = plain.config.get_text_config().num_hidden_layers
+    assert summary["rope"]["fused"] == layers and summary["loss"]["fused"] == 1, summary
+    assert_same_step(fused, plain, fused)
+
+
 def test_meta_parameters_are_left_not_probed():
     with torch.device("meta"):
         model = zoo.build("llama")
