@@ -15,7 +15,7 @@ export PYTHONDONTWRITEBYTECODE=1 FUSELET_ROOT="$ROOT"
 export RATTLER_CACHE_DIR="${RATTLER_CACHE_DIR:-$ROOT/.rattler-cache}"
 # What .venv must import (requirements/dev.txt): make check and make test export it as
 # FUSELET_REQUIRE_IMPORTS, so that a broken environment fails the run instead of skipping tests.
-DEV_IMPORTS="torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers trl onnx onnxscript onnxruntime flax optax"
+DEV_IMPORTS="torch jax jaxlib fuselet_build.cli jsonschema check_jsonschema hypothesis yaml transformers trl kernels onnx onnxscript onnxruntime flax optax"
 log() { printf '\033[1m==> %s\033[0m\n' "$*"; }
 # Temporary files of the heavy steps under build/tmp, on the clone's own disk, never /tmp (often a
 # small tmpfs, and another file system than the package cache, so conda environments there are

@@ -44,6 +44,11 @@ parameters on the meta device cannot be probed, and those modules are left. A mo
 call fuselet does not take (a norm weight of another dtype than x, a cos table of another
 batch, a LoRA-wrapped projection...) falls back to transformers' code for that call or is left
 as it was. transformers is imported only when fuse() is called.
+
+transformers' own door: kernel_mapping() / kernel_config() name fuselet's layers (RMSNorm,
+RMSNormZeroCentered, rotary_pos_emb) in its local kernel repository (fuselet/torch/hub) for
+the `kernels` package, which `use_kernels=True` has swap into the layers a modeling file marks;
+each checks the class it replaces with the probes above (see the section at the end).
 """
 
 from __future__ import annotations
@@ -240,18 +245,25 @@ def _norm_call(x, spec, weight, bias):
     return layer_norm(x, weight, bias, eps, zero_centered_gamma=zero_centered)
 
 
-def _norm_forward(self, x, *args, **kwargs):
-    spec, mixed = self._fuselet_norm
+def _norm_run(self, x, spec, mixed, args=(), kwargs=None):
+    """The norm through fuselet's op in `spec`, or the class's own forward for a call it does not take."""
     weight, bias = getattr(self, "weight", None), getattr(self, "bias", None)
     if args or kwargs or not isinstance(x, torch.Tensor) or (weight is not None and x.shape[-1:] != weight.shape):
-        return type(self).forward(self, x, *args, **kwargs)
+        return type(self).forward(self, x, *args, **(kwargs or {}))
     for p in (weight, bias):  # fuselet's op takes x's dtype or (where the module's output keeps x's) float32
         if p is not None and p.dtype != x.dtype and not (mixed and p.dtype == torch.float32):
-            return type(self).forward(self, x, *args, **kwargs)
+            return type(self).forward(self, x, *args, **(kwargs or {}))
     return _norm_call(x, spec, weight, bias)
 
 
-def _fuse_norm(module) -> str:
+def _norm_forward(self, x, *args, **kwargs):
+    spec, mixed = self._fuselet_norm
+    return _norm_run(self, x, spec, mixed, args, kwargs)
+
+
+def _norm_form(module):
+    """(spec, mixed): the (op, eps, zero_centered) whose fuselet op equals the module's forward on
+    the probe, and whether a half x with float32 weights keeps x's dtype; _Left otherwise."""
     weight, bias = _vector(module, "weight"), _vector(module, "bias")
     shape = getattr(module, "normalized_shape", None)
     size = (
@@ -286,6 +298,11 @@ def _fuse_norm(module) -> str:
         mixed = True
         if any(p is not None and p.dtype == torch.float32 for p in (weight, bias)):  # output dtype of a half x
             mixed = module(x.to(torch.bfloat16)).dtype == torch.bfloat16
+    return match, mixed
+
+
+def _fuse_norm(module) -> str:
+    match, mixed = _norm_form(module)
     module._fuselet_norm = (match, mixed)
     if not _own_forward(module, _norm_forward):
         raise _Left("it already has a forward of its own (hooked, or fused)")
@@ -551,7 +568,12 @@ def _rotary_tables(model, size, like):
 @functools.cache
 def _rotary_form(plain, tables_key):
     """The form of ft.rope equal to `plain` (an apply_rotary_pos_emb) on the probe, or a reason."""
-    cos, sin, size = _TABLES[tables_key]
+    return _rotary_form_on(plain, *_TABLES[tables_key])
+
+
+def _rotary_form_on(plain, cos, sin, size):
+    """(form, kind): the form of ft.rope equal to `plain` on x [.., size] with these [1, S, R]
+    tables, and the call's kind; (None, reason) where none is."""
     kind = _ROPE_SIGNATURES.get(tuple(inspect.signature(plain).parameters))
     if kind is None:
         return None, f"apply_rotary_pos_emb{inspect.signature(plain)}: not the call fuselet serves"
@@ -997,3 +1019,120 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
         name = f"{type(model).__name__} (model_type {model_type!r})"
         raise ValueError(f"model: {name} has no layer fuselet.torch.transformers.fuse can serve ({reasons})")
     return model
+
+
+# --- transformers' own door: the `kernels` package's local layer repository ---------------------
+#
+# transformers marks layers for kernel swapping (`@use_kernel_forward_from_hub("RMSNorm")` on a
+# norm class, `("rotary_pos_emb")` on apply_rotary_pos_emb) and `use_kernels=True` /
+# `model.kernelize()` has the `kernels` package swap each marked layer's forward for the layer
+# of the same name in a kernel repository. fuselet ships one (fuselet/torch/hub, the layout
+# kernels' LocalLayerRepository loads): its layers, in fuselet.torch.hub.layers, run the
+# functions below. kernels swaps by name alone, so each of them first checks the class it
+# replaces (once per class, on a probe instance of its own, the checks fuse() runs) and runs
+# the class's own forward where fuselet's op does not equal it.
+
+HUB_REPOSITORY = __import__("pathlib").Path(__file__).with_name("hub")
+HUB_LAYERS = ("RMSNorm", "RMSNormZeroCentered", "rotary_pos_emb")
+
+
+def kernel_mapping(devices=("cpu", "cuda")) -> dict:
+    """{layer name: {device: {mode: kernels.LocalLayerRepository}}} of fuselet's layers, for
+    `kernels.use_kernel_mapping(...)` or `kernels.register_kernel_mapping(...)` around
+    `from_pretrained(..., use_kernels=True)` / `model.set_use_kernels(True)`: every mode
+    (training, inference, torch.compile) on each device. The CPU's form: on CUDA, use_kernels
+    registers transformers' own hub mapping over this one (its RMSNorm and rotary_pos_emb
+    kernels), so there take kernel_config()."""
+    from kernels import LocalLayerRepository, Mode
+
+    if isinstance(devices, str) or not all(d in ("cpu", "cuda") for d in devices):
+        raise ValueError(f"devices: expected a tuple of 'cpu' / 'cuda', got {devices!r}")
+    modes = (Mode.TRAINING, Mode.INFERENCE, Mode.TRAINING | Mode.TORCH_COMPILE, Mode.INFERENCE | Mode.TORCH_COMPILE)
+    return {
+        name: {d: dict.fromkeys(modes, LocalLayerRepository(repo_path=HUB_REPOSITORY, layer_name=name)) for d in devices}
+        for name in HUB_LAYERS
+    }
+
+
+def kernel_config(layers=("RMSNorm", "rotary_pos_emb")):
+    """A transformers KernelConfig of fuselet's local layers, for
+    `from_pretrained(..., use_kernels=True, kernel_config=kernel_config())`. transformers 5.25
+    takes a KernelConfig on GPUs only (cuda, rocm, xpu, ...): on the CPU, use kernel_mapping().
+    `layers`: the names of HUB_LAYERS the model marks (KernelConfig refuses one it does not; the
+    default: the two most models mark)."""
+    from transformers import KernelConfig
+
+    unknown = [n for n in layers if n not in HUB_LAYERS] if not isinstance(layers, str) else [layers]
+    if unknown:
+        raise ValueError(f"layers: expected names among {HUB_LAYERS}, got {unknown}")
+    return KernelConfig({name: f"{HUB_REPOSITORY}:{name}" for name in layers}, use_local_kernel=True)
+
+
+_EPS_PROBES = dict(zip(_EPS_ATTRS, (0.31, 0.047, 0.0053, 0.00071)))  # one eps value per attribute name
+
+
+@functools.cache
+def _class_norm_form(cls):
+    """(op, eps attribute, zero_centered, mixed) of a norm class, checked on an instance of its own
+    (weight [16], each eps attribute a different value); None where fuselet's op does not equal it."""
+    try:
+        probe = cls.__new__(cls)
+        torch.nn.Module.__init__(probe)
+        probe.weight = torch.nn.Parameter(_randn(16, like=torch.empty(0)) * 0.5 + 1)
+        for attr, value in _EPS_PROBES.items():
+            setattr(probe, attr, value)
+        (op, eps, zc), mixed = _norm_form(probe)
+    except Exception:  # _Left, or a forward that needs more of its class than weight and eps
+        return None
+    attr = next((a for a, v in _EPS_PROBES.items() if v == eps), None)
+    return None if attr is None else (op, attr, zc, mixed)
+
+
+@torch.compiler.assume_constant_result
+def _norm_form_of(cls):
+    return _class_norm_form(cls)
+
+
+def _hub_norm(module, x):
+    """The forward of fuselet's RMSNorm layer in a kernelized model."""
+    form = _norm_form_of(type(module))
+    if form is None:
+        return type(module).forward(module, x)
+    op, attr, zc, mixed = form
+    return _norm_run(module, x, (op, getattr(module, attr), zc), mixed)
+
+
+def _hub_rotary_plain(cls):
+    """The function a transformers `Func` class (apply_rotary_pos_emb, kernel-marked) wraps, or None."""
+    plain = inspect.getclosurevars(cls.forward).nonlocals.get("func")
+    return plain if inspect.isfunction(plain) else None
+
+
+@functools.cache
+def _class_rotary_form(cls, size, width):
+    """The index into _ROPE_FORMS of the form of ft.rope that equals a marked apply_rotary_pos_emb
+    on heads of `size` with tables [1, 5, width] of random, unstructured angles (the call's own
+    widths: a half-width table is GPT-OSS's form or a partial rotary); None where none does."""
+    plain = _hub_rotary_plain(cls)
+    if plain is None or _ROPE_SIGNATURES.get(tuple(inspect.signature(plain).parameters)) != "plain":
+        return None
+    angles = torch.rand(1, 5, width, generator=_generator()) * 6
+    form, _ = _rotary_form_on(plain, angles.cos(), angles.sin(), size)
+    return None if form is None else _ROPE_FORMS.index(form)
+
+
+@torch.compiler.assume_constant_result
+def _rotary_form_of(cls, size, width):
+    return _class_rotary_form(cls, size, width)
+
+
+def _hub_rotary(module, q, k, cos, sin, unsqueeze_dim=1):
+    """The forward of fuselet's rotary_pos_emb layer in a kernelized model."""
+    plain = type(module).forward
+    if not all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in (q, k, cos)):
+        return plain(module, q, k, cos, sin, unsqueeze_dim)
+    index = _rotary_form_of(type(module), q.shape[-1], cos.shape[-1])
+    if index is None:
+        return plain(module, q, k, cos, sin, unsqueeze_dim)
+    fused = _fused_rotary(lambda *a, **kw: plain(module, *a, **kw), _ROPE_FORMS[index])
+    return fused(q, k, cos, sin, unsqueeze_dim)
