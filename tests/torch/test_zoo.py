@@ -5,24 +5,19 @@ against the stock model; the probe that leaves what disagrees; the report."""
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
-import pathlib
 import subprocess
 import sys
 
 import pytest
 
 from tests.conftest import import_layer
+from tests.torch.zoo import ROOT, zoo
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 ft = import_layer("torch")
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("zoo", ROOT / "benchmarks" / "zoo.py")
-zoo = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(zoo)
 
 # config overrides where the default config would not show the layer's variant
 OVERRIDES = {"granite": {"logits_scaling": 3.0}}
@@ -201,6 +196,9 @@ def test_training_mode_is_restored_after_the_probe():
     assert model.training and not model.model.layers[0].training and model.model.layers[1].training
 
 
+DOOR_MIN = 60
+
+
 @pytest.mark.processes
 def test_the_zoo_script_over_every_causal_lm_type(tmp_path):
     """benchmarks/zoo.py over the whole table of this transformers: at least 60 types equal, and
@@ -214,3 +212,8 @@ def test_the_zoo_script_over_every_causal_lm_type(tmp_path):
     liger = {r["type"]: r["status"] for r in rows if r["type"] in zoo.LIGER_0_8_5}
     assert {t: s for t, s in liger.items() if s not in ("equal", "no build", "no stock step")} == {}
     assert all(r["status"] != "differs" for r in rows), [r["type"] for r in rows if r["status"] == "differs"]
+    # transformers' own door (use_kernels with fuselet's kernel mapping): every type it reaches
+    # steps equal to the stock model, and fuselet's ops run in at least DOOR_MIN of them
+    doors = {r["type"]: r["door"] for r in rows if r.get("door", {}).get("status", "not marked") != "not marked"}
+    assert {t: d for t, d in doors.items() if d["status"] != "equal"} == {}
+    assert sum(bool(d.get("ops_ran")) for d in doors.values()) >= DOOR_MIN
