@@ -12,6 +12,11 @@ largest magnitude of each), and the fused loss never built the [tokens, vocab] l
 head was fused. Types whose model does not build from its shrunk default config, or whose stock
 forward fails on plain token ids (models needing images, audio or an encoder), are listed with
 the error and do not count.
+
+Each type also goes through transformers' own door: the stock model kernelized
+(`set_use_kernels(True)`, what from_pretrained(use_kernels=True) does) with fuselet's kernel
+mapping (fuselet.torch.transformers.kernel_mapping), one step against the stock one; the door
+reaches only the layers the modeling file marks, and "not marked" types have none of them.
 """
 
 from __future__ import annotations
@@ -162,11 +167,11 @@ def _error(got, want) -> float:
     return float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
 
 
-def check(model_type: str, **overrides) -> dict:
-    """One type's row: built (its config's defaults, shrunk, and `overrides`), fused, compared."""
+def check(model_type: str, door: bool = False, **overrides) -> dict:
+    """One type's row: built (its config's defaults, shrunk, and `overrides`), fused, compared;
+    with `door`, also kernelized with fuselet's kernel mapping (row["door"])."""
     import fuselet.torch as ft
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
 
     row = {"type": model_type}
     start = time.monotonic()
@@ -184,6 +189,7 @@ def check(model_type: str, **overrides) -> dict:
         labels = input_ids.clone()
         labels[0, :3] = -100
         plain = copy.deepcopy(model)
+        unstepped = copy.deepcopy(model) if door else None  # a model may keep non-leaf tensors after a step
         try:
             out_p, grads_p, _ = step(plain, input_ids, labels)
         except Exception as e:  # noqa: BLE001
@@ -195,6 +201,9 @@ def check(model_type: str, **overrides) -> dict:
     if failure is not None:
         return {**row, **failure}
     row["class"], row["shrink"] = type(model).__name__, SHRINKS.index(shrink)
+    compare = _Compare(model_type, shrink, overrides, input_ids, labels, out_p, grads_p)
+    if door:
+        row["door"] = _door(unstepped, compare)
     try:
         fused = ft.transformers.fuse(model)
     except ValueError as e:
@@ -203,6 +212,24 @@ def check(model_type: str, **overrides) -> dict:
     row["fused"] = {k: v["fused"] for k, v in report.summary().items()}
     row["left"] = {k: v["reasons"] for k, v in report.summary().items() if v["left"]}
     row["ops_fused"] = {k: v["ops"] for k, v in report.summary().items() if v["fused"]}
+
+    try:
+        out_f, grads_f, ran = counted_step(fused, input_ids, labels)
+    except Exception as e:  # noqa: BLE001
+        return {**row, "status": "fused step failed", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    row["ops_ran"] = ran
+    row.update(compare(out_f, grads_f))
+    row["no_logits"] = out_f.logits is None
+    head_fused = row["fused"].get("loss", 0) > 0
+    if row["status"] == "equal" and head_fused and not row["no_logits"]:
+        row["status"] = "differs"
+    row["seconds"] = round(time.monotonic() - start, 2)
+    return row
+
+
+def counted_step(model, input_ids, labels):
+    """step(), and {fuselet op: calls} of the fuselet ops it ran."""
+    from torch.utils._python_dispatch import TorchDispatchMode
 
     ran = collections.Counter()
 
@@ -213,39 +240,74 @@ def check(model_type: str, **overrides) -> dict:
                 ran[name.removeprefix("fuselet::")] += 1
             return func(*args, **(kwargs or {}))
 
+    out, grads, _ = step(model, input_ids, labels, Count())
+    return out, grads, dict(sorted(ran.items()))
+
+
+class _Compare:
+    """A step's loss and gradients against the stock model's: {"status", "max_error", "worst", ...}."""
+
+    def __init__(self, model_type, shrink, overrides, input_ids, labels, out_p, grads_p):
+        self.key = (model_type, shrink, input_ids, labels)
+        self.overrides = overrides
+        self.out_p, self.grads_p = out_p, grads_p
+        self.ref = None
+
+    def __call__(self, out_f, grads_f) -> dict:
+        out_p, grads_p = self.out_p, self.grads_p
+        row = {}
+        missing = sorted(set(grads_p) ^ set(grads_f))
+        fused_vals = {"loss": out_f.loss, **grads_f}
+        stock_vals = {"loss": out_p.loss, **{n: g for n, g in grads_p.items() if n in grads_f}}
+        errors = {n: _error(fused_vals[n], v) for n, v in stock_vals.items()}
+        worst = max(errors, key=errors.get)
+        row["max_error"], row["worst"] = errors[worst], worst
+        # Where fused and stock float32 differ by more than TOLERANCE (deep or sensitive models
+        # amplify float32's rounding), both are held to the float64 stock step: the fused one may
+        # be no further from it than twice the stock float32 step's own distance.
+        if errors[worst] > TOLERANCE and self.ref is None:
+            self.ref = stock_f64(*self.key, **self.overrides) or {}
+        ref = self.ref if errors[worst] > TOLERANCE else None
+        if ref:
+            within = [
+                n
+                for n in errors
+                if errors[n] <= TOLERANCE or _error(fused_vals[n], ref[n]) <= 2 * _error(stock_vals[n], ref[n]) + TOLERANCE / 10
+            ]
+            row["float64_check"] = f"{len(within)} of {len(errors)} within 2x the stock float32 error"
+            outside = len(within) < len(errors)
+        else:
+            outside = errors[worst] > TOLERANCE
+        row["status"] = "equal" if not missing and not outside else "differs"
+        if missing:
+            row["why"] = f"gradients of different parameters: {missing[:4]}"
+        return row
+
+
+def _door(model, compare) -> dict:
+    """transformers' own door: the stock model kernelized (model.set_use_kernels, as
+    from_pretrained(use_kernels=True) does) with fuselet's kernel mapping, one step against the
+    stock one: {"status", "ops_ran", ...}; "not marked" where the model marks no layer fuselet's
+    repository has."""
+    import fuselet.torch as ft
+    import kernels
+    import torch
+
+    names = set(ft.transformers.HUB_LAYERS)
+    marked = any(getattr(type(m), "kernel_layer_name", None) in names for m in model.modules())
+    marked = marked or any(names & set(vars(m).get("_kernel_funcs", {})) for m in model.modules())
+    if not marked:
+        return {"status": "not marked"}
     try:
-        out_f, grads_f, _ = step(fused, input_ids, labels, Count())
+        with kernels.use_kernel_mapping(ft.transformers.kernel_mapping()):
+            model.set_use_kernels(True)
+        input_ids, labels = compare.key[2], compare.key[3]
+        with torch.no_grad():  # each layer checks its class once, on its first call: not counted
+            model(input_ids=input_ids, labels=labels)
+        out, grads, ran = counted_step(model, input_ids, labels)
     except Exception as e:  # noqa: BLE001
-        return {**row, "status": "fused step failed", "why": f"{type(e).__name__}: {str(e)[:200]}"}
-    row["ops_ran"] = dict(sorted(ran.items()))
-    missing = sorted(set(grads_p) ^ set(grads_f))
-    fused_vals = {"loss": out_f.loss, **grads_f}
-    stock_vals = {"loss": out_p.loss, **{n: g for n, g in grads_p.items() if n in grads_f}}
-    errors = {n: _error(fused_vals[n], v) for n, v in stock_vals.items()}
-    worst = max(errors, key=errors.get)
-    row["max_error"], row["worst"] = errors[worst], worst
-    # Where fused and stock float32 differ by more than TOLERANCE (deep or sensitive models
-    # amplify float32's rounding), both are held to the float64 stock step: the fused one may
-    # be no further from it than twice the stock float32 step's own distance.
-    ref = stock_f64(model_type, shrink, input_ids, labels, **overrides) if errors[worst] > TOLERANCE else None
-    if ref is not None:
-        within = [
-            n
-            for n in errors
-            if errors[n] <= TOLERANCE or _error(fused_vals[n], ref[n]) <= 2 * _error(stock_vals[n], ref[n]) + TOLERANCE / 10
-        ]
-        row["float64_check"] = f"{len(within)} of {len(errors)} within 2x the stock float32 error"
-        outside = len(within) < len(errors)
-    else:
-        outside = errors[worst] > TOLERANCE
-    row["no_logits"] = out_f.logits is None
-    head_fused = row["fused"].get("loss", 0) > 0
-    equal = not missing and not outside and (row["no_logits"] or not head_fused)
-    row["status"] = "equal" if equal else "differs"
-    if missing:
-        row["why"] = f"gradients of different parameters: {missing[:4]}"
-    row["seconds"] = round(time.monotonic() - start, 2)
-    return row
+        return {"status": "failed", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    return {**compare(out, grads), "ops_ran": ran}
 
 
 def _timeout(signum, frame):
@@ -265,7 +327,7 @@ def _run_one(model_type: str) -> dict:
     signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(TIMEOUT_S)
     try:
-        return check(model_type)
+        return check(model_type, door=True)
     except Exception as e:  # noqa: BLE001 - one type's failure is its row
         return {"type": model_type, "status": "error", "why": f"{type(e).__name__}: {str(e)[:200]}"}
     finally:
@@ -308,6 +370,14 @@ def run_all(types, jobs: int) -> list:
     return rows
 
 
+def _door_cell(row) -> str:
+    door = row.get("door")
+    if door is None or door["status"] == "not marked":
+        return "-"
+    ran = ", ".join(f"{k} {v}" for k, v in door.get("ops_ran", {}).items()) or "none"
+    return f"{door['status']}: {ran}" if "why" not in door else f"{door['status']}: {door['why'][:80]}"
+
+
 def table(rows) -> str:
     def kinds(row, key):
         return ", ".join(f"{k} {v}" for k, v in row.get(key, {}).items() if v) or "-"
@@ -316,19 +386,34 @@ def table(rows) -> str:
     liger = [r for r in rows if r["type"] in LIGER_0_8_5]
     liger_built = [r for r in liger if r["status"] not in ("no build", "no stock step")]
     liger_equal = sum(r["status"] == "equal" for r in liger)
+    door = [r for r in rows if r.get("door", {}).get("status", "not marked") != "not marked"]
+    door_equal = sum(r["door"]["status"] == "equal" and bool(r["door"].get("ops_ran")) for r in door)
+    door_ops = collections.Counter(
+        op.removesuffix("_fwd")
+        for r in door
+        if r["door"]["status"] == "equal"
+        for op in r["door"].get("ops_ran", {})
+        if op.endswith("_fwd")
+    )
     lines = [
         f"Liger-Kernel 0.8.5 lists {len(LIGER_0_8_5)} model types; {len(liger)} are causal-LM types here, "
         f"{len(liger_built)} of them build and step from their shrunk default config, {liger_equal} are equal.",
         "",
-        "| type | class | Liger | status | fused (modules) | fuselet ops ran (calls) | max rel. error |",
-        "|---|---|---|---|---|---|---|",
+        f"transformers' own door (`use_kernels` with fuselet's kernel mapping) reaches {len(door)} types (the others "
+        f"mark no layer it has): {door_equal} equal to the stock step with fuselet's ops running "
+        f"({', '.join(f'{op} in {n}' for op, n in door_ops.most_common())}), "
+        f"{sum(r['door']['status'] == 'equal' for r in door) - door_equal} equal with every marked layer left as it was.",
+        "",
+        "| type | class | Liger | status | fused (modules) | fuselet ops ran (calls) | max rel. error | door: ops ran |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ran = ", ".join(f"{k} {v}" for k, v in r.get("ops_ran", {}).items()) or "-"
         err = f"{r['max_error']:.1e}" if "max_error" in r else "-"
         status = r["status"] if "why" not in r else f"{r['status']}: {r['why'][:120]}"
         liger_mark = "yes" if r["type"] in LIGER_0_8_5 else ""
-        lines.append(f"| {r['type']} | {r.get('class', '-')} | {liger_mark} | {status} | {kinds(r, 'fused')} | {ran} | {err} |")
+        cells = (r["type"], r.get("class", "-"), liger_mark, status, kinds(r, "fused"), ran, err, _door_cell(r))
+        lines.append("| " + " | ".join(cells) + " |")
     summary = ", ".join(f"{n} {s}" for s, n in counts.most_common())
     return f"{len(rows)} causal-LM types: {summary}\n\n" + "\n".join(lines) + "\n"
 
