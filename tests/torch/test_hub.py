@@ -173,7 +173,7 @@ def test_repository_metadata():
     from kernels._rust import Digest, DigestAlgorithm
 
     for variant in ("torch-cpu", "torch-cuda"):
-        path = ft.transformers.HUB_REPOSITORY / "build" / variant
+        path = ft.transformers.HUB_REPOSITORY / variant
         meta = json.loads((path / "metadata.json").read_text())
         assert meta["backend"]["type"] == variant.removeprefix("torch-")
         assert meta["digest"]["files"] == Digest.hash_variant(DigestAlgorithm.SHA256, path).files, (

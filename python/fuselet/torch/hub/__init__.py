@@ -1,4 +1,5 @@
-"""fuselet's layers as a local kernel repository of the `kernels` package (the layout its
-LocalLayerRepository loads: build/<variant>/ with metadata.json and the package), for
-transformers' `use_kernels=True` / `model.kernelize()`. Build the mapping with
+"""fuselet's layers as a local kernel repository of the `kernels` package, for transformers'
+`use_kernels=True` / `model.set_use_kernels(True)`: the layout kernels' LocalLayerRepository
+loads, a directory per build variant (torch-cpu, torch-cuda), each with its metadata.json and a
+package whose `layers` are fuselet.torch.hub.layers. Build the mapping with
 fuselet.torch.transformers.kernel_mapping() or kernel_config()."""

@@ -8,7 +8,7 @@ import pathlib
 from kernels._rust import Digest, DigestAlgorithm
 
 for backend in ("cpu", "cuda"):
-    variant = pathlib.Path(__file__).parent / "build" / f"torch-{backend}"
+    variant = pathlib.Path(__file__).parent / f"torch-{backend}"
     meta = {
         "name": "fuselet",
         "id": f"_fuselet_hub_torch_{backend}",
