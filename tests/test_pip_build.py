@@ -153,9 +153,12 @@ def test_the_wheel_holds_the_library_and_nothing_else(torch_wheel):
         entry_points = [n for n in names if n.endswith("entry_points.txt")]
         metadata = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     python = {str(p.relative_to(ROOT / "python")) for p in (ROOT / "python/fuselet").rglob("*.py")}
+    # the metadata of fuselet.torch.hub's build variants (the kernels package's local repository)
+    hub = {str(p.relative_to(ROOT / "python")) for p in (ROOT / "python/fuselet/torch/hub").rglob("metadata.json")}
     binaries = {n for n in names if n.endswith(".so") or ".so." in n}
     dist_info = {n for n in names if ".dist-info/" in n}
-    assert names - python - binaries - dist_info == {"fuselet/_version.py", "fuselet/torch/_build_info.json"}
+    assert len(hub) == 2 and hub <= names
+    assert names - python - hub - binaries - dist_info == {"fuselet/_version.py", "fuselet/torch/_build_info.json"}
     assert python <= names
     assert {Path(n).name for n in binaries} == {"libfuselet.so", "libfuselet_torch.so"}, sorted(binaries)
     assert {Path(n).name for n in dist_info} <= {"METADATA", "WHEEL", "RECORD", "LICENSE"}, sorted(dist_info)

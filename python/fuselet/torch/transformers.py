@@ -1027,8 +1027,8 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
 # norm class, `("rotary_pos_emb")` on apply_rotary_pos_emb) and `use_kernels=True` /
 # `model.kernelize()` has the `kernels` package swap each marked layer's forward for the layer
 # of the same name in a kernel repository. fuselet ships one (fuselet/torch/hub, the layout
-# kernels' LocalLayerRepository loads): its layers, in fuselet.torch.hub.layers, run the
-# functions below. kernels swaps by name alone, so each of them first checks the class it
+# kernels' LocalLayerRepository loads): its layers, in fuselet.torch.hub.layers, take the
+# checks below. kernels swaps by name alone, so each of them first checks the class it
 # replaces (once per class, on a probe instance of its own, the checks fuse() runs) and runs
 # the class's own forward where fuselet's op does not equal it.
 
@@ -1088,20 +1088,6 @@ def _class_norm_form(cls):
     return None if attr is None else (op, attr, zc, mixed)
 
 
-@torch.compiler.assume_constant_result
-def _norm_form_of(cls):
-    return _class_norm_form(cls)
-
-
-def _hub_norm(module, x):
-    """The forward of fuselet's RMSNorm layer in a kernelized model."""
-    form = _norm_form_of(type(module))
-    if form is None:
-        return type(module).forward(module, x)
-    op, attr, zc, mixed = form
-    return _norm_run(module, x, (op, getattr(module, attr), zc), mixed)
-
-
 def _hub_rotary_plain(cls):
     """The function a transformers `Func` class (apply_rotary_pos_emb, kernel-marked) wraps, or None."""
     plain = inspect.getclosurevars(cls.forward).nonlocals.get("func")
@@ -1119,20 +1105,3 @@ def _class_rotary_form(cls, size, width):
     angles = torch.rand(1, 5, width, generator=_generator()) * 6
     form, _ = _rotary_form_on(plain, angles.cos(), angles.sin(), size)
     return None if form is None else _ROPE_FORMS.index(form)
-
-
-@torch.compiler.assume_constant_result
-def _rotary_form_of(cls, size, width):
-    return _class_rotary_form(cls, size, width)
-
-
-def _hub_rotary(module, q, k, cos, sin, unsqueeze_dim=1):
-    """The forward of fuselet's rotary_pos_emb layer in a kernelized model."""
-    plain = type(module).forward
-    if not all(isinstance(t, torch.Tensor) and t.dim() >= 1 for t in (q, k, cos)):
-        return plain(module, q, k, cos, sin, unsqueeze_dim)
-    index = _rotary_form_of(type(module), q.shape[-1], cos.shape[-1])
-    if index is None:
-        return plain(module, q, k, cos, sin, unsqueeze_dim)
-    fused = _fused_rotary(lambda *a, **kw: plain(module, *a, **kw), _ROPE_FORMS[index])
-    return fused(q, k, cos, sin, unsqueeze_dim)
