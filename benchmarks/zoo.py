@@ -287,8 +287,8 @@ class _Compare:
 def _door(model, compare) -> dict:
     """transformers' own door: the stock model kernelized (model.set_use_kernels, as
     from_pretrained(use_kernels=True) does) with fuselet's kernel mapping, one step against the
-    stock one: {"status", "ops_ran", ...}; "not marked" where the model marks no layer fuselet's
-    repository has."""
+    stock one: {"status", "ops_ran", "swapped", ...}; "not marked" where the model marks no layer
+    fuselet's repository has, "not swapped" where kernels swapped none of them."""
     import fuselet.torch as ft
     import kernels
     import torch
@@ -301,13 +301,25 @@ def _door(model, compare) -> dict:
     try:
         with kernels.use_kernel_mapping(ft.transformers.kernel_mapping()):
             model.set_use_kernels(True)
+        swapped = _swapped(model)
+        if not swapped:  # kernels falls back to each layer's own forward where a repository fails to load
+            return {"status": "not swapped", "why": "kernels kept every marked layer's own forward"}
         input_ids, labels = compare.key[2], compare.key[3]
         with torch.no_grad():  # each layer checks its class once, on its first call: not counted
             model(input_ids=input_ids, labels=labels)
         out, grads, ran = counted_step(model, input_ids, labels)
     except Exception as e:  # noqa: BLE001
         return {"status": "failed", "why": f"{type(e).__name__}: {str(e)[:200]}"}
-    return {**compare(out, grads), "ops_ran": ran}
+    return {**compare(out, grads), "ops_ran": ran, "swapped": swapped}
+
+
+def _swapped(model) -> int:
+    """How many modules (and transformers' per-instance function wrappers) run a fuselet layer's forward."""
+
+    def ours(m):
+        return getattr(getattr(vars(m).get("forward"), "__func__", None), "__module__", "") == "fuselet.torch.hub.layers"
+
+    return sum(ours(m) + sum(ours(f) for f in vars(m).get("_kernel_funcs", {}).values()) for m in model.modules())
 
 
 def _timeout(signum, frame):
