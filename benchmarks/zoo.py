@@ -249,6 +249,7 @@ class _Compare:
 
     def __init__(self, model_type, shrink, overrides, input_ids, labels, out_p, grads_p):
         self.key = (model_type, shrink, input_ids, labels)
+        self.input_ids, self.labels = input_ids, labels
         self.overrides = overrides
         self.out_p, self.grads_p = out_p, grads_p
         self.ref = None
@@ -304,7 +305,7 @@ def _door(model, compare) -> dict:
         swapped = _swapped(model)
         if not swapped:  # kernels falls back to each layer's own forward where a repository fails to load
             return {"status": "not swapped", "why": "kernels kept every marked layer's own forward"}
-        input_ids, labels = compare.key[2], compare.key[3]
+        input_ids, labels = compare.input_ids, compare.labels
         with torch.no_grad():  # each layer checks its class once, on its first call: not counted
             model(input_ids=input_ids, labels=labels)
         out, grads, ran = counted_step(model, input_ids, labels)

@@ -59,6 +59,7 @@ import functools
 import importlib
 import inspect
 import math
+import pathlib
 import sys
 import types
 
@@ -638,6 +639,12 @@ def _with_global(fn, name, value, tag):
     return copy
 
 
+def _wrapped_function(cls):
+    """The function a kernel-marked transformers `Func` class (apply_rotary_pos_emb's) wraps, or None."""
+    plain = inspect.getclosurevars(cls.forward).nonlocals.get("func")
+    return plain if inspect.isfunction(plain) else None
+
+
 def _kernelized_rotary(module):
     """The attention instance's own wrapper of apply_rotary_pos_emb, where transformers marks the
     class with `use_kernelized_func(apply_rotary_pos_emb)` and the `kernels` package is installed
@@ -648,8 +655,8 @@ def _kernelized_rotary(module):
     wrapper = next((w for w in wrappers if isinstance(marked, torch.nn.Module) and type(w) is type(marked)), None)
     if wrapper is None:
         return None
-    plain = inspect.getclosurevars(type(wrapper).forward).nonlocals.get("func")
-    return (wrapper, plain) if inspect.isfunction(plain) else None
+    plain = _wrapped_function(type(wrapper))
+    return None if plain is None else (wrapper, plain)
 
 
 def _calls_rotary(cls) -> bool:
@@ -740,7 +747,7 @@ def _fuse_rope(module, tables_key) -> str:
         wrapper, plain = kernelized
     else:
         plain = inspect.unwrap(type(module).forward).__globals__.get("apply_rotary_pos_emb")
-        plain = inspect.getclosurevars(type(plain).forward).nonlocals.get("func") if isinstance(plain, torch.nn.Module) else plain
+        plain = _wrapped_function(type(plain)) if isinstance(plain, torch.nn.Module) else plain
     if not inspect.isfunction(plain):
         raise _Left("its apply_rotary_pos_emb is not a function fuselet can probe")
     form, kind = _rotary_form(plain, tables_key)
@@ -1032,7 +1039,7 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
 # replaces (once per class, on a probe instance of its own, the checks fuse() runs) and runs
 # the class's own forward where fuselet's op does not equal it.
 
-HUB_REPOSITORY = __import__("pathlib").Path(__file__).with_name("hub")
+HUB_REPOSITORY = pathlib.Path(__file__).with_name("hub")
 HUB_LAYERS = ("RMSNorm", "RMSNormZeroCentered", "rotary_pos_emb")
 
 
@@ -1088,18 +1095,12 @@ def _class_norm_form(cls):
     return None if attr is None else (op, attr, zc, mixed)
 
 
-def _hub_rotary_plain(cls):
-    """The function a transformers `Func` class (apply_rotary_pos_emb, kernel-marked) wraps, or None."""
-    plain = inspect.getclosurevars(cls.forward).nonlocals.get("func")
-    return plain if inspect.isfunction(plain) else None
-
-
 @functools.cache
 def _class_rotary_form(cls, size, width):
     """The index into _ROPE_FORMS of the form of ft.rope that equals a marked apply_rotary_pos_emb
     on heads of `size` with tables [1, 5, width] of random, unstructured angles (the call's own
     widths: a half-width table is GPT-OSS's form or a partial rotary); None where none does."""
-    plain = _hub_rotary_plain(cls)
+    plain = _wrapped_function(cls)
     if plain is None or _ROPE_SIGNATURES.get(tuple(inspect.signature(plain).parameters)) != "plain":
         return None
     angles = torch.rand(1, 5, width, generator=_generator()) * 6
