@@ -1,16 +1,21 @@
 // Standalone test of the CUDA entry points of add_rms_norm, glu, softmax, rope, cross_entropy and divergence against the CPU
-// entry points of the same library (float32, rows of every kernel path). Prints one line per
-// failure and "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip)
-// without a GPU.
-#include <cuda_runtime.h>
-
+// entry points of the same library: float32 over rows of every kernel path, float16 and
+// bfloat16 over a shape of each path, and their refusals of bad input. Both sides read the same
+// inputs and round their float32 math once to the output dtype. Prints one line per failure and
+// "N passed, N failed" last; exits 0 on success, 1 on failure, 77 (ctest skip) without a GPU.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda_test.h"
 #include "expect.h"
 #include "fuselet/cross_entropy.h"
 #include "fuselet/divergence.h"
@@ -30,51 +35,111 @@ void check(bool ok, const std::string& what) {
   if (!ok) std::printf("FAIL: %s (%s)\n", what.c_str(), fuselet_last_error());
 }
 
-#define CUDA_OK(expr)                                                                             \
-  do {                                                                                            \
-    const cudaError_t err_ = (expr);                                                              \
-    if (err_ != cudaSuccess) {                                                                    \
-      std::printf("FAIL: %s: %s (%s:%d)\n", #expr, cudaGetErrorString(err_), __FILE__, __LINE__); \
-      std::exit(1);                                                                               \
-    }                                                                                             \
-  } while (0)
+// The dtype of the tensors a case makes (float32 unless a case says otherwise), and how far
+// two float32 computations rounded once to it may be apart, relative to 1 + |value|: a few units
+// in its last place (float32: the reductions' order too).
+fuselet_dtype g_dt = FUSELET_FLOAT32;
+double tolerance(fuselet_dtype dt) { return dt == FUSELET_FLOAT32 ? 1e-4 : dt == FUSELET_FLOAT16 ? 4e-3 : 3e-2; }
+const char* dtype_name(fuselet_dtype dt) {
+  return dt == FUSELET_FLOAT32 ? "float32" : dt == FUSELET_FLOAT16 ? "float16" : "bfloat16";
+}
+size_t dtype_size(fuselet_dtype dt) { return dt == FUSELET_FLOAT32 ? 4 : 2; }
 
-// A float32 buffer on the host and its device twin.
+float load_value(const unsigned char* p, fuselet_dtype dt) {
+  if (dt == FUSELET_FLOAT32) {
+    float f;
+    std::memcpy(&f, p, 4);
+    return f;
+  }
+  if (dt == FUSELET_FLOAT16) {
+    __half h;
+    std::memcpy(&h, p, 2);
+    return __half2float(h);
+  }
+  __nv_bfloat16 b;
+  std::memcpy(&b, p, 2);
+  return __bfloat162float(b);
+}
+
+void store_value(unsigned char* p, fuselet_dtype dt, float v) {
+  if (dt == FUSELET_FLOAT32) {
+    std::memcpy(p, &v, 4);
+  } else if (dt == FUSELET_FLOAT16) {
+    const __half h = __float2half_rn(v);
+    std::memcpy(p, &h, 2);
+  } else {
+    const __nv_bfloat16 b = __float2bfloat16_rn(v);
+    std::memcpy(p, &b, 2);
+  }
+}
+
+// n values of dtype `dt` on the host (what the CPU entry points read and write) and their device
+// twin, filled from N(0.3, 2) with `seed` (or zeros).
 struct Buf {
-  std::vector<float> h;
-  float* d = nullptr;
-  explicit Buf(size_t n, unsigned seed = 0) : h(n) {
+  fuselet_dtype dt;
+  size_t n;
+  std::vector<unsigned char> h;
+  void* d = nullptr;
+  explicit Buf(size_t count, unsigned seed = 0, fuselet_dtype dtype = g_dt)
+      : dt(dtype), n(count), h(count * dtype_size(dtype)) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> dist(0.3f, 2.0f);
-    for (auto& v : h) v = seed ? dist(rng) : 0.f;
-    CUDA_OK(cudaMalloc(&d, (n ? n : 1) * sizeof(float)));
-    if (n) CUDA_OK(cudaMemcpy(d, h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    for (size_t i = 0; i < n; ++i) set(i, seed ? dist(rng) : 0.f);
+    CUDA_OK(cudaMalloc(&d, (n ? n : 1) * dtype_size(dt)));
+    upload();
   }
   ~Buf() { cudaFree(d); }
   Buf(const Buf&) = delete;
   Buf& operator=(const Buf&) = delete;
+  float get(size_t i) const { return load_value(&h[i * dtype_size(dt)], dt); }
+  void set(size_t i, float v) { store_value(&h[i * dtype_size(dt)], dt, v); }
+  void* host() { return h.data(); }
+  // The host values to the device.
+  void upload() {
+    if (n) CUDA_OK(cudaMemcpy(d, h.data(), h.size(), cudaMemcpyHostToDevice));
+  }
+  // The host values (the CPU's results), as floats.
+  std::vector<float> values() const {
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = get(i);
+    return out;
+  }
+  // The device values (the GPU's results), as floats.
   std::vector<float> download() const {
-    std::vector<float> out(h.size());
-    if (!out.empty()) CUDA_OK(cudaMemcpy(out.data(), d, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    std::vector<unsigned char> bytes(h.size());
+    if (n) CUDA_OK(cudaMemcpy(bytes.data(), d, bytes.size(), cudaMemcpyDeviceToHost));
+    std::vector<float> out(n);
+    for (size_t i = 0; i < n; ++i) out[i] = load_value(&bytes[i * dtype_size(dt)], dt);
     return out;
   }
 };
 
-void compare(const std::string& what, const std::vector<float>& got, const std::vector<float>& want) {
+// Views of a buffer's host or device values, in its dtype.
+fuselet_tensor hv(Buf& b, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
+  return view(b.host(), std::move(shape), std::move(strides), b.dt);
+}
+fuselet_tensor dv(Buf& b, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
+  return view(b.d, std::move(shape), std::move(strides), b.dt);
+}
+
+void compare(const std::string& what, const std::vector<float>& got, const std::vector<float>& want,
+             fuselet_dtype dt = g_dt) {
   double err = 0;
-  for (size_t i = 0; i < want.size(); ++i)
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(want[i]) && std::isnan(got[i])) continue;
     err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
-  check(err < 1e-4, what + ": max error " + std::to_string(err));
+  }
+  check(err < tolerance(dt), what + " (" + dtype_name(dt) + "): max error " + std::to_string(err));
 }
 
 void glu_case(const fuselet_glu_options& o, int64_t rows, int64_t f, cudaStream_t s) {
   const std::string name = "glu act=" + std::to_string(o.activation) + (o.interleaved ? " interleaved " : " ") +
                            std::to_string(rows) + "x" + std::to_string(f);
   Buf x(rows * 2 * f, 1), dy(rows * f, 2), y(rows * f), dx(rows * 2 * f);
-  fuselet_tensor hx = view(x.h.data(), {rows, 2 * f}), hdy = view(dy.h.data(), {rows, f}),
-                 hy = view(y.h.data(), {rows, f}), hdx = view(dx.h.data(), {rows, 2 * f});
-  fuselet_tensor vx = view(x.d, {rows, 2 * f}), vdy = view(dy.d, {rows, f}), vy = view(y.d, {rows, f}),
-                 vdx = view(dx.d, {rows, 2 * f});
+  fuselet_tensor hx = hv(x, {rows, 2 * f}), hdy = hv(dy, {rows, f}), hy = hv(y, {rows, f}),
+                 hdx = hv(dx, {rows, 2 * f});
+  fuselet_tensor vx = dv(x, {rows, 2 * f}), vdy = dv(dy, {rows, f}), vy = dv(y, {rows, f}),
+                 vdx = dv(dx, {rows, 2 * f});
   check(fuselet_glu_fwd_ex(&hx, &o, &hy) == FUSELET_OK && fuselet_glu_bwd_ex(&hdy, &hx, &o, &hdx) == FUSELET_OK,
         name + " cpu");
   check(fuselet_glu_fwd_ex_cuda(&vx, &o, &vy, s) == FUSELET_OK &&
@@ -85,8 +150,8 @@ void glu_case(const fuselet_glu_options& o, int64_t rows, int64_t f, cudaStream_
               fuselet_glu_bwd_cuda(&vdy, &vx, o.activation, &vdx, s) == FUSELET_OK,
           name + " cuda, plain entry points");
   CUDA_OK(cudaStreamSynchronize(s));
-  compare(name + " y", y.download(), y.h);
-  compare(name + " dx", dx.download(), dx.h);
+  compare(name + " y", y.download(), y.values());
+  compare(name + " dx", dx.download(), dx.values());
 }
 
 void softmax_case(int64_t b, int64_t q, int64_t k, bool causal, cudaStream_t s) {
@@ -95,33 +160,33 @@ void softmax_case(int64_t b, int64_t q, int64_t k, bool causal, cudaStream_t s) 
   const int64_t n = b * q * k;
   Buf x(n, 3), dy(n, 4), y(n), dx(n);
   const uint32_t flags = causal ? FUSELET_SOFTMAX_CAUSAL : 0;
-  fuselet_tensor hx = view(x.h.data(), {b, q, k}), hdy = view(dy.h.data(), {b, q, k}),
-                 hy = view(y.h.data(), {b, q, k}), hdx = view(dx.h.data(), {b, q, k});
-  fuselet_tensor vx = view(x.d, {b, q, k}), vdy = view(dy.d, {b, q, k}), vy = view(y.d, {b, q, k}),
-                 vdx = view(dx.d, {b, q, k});
+  fuselet_tensor hx = hv(x, {b, q, k}), hdy = hv(dy, {b, q, k}), hy = hv(y, {b, q, k}), hdx = hv(dx, {b, q, k});
+  fuselet_tensor vx = dv(x, {b, q, k}), vdy = dv(dy, {b, q, k}), vy = dv(y, {b, q, k}), vdx = dv(dx, {b, q, k});
   check(fuselet_softmax_fwd(&hx, 0.7f, flags, &hy) == FUSELET_OK &&
             fuselet_softmax_bwd(&hdy, &hy, 0.7f, &hdx) == FUSELET_OK,
         name + " cpu");
   // The CUDA backward takes the CPU forward's y, so that both backwards see the same input.
-  CUDA_OK(cudaMemcpy(y.d, y.h.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  y.upload();
   check(fuselet_softmax_bwd_cuda(&vdy, &vy, 0.7f, &vdx, s) == FUSELET_OK, name + " cuda bwd");
   CUDA_OK(cudaStreamSynchronize(s));
-  compare(name + " dx", dx.download(), dx.h);
+  compare(name + " dx", dx.download(), dx.values());
   check(fuselet_softmax_fwd_cuda(&vx, 0.7f, flags, &vy, s) == FUSELET_OK, name + " cuda fwd");
   CUDA_OK(cudaStreamSynchronize(s));
-  compare(name + " y", y.download(), y.h);
+  compare(name + " y", y.download(), y.values());
 }
 
-void add_rms_norm_case(int64_t rows, int64_t h, cudaStream_t s) {
-  const std::string name = "add_rms_norm " + std::to_string(rows) + "x" + std::to_string(h);
-  Buf x(rows * h, 5), res(rows * h, 6), w(h, 7), dy(rows * h, 8), dh(rows * h, 9), y(rows * h), ho(rows * h),
-      rstd(rows), dx(rows * h), dw(h);
-  auto rows_of = [&](Buf& b, bool dev) { return view(dev ? static_cast<void*>(b.d) : b.h.data(), {rows, h}); };
-  auto vec_of = [&](Buf& b, bool dev, int64_t n) { return view(dev ? static_cast<void*>(b.d) : b.h.data(), {n}); };
+// Residual add + RMSNorm, its parameters in x's dtype or in float32 (`f32_weight`).
+void add_rms_norm_case(int64_t rows, int64_t h, cudaStream_t s, bool f32_weight = false) {
+  const std::string name =
+      "add_rms_norm " + std::to_string(rows) + "x" + std::to_string(h) + (f32_weight ? " float32 weight" : "");
+  const fuselet_dtype pd = f32_weight ? FUSELET_FLOAT32 : g_dt;
+  Buf x(rows * h, 5), res(rows * h, 6), w(h, 7, pd), dy(rows * h, 8), dh(rows * h, 9), y(rows * h), ho(rows * h),
+      rstd(rows, 0, FUSELET_FLOAT32), dx(rows * h), dw(h, 0, pd);
   for (bool dev : {false, true}) {
-    fuselet_tensor tx = rows_of(x, dev), tres = rows_of(res, dev), tw = vec_of(w, dev, h), tdy = rows_of(dy, dev),
-                   tdh = rows_of(dh, dev), ty = rows_of(y, dev), tho = rows_of(ho, dev), tr = vec_of(rstd, dev, rows),
-                   tdx = rows_of(dx, dev), tdw = vec_of(dw, dev, h);
+    auto at = [dev](Buf& b, std::vector<int64_t> shape) { return dev ? dv(b, shape) : hv(b, shape); };
+    fuselet_tensor tx = at(x, {rows, h}), tres = at(res, {rows, h}), tw = at(w, {h}), tdy = at(dy, {rows, h}),
+                   tdh = at(dh, {rows, h}), ty = at(y, {rows, h}), tho = at(ho, {rows, h}), tr = at(rstd, {rows}),
+                   tdx = at(dx, {rows, h}), tdw = at(dw, {h});
     if (!dev) {
       check(fuselet_add_rms_norm_fwd(&tx, &tres, &tw, 1e-5f, 0, &ty, &tho, &tr) == FUSELET_OK &&
                 fuselet_add_rms_norm_bwd(&tdy, &tdh, &tho, &tw, &tr, 0, &tdx, &tdw) == FUSELET_OK,
@@ -137,39 +202,38 @@ void add_rms_norm_case(int64_t rows, int64_t h, cudaStream_t s) {
     CUDA_OK(cudaStreamSynchronize(s));
     cudaFree(ws);
   }
-  compare(name + " residual_out", ho.download(), ho.h);
-  compare(name + " y", y.download(), y.h);
-  compare(name + " dx", dx.download(), dx.h);
-  std::vector<float> got = dw.download(), want = dw.h;
+  compare(name + " residual_out", ho.download(), ho.values());
+  compare(name + " y", y.download(), y.values());
+  compare(name + " dx", dx.download(), dx.values());
+  std::vector<float> got = dw.download(), want = dw.values();
   double err = 0;
   for (int64_t i = 0; i < h; ++i) err = std::fmax(err, std::fabs(got[i] - want[i]) / (1.0 + std::fabs(want[i])));
-  check(err < 1e-4 * std::sqrt(double(rows) + 1.0), name + " dweight: max error " + std::to_string(err));
+  check(err < tolerance(pd) * std::sqrt(double(rows) + 1.0),
+        name + " dweight (" + dtype_name(pd) + "): max error " + std::to_string(err));
 }
 
 // x [B, S, N, D] (bhsd: [B, N, S, D]) inside rows padded to `pad` >= D elements (pad > D: a
-// strided view), cos / sin [S, R] or [B, S, R]; y, dy, dx contiguous.
+// strided view), cos / sin [S, R] or [B, S, R] in x's dtype or float32 (`f32_tables`); y, dy, dx
+// contiguous.
 void rope_case(int64_t b, int64_t sq, int64_t n, int64_t d, int64_t r, int64_t pad, uint32_t flags, bool per_seq,
-               cudaStream_t s) {
+               cudaStream_t s, bool f32_tables = true) {
   const std::string name = "rope " + std::to_string(b) + "x" + std::to_string(sq) + "x" + std::to_string(n) + "x" +
                            std::to_string(d) + " R=" + std::to_string(r) + " pad=" + std::to_string(pad) +
-                           " flags=" + std::to_string(flags) + (per_seq ? " per-seq" : "");
+                           " flags=" + std::to_string(flags) + (per_seq ? " per-seq" : "") +
+                           (f32_tables ? "" : " tables in x's dtype");
   const int64_t rows = b * sq * n, tables = (per_seq ? b : 1) * sq;
-  Buf x(rows * pad, 11), dy(rows * d, 12), c(tables * r, 13), sn(tables * r, 14), y(rows * d), dx(rows * d);
+  const fuselet_dtype cd = f32_tables ? FUSELET_FLOAT32 : g_dt;
+  Buf x(rows * pad, 11), dy(rows * d, 12), c(tables * r, 13, cd), sn(tables * r, 14, cd), y(rows * d), dx(rows * d);
   const bool bhsd = flags & FUSELET_ROPE_BHSD;
   const int64_t d1 = bhsd ? n : sq, d2 = bhsd ? sq : n;
-  auto xv = [&](void* p) {
-    fuselet_tensor t = view(p, {b, d1, d2, d});
-    t.strides[2] = pad, t.strides[1] = d2 * pad, t.strides[0] = d1 * d2 * pad;
-    return t;
-  };
+  const std::vector<int64_t> xstrides{d1 * d2 * pad, d2 * pad, pad, 1};
   std::vector<int64_t> cshape = per_seq ? std::vector<int64_t>{b, sq, r} : std::vector<int64_t>{sq, r};
   for (bool dev : {false, true}) {
-    fuselet_tensor tx = xv(dev ? static_cast<void*>(x.d) : x.h.data()),
-                   tdy = view(dev ? static_cast<void*>(dy.d) : dy.h.data(), {b, d1, d2, d}),
-                   ty = view(dev ? static_cast<void*>(y.d) : y.h.data(), {b, d1, d2, d}),
-                   tdx = view(dev ? static_cast<void*>(dx.d) : dx.h.data(), {b, d1, d2, d}),
-                   tc = view(dev ? static_cast<void*>(c.d) : c.h.data(), cshape),
-                   ts = view(dev ? static_cast<void*>(sn.d) : sn.h.data(), cshape);
+    auto at = [dev](Buf& buf, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
+      return dev ? dv(buf, shape, strides) : hv(buf, shape, strides);
+    };
+    fuselet_tensor tx = at(x, {b, d1, d2, d}, xstrides), tdy = at(dy, {b, d1, d2, d}), ty = at(y, {b, d1, d2, d}),
+                   tdx = at(dx, {b, d1, d2, d}), tc = at(c, cshape), ts = at(sn, cshape);
     if (!dev) {
       check(fuselet_rope_fwd(&tx, &tc, &ts, flags, &ty) == FUSELET_OK &&
                 fuselet_rope_bwd(&tdy, &tc, &ts, flags, &tdx) == FUSELET_OK,
@@ -181,8 +245,8 @@ void rope_case(int64_t b, int64_t sq, int64_t n, int64_t d, int64_t r, int64_t p
           name + " cuda");
     CUDA_OK(cudaStreamSynchronize(s));
   }
-  compare(name + " y", y.download(), y.h);
-  compare(name + " dx", dx.download(), dx.h);
+  compare(name + " y", y.download(), y.values());
+  compare(name + " dx", dx.download(), dx.values());
 }
 
 // Class ids on the host and their device twin (int64).
@@ -204,35 +268,39 @@ void cross_entropy_case(int64_t rows, int64_t vocab, fuselet_cross_entropy_optio
   const std::string name = "cross_entropy " + std::to_string(rows) + "x" + std::to_string(vocab) +
                            " ls=" + std::to_string(o.label_smoothing) + " z=" + std::to_string(o.z_loss) +
                            " cap=" + std::to_string(o.softcap) + " ignore=" + std::to_string(o.ignore_index);
-  Buf x(rows * vocab, 11), g(rows, 12), loss(rows), z(rows), lse(rows), dx(rows * vocab), fused(rows * vocab, 11),
-      floss(rows);
+  constexpr fuselet_dtype f32 = FUSELET_FLOAT32;
+  Buf x(rows * vocab, 11), g(rows, 12, f32), loss(rows, 0, f32), z(rows, 0, f32), lse(rows, 0, f32), dx(rows * vocab),
+      fused(rows * vocab, 11), floss(rows, 0, f32), inplace(rows * vocab, 11);
   Targets t(rows, vocab, o.ignore_index);
   fuselet_tensor ht = view(t.h.data(), {rows}), dt = view(t.d, {rows});
   ht.dtype = dt.dtype = FUSELET_INT64;
-  fuselet_tensor hx = view(x.h.data(), {rows, vocab}), hg = view(g.h.data(), {rows}), hl = view(loss.h.data(), {rows}),
-                 hz = view(z.h.data(), {rows}), hlse = view(lse.h.data(), {rows}),
-                 hdx = view(dx.h.data(), {rows, vocab}), hf = view(fused.h.data(), {rows, vocab}),
-                 hfl = view(floss.h.data(), {rows});
-  fuselet_tensor vx = view(x.d, {rows, vocab}), vg = view(g.d, {rows}), vl = view(loss.d, {rows}),
-                 vz = view(z.d, {rows}), vlse = view(lse.d, {rows}), vdx = view(dx.d, {rows, vocab}),
-                 vf = view(fused.d, {rows, vocab}), vfl = view(floss.d, {rows});
+  fuselet_tensor hx = hv(x, {rows, vocab}), hg = hv(g, {rows}), hl = hv(loss, {rows}), hz = hv(z, {rows}),
+                 hlse = hv(lse, {rows}), hdx = hv(dx, {rows, vocab}), hf = hv(fused, {rows, vocab}),
+                 hfl = hv(floss, {rows});
+  fuselet_tensor vx = dv(x, {rows, vocab}), vg = dv(g, {rows}), vl = dv(loss, {rows}), vz = dv(z, {rows}),
+                 vlse = dv(lse, {rows}), vdx = dv(dx, {rows, vocab}), vf = dv(fused, {rows, vocab}),
+                 vfl = dv(floss, {rows}), vip = dv(inplace, {rows, vocab});
   check(fuselet_cross_entropy_fwd(&hx, &ht, &o, &hl, &hz, &hlse) == FUSELET_OK &&
             fuselet_cross_entropy_bwd(&hg, &hx, &ht, &hlse, &o, &hdx) == FUSELET_OK &&
             fuselet_cross_entropy_fwd_bwd(&hf, &ht, &o, 0.5f, &hfl, nullptr, &hf) == FUSELET_OK,
         name + " cpu");
   check(fuselet_cross_entropy_fwd_cuda(&vx, &dt, &o, &vl, &vz, &vlse, s) == FUSELET_OK, name + " cuda fwd");
   CUDA_OK(cudaStreamSynchronize(s));
-  compare(name + " loss", loss.download(), loss.h);
-  compare(name + " z", z.download(), z.h);
-  compare(name + " lse", lse.download(), lse.h);
-  if (rows) CUDA_OK(cudaMemcpy(lse.d, lse.h.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
+  // The losses are float32 sums over the row of values read in x's dtype.
+  compare(name + " loss", loss.download(), loss.values(), g_dt);
+  compare(name + " z", z.download(), z.values(), g_dt);
+  compare(name + " lse", lse.download(), lse.values(), g_dt);
+  lse.upload();
   check(fuselet_cross_entropy_bwd_cuda(&vg, &vx, &dt, &vlse, &o, &vdx, s) == FUSELET_OK, name + " cuda bwd");
   check(fuselet_cross_entropy_fwd_bwd_cuda(&vf, &dt, &o, 0.5f, &vfl, nullptr, &vf, s) == FUSELET_OK,
         name + " cuda fwd_bwd in place");
+  // The backward in place: every thread reads the target's logit before any overwrites it.
+  check(fuselet_cross_entropy_bwd_cuda(&vg, &vip, &dt, &vlse, &o, &vip, s) == FUSELET_OK, name + " cuda bwd in place");
   CUDA_OK(cudaStreamSynchronize(s));
-  compare(name + " dlogits", dx.download(), dx.h);
-  compare(name + " fwd_bwd loss", floss.download(), floss.h);
-  compare(name + " fwd_bwd dlogits", fused.download(), fused.h);
+  compare(name + " dlogits", dx.download(), dx.values());
+  compare(name + " dlogits in place", inplace.download(), dx.values());
+  compare(name + " fwd_bwd loss", floss.download(), floss.values(), g_dt);
+  compare(name + " fwd_bwd dlogits", fused.download(), fused.values());
 }
 
 // Divergences: forward and both gradients on the GPU against the CPU, input and target as
@@ -241,26 +309,25 @@ void divergence_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, 
   const std::string name = "divergence kind=" + std::to_string(o.kind) +
                            " log_target=" + std::to_string(o.log_target) + " beta=" + std::to_string(o.beta) + " " +
                            std::to_string(rows) + "x" + std::to_string(vocab);
-  Buf x(rows * vocab, 21), t(rows * vocab, 22), g(rows, 23), loss(rows), dx(rows * vocab), dt(rows * vocab);
-  for (Buf* b : {&x, &t})
+  Buf x(rows * vocab, 21), t(rows * vocab, 22), g(rows, 23, FUSELET_FLOAT32), loss(rows, 0, FUSELET_FLOAT32),
+      dx(rows * vocab), dt(rows * vocab);
+  for (Buf* b : {&x, &t}) {
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = b->h.data() + r * vocab;
+      std::vector<double> row(vocab);
       double m = -INFINITY, sum = 0;
-      for (int64_t j = 0; j < vocab; ++j) m = std::fmax(m, row[j]);
+      for (int64_t j = 0; j < vocab; ++j) m = std::fmax(m, row[j] = b->get(r * vocab + j));
       for (int64_t j = 0; j < vocab; ++j) sum += std::exp(row[j] - m);
-      for (int64_t j = 0; j < vocab; ++j) row[j] = static_cast<float>(row[j] - m - std::log(sum));
-      if (b == &t && !o.log_target)
-        for (int64_t j = 0; j < vocab; ++j) row[j] = std::exp(row[j]);
+      for (int64_t j = 0; j < vocab; ++j) {
+        const double v = row[j] - m - std::log(sum);
+        b->set(r * vocab + j, static_cast<float>(b == &t && !o.log_target ? std::exp(v) : v));
+      }
     }
-  if (rows) {
-    CUDA_OK(cudaMemcpy(x.d, x.h.data(), rows * vocab * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(t.d, t.h.data(), rows * vocab * sizeof(float), cudaMemcpyHostToDevice));
+    b->upload();
   }
-  fuselet_tensor hx = view(x.h.data(), {rows, vocab}), ht = view(t.h.data(), {rows, vocab}),
-                 hg = view(g.h.data(), {rows}), hl = view(loss.h.data(), {rows}),
-                 hdx = view(dx.h.data(), {rows, vocab}), hdt = view(dt.h.data(), {rows, vocab});
-  fuselet_tensor vx = view(x.d, {rows, vocab}), vt = view(t.d, {rows, vocab}), vg = view(g.d, {rows}),
-                 vl = view(loss.d, {rows}), vdx = view(dx.d, {rows, vocab}), vdt = view(dt.d, {rows, vocab});
+  fuselet_tensor hx = hv(x, {rows, vocab}), ht = hv(t, {rows, vocab}), hg = hv(g, {rows}), hl = hv(loss, {rows}),
+                 hdx = hv(dx, {rows, vocab}), hdt = hv(dt, {rows, vocab});
+  fuselet_tensor vx = dv(x, {rows, vocab}), vt = dv(t, {rows, vocab}), vg = dv(g, {rows}), vl = dv(loss, {rows}),
+                 vdx = dv(dx, {rows, vocab}), vdt = dv(dt, {rows, vocab});
   check(fuselet_divergence_fwd(&hx, &ht, &o, &hl) == FUSELET_OK &&
             fuselet_divergence_bwd(&hg, &hx, &ht, &o, &hdx, &hdt) == FUSELET_OK,
         name + " cpu");
@@ -268,9 +335,9 @@ void divergence_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, 
             fuselet_divergence_bwd_cuda(&vg, &vx, &vt, &o, &vdx, &vdt, s) == FUSELET_OK,
         name + " cuda");
   CUDA_OK(cudaStreamSynchronize(s));
-  compare(name + " loss", loss.download(), loss.h);
-  compare(name + " dinput", dx.download(), dx.h);
-  compare(name + " dtarget", dt.download(), dt.h);
+  compare(name + " loss", loss.download(), loss.values(), g_dt);
+  compare(name + " dinput", dx.download(), dx.values());
+  compare(name + " dtarget", dt.download(), dt.values());
 }
 
 // A target outside [0, V) (not ignored): NaN loss and a zero gradient row on the GPU, the
@@ -278,12 +345,11 @@ void divergence_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, 
 void cross_entropy_bad_target(cudaStream_t s) {
   const int64_t rows = 3, vocab = 50;
   const fuselet_cross_entropy_options o{-100, 0.f, 0.f, 0.f};
-  Buf x(rows * vocab, 13), loss(rows), dx(rows * vocab, 14);
+  Buf x(rows * vocab, 13), loss(rows, 0, FUSELET_FLOAT32), dx(rows * vocab, 14);
   Targets t(rows, vocab, -100);
   t.h = {4, 50, 7};
   CUDA_OK(cudaMemcpy(t.d, t.h.data(), rows * sizeof(int64_t), cudaMemcpyHostToDevice));
-  fuselet_tensor dt = view(t.d, {rows}), vx = view(x.d, {rows, vocab}), vl = view(loss.d, {rows}),
-                 vdx = view(dx.d, {rows, vocab});
+  fuselet_tensor dt = view(t.d, {rows}), vx = dv(x, {rows, vocab}), vl = dv(loss, {rows}), vdx = dv(dx, {rows, vocab});
   dt.dtype = FUSELET_INT64;
   check(fuselet_cross_entropy_fwd_bwd_cuda(&vx, &dt, &o, 1.f, &vl, nullptr, &vdx, s) == FUSELET_OK,
         "cross_entropy bad target: cuda");
@@ -295,33 +361,118 @@ void cross_entropy_bad_target(cudaStream_t s) {
         "cross_entropy bad target: NaN loss, zero gradient row");
 }
 
-}  // namespace
+// The `_cuda` entry points refuse what they cannot run before they launch anything: a data
+// pointer not aligned to its element size (a GPU would fault on it), and a bad argument (each
+// family's checks, shared with the CPU).
+void bad_input(cudaStream_t s) {
+  auto refused = [](fuselet_status st, const char* needle, const std::string& what) {
+    const std::string msg = fuselet_last_error();
+    check(st == FUSELET_ERR_INVALID_ARGUMENT && msg.find(needle) != std::string::npos,
+          what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming '" + needle + "', got " + fuselet_status_string(st) +
+              " '" + msg + "'");
+  };
+  const int64_t rows = 4, v = 16;
+  Buf a(rows * v + 1, 1, FUSELET_FLOAT16), b(rows * v + 1, 2, FUSELET_FLOAT16), f(rows + 1, 3, FUSELET_FLOAT32),
+      f2(rows + 1, 4, FUSELET_FLOAT32);
+  Targets t(rows, v, -100);
+  // One element in: 2-byte data at an odd address (float16), 4-byte data at 2 (mod 4).
+  auto odd = [](Buf& buf, std::vector<int64_t> shape) {
+    fuselet_tensor x = dv(buf, shape);
+    x.data = static_cast<char*>(buf.d) + 1;
+    return x;
+  };
+  auto off2 = [](Buf& buf, std::vector<int64_t> shape) {
+    fuselet_tensor x = dv(buf, shape);
+    x.data = static_cast<char*>(buf.d) + 2;
+    return x;
+  };
+  fuselet_tensor x = dv(a, {rows, v}), y = dv(b, {rows, v}), xo = odd(a, {rows, v}), yo = odd(b, {rows, v});
+  fuselet_tensor lossv = dv(f, {rows}), losso = off2(f, {rows}), gv = dv(f2, {rows});
+  fuselet_tensor tg = view(t.d, {rows});
+  tg.dtype = FUSELET_INT64;
+  refused(fuselet_softmax_fwd_cuda(&xo, 1.f, 0, &y, s), "not aligned", "softmax x misaligned");
+  refused(fuselet_softmax_bwd_cuda(&x, &x, 1.f, &yo, s), "not aligned", "softmax dx misaligned");
+  const fuselet_glu_options glu{FUSELET_GLU_SILU, 0, 0.f, 0.f};
+  fuselet_tensor half = dv(b, {rows, v / 2});
+  refused(fuselet_glu_fwd_ex_cuda(&xo, &glu, &half, s), "not aligned", "glu x misaligned");
+  const fuselet_cross_entropy_options ce{-100, 0.f, 0.f, 0.f};
+  refused(fuselet_cross_entropy_fwd_cuda(&xo, &tg, &ce, &lossv, nullptr, &gv, s), "not aligned",
+          "cross_entropy logits misaligned");
+  refused(fuselet_cross_entropy_fwd_cuda(&x, &tg, &ce, &losso, nullptr, &gv, s), "not aligned",
+          "cross_entropy loss misaligned");
+  fuselet_tensor t32 = view(static_cast<char*>(static_cast<void*>(t.d)) + 4, {rows});
+  t32.dtype = FUSELET_INT64;
+  refused(fuselet_cross_entropy_fwd_cuda(&x, &t32, &ce, &lossv, nullptr, &gv, s), "not aligned",
+          "cross_entropy int64 target misaligned");
+  refused(fuselet_cross_entropy_fwd_bwd_cuda(&x, &tg, nullptr, 1.f, &lossv, nullptr, &y, s), "opts",
+          "cross_entropy fwd_bwd without options");
+  const fuselet_divergence_options kl{FUSELET_DIVERGENCE_KL, 1, 0.f};
+  refused(fuselet_divergence_fwd_cuda(&xo, &y, &kl, &lossv, s), "not aligned", "divergence input misaligned");
+  fuselet_tensor w = dv(b, {v}), wo = odd(b, {v});
+  refused(fuselet_rms_norm_fwd_cuda(&xo, &w, 1e-5f, 0, &y, &lossv, s), "not aligned", "rms_norm x misaligned");
+  refused(fuselet_rms_norm_fwd_cuda(&x, &wo, 1e-5f, 0, &y, &lossv, s), "not aligned", "rms_norm weight misaligned");
+  refused(fuselet_rms_norm_fwd_cuda(&x, &w, 1e-5f, 0, &y, &losso, s), "not aligned", "rms_norm rstd misaligned");
+  const size_t ws_bytes = fuselet_norm_bwd_workspace_bytes_cuda(rows, v);
+  Buf ws(ws_bytes / 4 + 2, 0, FUSELET_FLOAT32), dwb(v, 0, FUSELET_FLOAT16);
+  fuselet_tensor dw = dv(dwb, {v});
+  refused(fuselet_rms_norm_bwd_cuda(&xo, &x, &w, &lossv, 0, &y, &dw, ws.d, ws_bytes, s), "not aligned",
+          "rms_norm_bwd dy misaligned");
+  refused(fuselet_rms_norm_bwd_cuda(&x, &x, &wo, &lossv, 0, &y, &dw, ws.d, ws_bytes, s), "not aligned",
+          "rms_norm_bwd weight misaligned");
+  refused(fuselet_rms_norm_bwd_cuda(&x, &x, &w, &losso, 0, &y, &dw, ws.d, ws_bytes, s), "not aligned",
+          "rms_norm_bwd rstd misaligned");
+  refused(fuselet_rms_norm_bwd_cuda(&x, &x, &w, &lossv, 0, &y, &dw, static_cast<char*>(ws.d) + 2, ws_bytes, s),
+          "workspace", "rms_norm_bwd workspace misaligned");
+  // Each norm entry point's own checks (shared with the CPU), before any launch.
+  refused(fuselet_rms_norm_bwd_cuda(&x, &x, &w, &lossv, 0, nullptr, &dw, ws.d, ws_bytes, s), "dx",
+          "rms_norm_bwd without dx");
+  refused(fuselet_add_rms_norm_fwd_cuda(&x, nullptr, &w, 1e-5f, 0, &y, &y, &lossv, s), "residual",
+          "add_rms_norm_fwd without residual");
+  refused(fuselet_add_rms_norm_bwd_cuda(&x, &x, &x, &w, nullptr, 0, &y, &dw, ws.d, ws_bytes, s), "rstd",
+          "add_rms_norm_bwd without rstd");
+  refused(fuselet_layer_norm_bwd_cuda(&x, &x, &w, nullptr, &lossv, 0, &y, &dw, nullptr, ws.d, ws_bytes, s), "mean",
+          "layer_norm_bwd without mean");
+  // No rows: dweight is zeroed with cudaMemsetAsync, which refuses memory that is not the
+  // device's (a host pointer passed as dweight): the emulator always, a GPU unless its system
+  // maps pageable host memory for the device (HMM), where the zeros are written.
+  std::vector<__half> host_dw(v, __float2half_rn(1.f));
+  fuselet_tensor x0 = dv(a, {0, v}), r0 = dv(f, {0}), hdw = view(host_dw.data(), {v}, {}, FUSELET_FLOAT16);
+  const fuselet_status st = fuselet_rms_norm_bwd_cuda(&x0, &x0, &w, &r0, 0, &x0, &hdw, nullptr, 0, s);
+  cudaStreamSynchronize(s);
+  const bool emulated = std::strcmp(fuselet_cuda_archs(), "emu") == 0;
+  const bool zeroed = st == FUSELET_OK && __half2float(host_dw[0]) == 0.f && __half2float(host_dw[v - 1]) == 0.f;
+  check((st == FUSELET_ERR_CUDA && std::string(fuselet_last_error()).find("cudaMemsetAsync") != std::string::npos) ||
+            (!emulated && zeroed),
+        std::string("rms_norm_bwd of no rows, dweight in host memory: expected FUSELET_ERR_CUDA naming "
+                    "cudaMemsetAsync, got ") +
+            fuselet_status_string(st) + " '" + fuselet_last_error() + "'");
+  cudaGetLastError();
+  fuselet_tensor c = dv(a, {1, v}), co = odd(a, {1, v});
+  fuselet_tensor x4 = dv(a, {1, 1, 1, v}), y4 = dv(b, {1, 1, 1, v}), x4o = odd(a, {1, 1, 1, v});
+  refused(fuselet_rope_fwd_cuda(&x4o, &c, &c, 0, &y4, s), "not aligned", "rope x misaligned");
+  refused(fuselet_rope_fwd_cuda(&x4, &co, &co, 0, &y4, s), "not aligned", "rope cos misaligned");
+}
 
-int main() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::printf("no CUDA device: skipped\n");
-    return 77;
-  }
-  if (!fuselet_has_cuda()) {
-    std::printf("libfuselet was built without CUDA: skipped\n");
-    return 77;
-  }
-  cudaStream_t s;
-  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+// float32: rows of every kernel path and every option; `wide`: the full matrix of shapes.
+void run_all(cudaStream_t s, bool wide) {
+  const std::vector<int64_t> sizes =
+      wide ? std::vector<int64_t>{1, 3, 127, 4096, 4097} : std::vector<int64_t>{3, 4096};
   for (int act : {FUSELET_GLU_SILU, FUSELET_GLU_GELU, FUSELET_GLU_GELU_TANH, FUSELET_GLU_SILU_CLAMPED})
     for (int interleaved : {0, 1})
-      for (int64_t f : {1, 3, 127, 4096, 4097})
+      for (int64_t f : sizes)
         glu_case({act, interleaved, 1.702f, 1.5f}, 9, f, s);  // a limit inside the inputs' spread
-  glu_case({FUSELET_GLU_SILU, 0, 0.f, 0.f}, 70000, 8, s);  // more rows than the grid's y extent
+  if (wide) glu_case({FUSELET_GLU_SILU, 0, 0.f, 0.f}, 70000, 8, s);  // more rows than the grid's y extent
   for (bool causal : {false, true}) {
-    for (int64_t k : {1, 3, 127, 4096, 4097}) softmax_case(2, 5, k, causal, s);
+    for (int64_t k : sizes) softmax_case(2, 5, k, causal, s);
     softmax_case(1, 7, 3, causal, s);  // Q > K: fully masked rows
-    softmax_case(3, 130, 129, causal, s);
+    if (wide) softmax_case(3, 130, 129, causal, s);
   }
   // Warp rows, block rows, chunked rows (shared memory and workspace partials), 16-byte and scalar.
-  for (int64_t h : {1, 3, 127, 512, 1027, 4096, 20000}) add_rms_norm_case(33, h, s);
-  add_rms_norm_case(1000, 1024, s);
+  for (int64_t h : wide ? std::vector<int64_t>{1, 3, 127, 512, 1027, 4096, 20000, 20001}
+                        : std::vector<int64_t>{3, 512, 1027, 20000, 20001})
+    add_rms_norm_case(33, h, s);
+  if (wide) add_rms_norm_case(1000, 1024, s);
+  if (g_dt != FUSELET_FLOAT32) add_rms_norm_case(9, 1024, s, true);  // float32 weight with half activations
   // Vector units (D, R, strides multiples of 4) and scalar ones, both pairings and layouts.
   for (uint32_t flags = 0; flags < 4; ++flags)
     for (bool per_seq : {false, true}) {
@@ -329,26 +480,51 @@ int main() {
       rope_case(2, 17, 4, 128, 64, 136, flags, per_seq, s);  // partial rotary, padded rows
       rope_case(3, 5, 3, 10, 6, 10, flags, per_seq, s);  // scalar units
       rope_case(1, 9, 2, 12, 4, 13, flags, per_seq, s);  // scalar: odd row stride
+      if (g_dt != FUSELET_FLOAT32) {  // cos / sin in x's dtype
+        rope_case(2, 17, 4, 128, 128, 128, flags, per_seq, s, false);
+        rope_case(3, 5, 3, 10, 6, 10, flags, per_seq, s, false);
+      }
     }
-  rope_case(4, 2048, 8, 64, 64, 64, 0, false, s);  // more units than the grid
+  if (wide) rope_case(4, 2048, 8, 64, 64, 64, 0, false, s);  // more units than the grid
   // Cross-entropy: odd, vocabulary-sized and 128k+ rows (strided), every option, ignore_index in [0, V).
-  for (int64_t v : {1, 3, 127, 4097, 32000, 32001}) cross_entropy_case(9, v, {-100, 0.f, 0.f, 0.f}, s);
-  cross_entropy_case(6, 32001, {-100, 0.1f, 1e-3f, 30.f}, s);
+  for (int64_t v : wide ? std::vector<int64_t>{1, 3, 127, 4097, 32000, 32001} : std::vector<int64_t>{3, 4097})
+    cross_entropy_case(9, v, {-100, 0.f, 0.f, 0.f}, s);
+  cross_entropy_case(6, wide ? 32001 : 4097, {-100, 0.1f, 1e-3f, 30.f}, s);
   cross_entropy_case(5, 3, {2, 0.2f, 1e-2f, 5.f}, s);
-  cross_entropy_case(3, 131072 + 5, {-100, 0.05f, 1e-4f, 0.f}, s);
-  cross_entropy_case(2, 262144, {-100, 0.f, 0.f, 15.f}, s);
-  cross_entropy_case(0, 8, {-100, 0.f, 0.f, 0.f}, s);
-  cross_entropy_case(70000, 4, {-100, 0.1f, 0.f, 0.f}, s);  // more rows than a block's share
-  cross_entropy_bad_target(s);
+  if (wide) {
+    cross_entropy_case(3, 131072 + 5, {-100, 0.05f, 1e-4f, 0.f}, s);
+    cross_entropy_case(2, 262144, {-100, 0.f, 0.f, 15.f}, s);
+    cross_entropy_case(0, 8, {-100, 0.f, 0.f, 0.f}, s);
+    cross_entropy_case(70000, 4, {-100, 0.1f, 0.f, 0.f}, s);  // more rows than a block's share
+    cross_entropy_bad_target(s);
+  }
   // Divergences: every kind, beta at its special values, odd and vocabulary-sized rows, no rows.
-  for (int64_t v : {1, 3, 127, 4097, 32001}) {
+  for (int64_t v : wide ? std::vector<int64_t>{1, 3, 127, 4097, 32001} : std::vector<int64_t>{127}) {
     divergence_case(9, v, {FUSELET_DIVERGENCE_KL, 1, 0.f}, s);
     divergence_case(9, v, {FUSELET_DIVERGENCE_KL, 0, 0.f}, s);
     for (float beta : {0.f, 0.3f, 1.f}) divergence_case(9, v, {FUSELET_DIVERGENCE_JSD, 1, beta}, s);
     divergence_case(9, v, {FUSELET_DIVERGENCE_TVD, 1, 0.f}, s);
   }
-  divergence_case(0, 8, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
-  divergence_case(70000, 4, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
+  if (wide) {
+    divergence_case(0, 8, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
+    divergence_case(70000, 4, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
+    bad_input(s);
+  }
+}
+
+}  // namespace
+
+// test_ops_cuda [DTYPE]: every dtype, or one (float32: every shape of every path; float16 and
+// bfloat16: a shape of each path; the emulated runs split the work so).
+int main(int argc, char** argv) {
+  const std::string only = fuselet_test::start_cuda_test(argc, argv);
+  cudaStream_t s;
+  CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (fuselet_dtype dt : {FUSELET_FLOAT32, FUSELET_FLOAT16, FUSELET_BFLOAT16}) {
+    if (!fuselet_test::runs_dtype(only, dtype_name(dt))) continue;
+    g_dt = dt;
+    run_all(s, dt == FUSELET_FLOAT32);
+  }
   CUDA_OK(cudaStreamDestroy(s));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

@@ -1,7 +1,18 @@
 // Generic CUDA building blocks of the fuselet kernels: element conversion, vector loads and
-// stores, warp / block all-reductions, chunked row loads (device side), and launch checks,
-// alignment checks and dtype dispatch (host side). Every kernel family includes this header.
+// stores, warp / block all-reductions, chunked row loads, shared memory declarations (device
+// side), and kernel launches, launch checks, alignment checks and dtype dispatch (host side).
+// Every kernel family includes this header.
+//
+// Compiled by nvcc, or as host C++ under fuselet's CUDA emulator (FUSELET_CUDA_EMU,
+// csrc/emu): the emulator gives the CUDA names below their meaning on a CPU. So that both
+// compile the same source, every kernel is launched with launch_kernel and declares its shared
+// memory with FUSELET_SHARED / FUSELET_DYNAMIC_SHARED (scripts/lint.sh's `emu` check refuses a
+// CUDA construct the emulator does not implement).
 #pragma once
+
+#if defined(FUSELET_CUDA_EMU)
+#include "fuselet_emu/simt.h"
+#endif
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,6 +29,32 @@ namespace fuselet {
 namespace gpu {
 
 constexpr int64_t kMaxGrid = int64_t(1) << 20;  // rows beyond this are grid-strided
+
+// ---------------------------------------------------------------------------------------------
+// Shared memory and launches.
+
+template <typename T>
+using Id = T;
+
+#if defined(FUSELET_CUDA_EMU)
+#define FUSELET_SHARED(type, name) auto& name = ::fuselet_emu::shared<type>([] {})
+#define FUSELET_DYNAMIC_SHARED(type, name) type* const name = ::fuselet_emu::dynamic_shared<type>()
+#else
+// `__shared__ float x[33]` is FUSELET_SHARED(float[33], x); `extern __shared__ float x[]` is
+// FUSELET_DYNAMIC_SHARED(float, x).
+#define FUSELET_SHARED(type, name) __shared__::fuselet::gpu::Id<type> name
+#define FUSELET_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
+// K<<<grid, block, dynamic_smem, stream>>>(args...): every launch of the kernels goes through it.
+template <auto K, typename... Args>
+inline void launch_kernel(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const Args&... args) {
+#if defined(FUSELET_CUDA_EMU)
+  ::fuselet_emu::launch<K>(grid, block, dynamic_smem, stream, args...);
+#else
+  K<<<grid, block, dynamic_smem, stream>>>(args...);
+#endif
+}
 
 // ---------------------------------------------------------------------------------------------
 // Element access.

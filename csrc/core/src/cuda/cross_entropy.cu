@@ -36,8 +36,8 @@ __device__ __forceinline__ float capped(float v, float c) { return c > 0.f ? c *
 
 template <typename T, int kMode>
 __global__ void __launch_bounds__(1024) cross_entropy_kernel(const CrossEntropyProblem p) {
-  __shared__ float2 pairs[33];
-  __shared__ float sums[33];
+  FUSELET_SHARED(float2[33], pairs);
+  FUSELET_SHARED(float[33], sums);
   const int64_t V = p.vocab;
   const float c = p.softcap, ls = p.label_smoothing, zl = p.z_loss;
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
@@ -117,9 +117,9 @@ fuselet_status run(const CrossEntropyProblem& p, int mode, void* stream) {
     using T = decltype(tag);
     if (fuselet_status st = check_alignment({{"logits", p.logits}, {"dlogits", p.dlogits}}, sizeof(T))) return st;
     switch (mode) {
-      case kFwd: cross_entropy_kernel<T, kFwd><<<grid, threads, 0, s>>>(p); break;
-      case kBwd: cross_entropy_kernel<T, kBwd><<<grid, threads, 0, s>>>(p); break;
-      default: cross_entropy_kernel<T, kFwdBwd><<<grid, threads, 0, s>>>(p); break;
+      case kFwd: launch_kernel<cross_entropy_kernel<T, kFwd>>(grid, threads, 0, s, p); break;
+      case kBwd: launch_kernel<cross_entropy_kernel<T, kBwd>>(grid, threads, 0, s, p); break;
+      default: launch_kernel<cross_entropy_kernel<T, kFwdBwd>>(grid, threads, 0, s, p); break;
     }
     return launch_status("cross_entropy_kernel");
   });

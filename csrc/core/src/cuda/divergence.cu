@@ -27,7 +27,7 @@ struct LogF {
 
 template <typename T, typename Math>
 __global__ void __launch_bounds__(1024) divergence_fwd_kernel(const DivergenceProblem p, const Math math) {
-  __shared__ float scratch[33];
+  FUSELET_SHARED(float[33], scratch);
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* x = static_cast<const T*>(p.input) + r * p.input_stride;
     const T* t = static_cast<const T*>(p.target) + r * p.target_stride;
@@ -67,10 +67,10 @@ fuselet_status run(const DivergenceProblem& p, bool backward, void* stream) {
     fuselet_status st = FUSELET_OK;
     with_divergence_math<ExpF, LogF>(p, [&](auto math) {
       if (backward) {
-        divergence_bwd_kernel<T><<<grid, threads, 0, s>>>(p, math);
+        launch_kernel<divergence_bwd_kernel<T, decltype(math)>>(grid, threads, 0, s, p, math);
         st = launch_status("divergence_bwd_kernel");
       } else {
-        divergence_fwd_kernel<T><<<grid, threads, 0, s>>>(p, math);
+        launch_kernel<divergence_fwd_kernel<T, decltype(math)>>(grid, threads, 0, s, p, math);
         st = launch_status("divergence_fwd_kernel");
       }
     });

@@ -121,10 +121,10 @@ fuselet_status launch(const GluProblem& p, bool backward, cudaStream_t stream) {
     using T = decltype(tag);
     if (fuselet_status s = check_alignment({{"x", p.x}, {"y", p.y}, {"dy", p.dy}, {"dx", p.dx}}, sizeof(T))) return s;
     if (backward) {
-      glu_bwd_kernel<T, Math, L><<<grid, kThreads, 0, stream>>>(p);
+      launch_kernel<glu_bwd_kernel<T, Math, L>>(grid, kThreads, 0, stream, p);
       return launch_status("glu_bwd_kernel");
     }
-    glu_fwd_kernel<T, Math, L><<<grid, kThreads, 0, stream>>>(p);
+    launch_kernel<glu_fwd_kernel<T, Math, L>>(grid, kThreads, 0, stream, p);
     return launch_status("glu_fwd_kernel");
   });
 }

@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
     norm_fwd_kernel(const FwdArgs a) {
   constexpr int kVecs = vecs_per_thread(kTeam, kVec);
   constexpr bool kWarp = kTeam == kWarpTeam, kChunked = kTeam == kChunkedTeam;
-  __shared__ float scratch[33];
+  FUSELET_SHARED(float[33], scratch);
   const int tid = kWarp ? (threadIdx.x & 31) : threadIdx.x;
   const int nthr = kWarp ? 32 : blockDim.x;
   const int teams = kWarp ? blockDim.x / 32 : 1;  // rows per block
@@ -264,8 +264,8 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
     norm_bwd_kernel(const BwdArgs a) {
   constexpr int kVecs = vecs_per_thread(kTeam, kVec);
   constexpr bool kWarp = kTeam == kWarpTeam, kChunked = kTeam == kChunkedTeam;
-  extern __shared__ float dyn_smem[];
-  __shared__ float2 scratch[33];
+  FUSELET_DYNAMIC_SHARED(float, dyn_smem);
+  FUSELET_SHARED(float2[33], scratch);
   const int tid = kWarp ? (threadIdx.x & 31) : threadIdx.x;
   const int nthr = kWarp ? 32 : blockDim.x;
   const int warp = threadIdx.x / 32, teams = kWarp ? blockDim.x / 32 : 1;
@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(kTeam == kWarpTeam ? 32 * kWarpRows : max_thre
 template <typename T>
 __global__ void __launch_bounds__(32 * kFinalizeSlices)
     norm_bwd_finalize_kernel(const float* part_w, const float* part_b, T* dw, T* db, int64_t groups, int64_t hidden) {
-  __shared__ float red[2][kFinalizeSlices][33];
+  FUSELET_SHARED(float[2][kFinalizeSlices][33], red);
   const int64_t col = int64_t(blockIdx.x) * 32 + threadIdx.x;
   float sw = 0.f, sb = 0.f;
   if (col < hidden) {
@@ -470,15 +470,16 @@ fuselet_status launch_fwd(const NormProblem& p, cudaStream_t stream) {
                   p.hout_stride};
   if (p.hidden <= kMaxWarpHidden) {
     const int64_t grid = std::min<int64_t>((p.rows - 1) / kWarpRows + 1, kMaxGrid);
-    norm_fwd_kernel<T, kVec, kWarpTeam, kLN, kRes><<<static_cast<unsigned>(grid), 32 * kWarpRows, 0, stream>>>(a);
+    launch_kernel<norm_fwd_kernel<T, kVec, kWarpTeam, kLN, kRes>>(static_cast<unsigned>(grid), 32 * kWarpRows, 0,
+                                                                  stream, a);
   } else {
     constexpr int kVecs = vecs_per_thread(kBlockTeam, kVec);
     const int threads = team_threads(p.hidden / kVec, kVecs, max_threads(false, kVec));
     const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
     if (p.hidden / kVec <= int64_t(threads) * kVecs)
-      norm_fwd_kernel<T, kVec, kBlockTeam, kLN, kRes><<<grid, threads, 0, stream>>>(a);
+      launch_kernel<norm_fwd_kernel<T, kVec, kBlockTeam, kLN, kRes>>(grid, threads, 0, stream, a);
     else
-      norm_fwd_kernel<T, kVec, kChunkedTeam, kLN, kRes><<<grid, threads, 0, stream>>>(a);
+      launch_kernel<norm_fwd_kernel<T, kVec, kChunkedTeam, kLN, kRes>>(grid, threads, 0, stream, a);
   }
   return launch_status(kLN ? "layer_norm_fwd_kernel" : kRes ? "add_rms_norm_fwd_kernel" : "rms_norm_fwd_kernel");
 }
@@ -526,14 +527,15 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
   const char* name = kLN ? "layer_norm_bwd_kernel" : "rms_norm_bwd_kernel";
   if (p.hidden <= kMaxWarpHidden) {
     const size_t smem = sizeof(float) * kWarpRows * static_cast<size_t>(p.hidden);
-    norm_bwd_kernel<T, kVec, kWarpTeam, kLN><<<static_cast<unsigned>(groups), 32 * kWarpRows, smem, stream>>>(a);
+    launch_kernel<norm_bwd_kernel<T, kVec, kWarpTeam, kLN>>(static_cast<unsigned>(groups), 32 * kWarpRows, smem,
+                                                            stream, a);
   } else {
     constexpr int kVecs = vecs_per_thread(kBlockTeam, kVec);
     const int threads = team_threads(p.hidden / kVec, kVecs, max_threads(true, kVec));
     if (p.hidden / kVec <= int64_t(threads) * kVecs) {
-      norm_bwd_kernel<T, kVec, kBlockTeam, kLN><<<static_cast<unsigned>(groups), threads, 0, stream>>>(a);
+      launch_kernel<norm_bwd_kernel<T, kVec, kBlockTeam, kLN>>(static_cast<unsigned>(groups), threads, 0, stream, a);
     } else {  // chunked rows: accumulators in shared memory if they fit
-      const auto kernel = norm_bwd_kernel<T, kVec, kChunkedTeam, kLN>;
+      constexpr auto kernel = &norm_bwd_kernel<T, kVec, kChunkedTeam, kLN>;
       const size_t bytes = sizeof(float) * (kLN ? 2 : 1) * static_cast<size_t>(p.hidden);
       int dev = 0, optin = 0;
       cudaFuncAttributes attr;
@@ -547,7 +549,7 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
         a.smem_acc = true;
       }
       if (err != cudaSuccess) return fail(FUSELET_ERR_CUDA, "%s setup failed: %s", name, cudaGetErrorString(err));
-      kernel<<<static_cast<unsigned>(groups), threads, smem, stream>>>(a);
+      launch_kernel<kernel>(static_cast<unsigned>(groups), threads, smem, stream, a);
     }
   }
   if (fuselet_status s = launch_status(name)) return s;
@@ -556,8 +558,8 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
   const unsigned grid = static_cast<unsigned>((p.hidden - 1) / 32 + 1);
   return dispatch(p.param_dtype, [&](auto tag) {
     using P = decltype(tag);
-    norm_bwd_finalize_kernel<P><<<grid, block, 0, stream>>>(a.part_w, a.part_b, static_cast<P*>(p.dweight),
-                                                            static_cast<P*>(p.dbias), groups, p.hidden);
+    launch_kernel<norm_bwd_finalize_kernel<P>>(grid, block, 0, stream, a.part_w, a.part_b, static_cast<P*>(p.dweight),
+                                               static_cast<P*>(p.dbias), groups, p.hidden);
     return launch_status(kLN ? "layer_norm_bwd_finalize_kernel" : "rms_norm_bwd_finalize_kernel");
   });
 }

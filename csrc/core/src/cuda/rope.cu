@@ -135,9 +135,9 @@ fuselet_status launch(const RopeProblem& p, cudaStream_t s) {
   const int64_t blocks = (p.rows * units + kThreads - 1) / kThreads;
   const unsigned grid = static_cast<unsigned>(std::min<int64_t>(blocks, kMaxGrid));
   if (p.backward)
-    rope_kernel<T, C, W, kInter, true><<<grid, kThreads, 0, s>>>(p, rot_units, units);
+    launch_kernel<rope_kernel<T, C, W, kInter, true>>(grid, kThreads, 0, s, p, rot_units, units);
   else
-    rope_kernel<T, C, W, kInter, false><<<grid, kThreads, 0, s>>>(p, rot_units, units);
+    launch_kernel<rope_kernel<T, C, W, kInter, false>>(grid, kThreads, 0, s, p, rot_units, units);
   return launch_status(p.backward ? "rope_bwd_kernel" : "rope_fwd_kernel");
 }
 

@@ -20,7 +20,7 @@ using namespace gpu;  // NOLINT: the shared building blocks (common.cuh)
 
 template <typename T>
 __global__ void __launch_bounds__(1024) softmax_fwd_kernel(const SoftmaxProblem p) {
-  __shared__ float scratch[33];
+  FUSELET_SHARED(float[33], scratch);
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* x = static_cast<const T*>(p.x) + r * p.x_stride;
     T* y = static_cast<T*>(p.out) + r * p.out_stride;
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(1024) softmax_fwd_kernel(const SoftmaxProblem 
 
 template <typename T>
 __global__ void __launch_bounds__(1024) softmax_bwd_kernel(const SoftmaxProblem p) {
-  __shared__ float scratch[33];
+  FUSELET_SHARED(float[33], scratch);
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const T* y = static_cast<const T*>(p.x) + r * p.x_stride;
     const T* dy = static_cast<const T*>(p.dy) + r * p.dy_stride;
@@ -63,10 +63,10 @@ fuselet_status run(const SoftmaxProblem& p, bool backward, void* stream) {
     using T = decltype(tag);
     if (fuselet_status st = check_alignment({{"x", p.x}, {"dy", p.dy}, {"y", p.out}}, sizeof(T))) return st;
     if (backward) {
-      softmax_bwd_kernel<T><<<grid, threads, 0, s>>>(p);
+      launch_kernel<softmax_bwd_kernel<T>>(grid, threads, 0, s, p);
       return launch_status("softmax_bwd_kernel");
     }
-    softmax_fwd_kernel<T><<<grid, threads, 0, s>>>(p);
+    launch_kernel<softmax_fwd_kernel<T>>(grid, threads, 0, s, p);
     return launch_status("softmax_fwd_kernel");
   });
 }
