@@ -265,7 +265,11 @@ class _Compare:
         row["max_error"], row["worst"] = errors[worst], worst
         # Where fused and stock float32 differ by more than TOLERANCE (deep or sensitive models
         # amplify float32's rounding), both are held to the float64 stock step: the fused one may
-        # be no further from it than twice the stock float32 step's own distance.
+        # be no further from it than twice the stock float32 step's own distance, plus
+        # TOLERANCE: which of two float32 steps lies nearer float64 changes with the CPU kernels
+        # torch picks (gemma4's layer-0 k_proj gradient: fused 1.27e-5 from float64, stock
+        # 5.4e-6, with AVX-512 kernels; within 2x with AVX2 ones), while a real difference (a
+        # wrong eps, a dropped term) is 1e-3 or more.
         if errors[worst] > TOLERANCE and self.ref is None:
             self.ref = stock_f64(*self.key, **self.overrides) or {}
         ref = self.ref if errors[worst] > TOLERANCE else None
@@ -273,9 +277,9 @@ class _Compare:
             within = [
                 n
                 for n in errors
-                if errors[n] <= TOLERANCE or _error(fused_vals[n], ref[n]) <= 2 * _error(stock_vals[n], ref[n]) + TOLERANCE / 10
+                if errors[n] <= TOLERANCE or _error(fused_vals[n], ref[n]) <= 2 * _error(stock_vals[n], ref[n]) + TOLERANCE
             ]
-            row["float64_check"] = f"{len(within)} of {len(errors)} within 2x the stock float32 error"
+            row["float64_check"] = f"{len(within)} of {len(errors)} within 2x the stock float32 error + {TOLERANCE:g}"
             outside = len(within) < len(errors)
         else:
             outside = errors[worst] > TOLERANCE
