@@ -1,6 +1,6 @@
 # fuselet front door where pixi is absent: every target runs one script of scripts/ (pixi
 # tasks of the same name run the same scripts). The first target bootstraps .venv from PyPI.
-.PHONY: help venv lock build demo zoo check test test-latest stable-abi-test core-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
+.PHONY: help venv lock build demo zoo check test test-latest stable-abi-test core-test emu-test sanitize cuda-build gpu-test bench lint docs matrix seed packages clean
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -20,7 +20,7 @@ demo:            ## fuselet's main job: a small transformers model fused and tra
 zoo:             ## fuse() over every causal-LM type of transformers, checked against the stock models (benchmarks/results/zoo.md)
 	scripts/zoo.sh $(ARGS)
 
-check:           ## the quick tier: lint, core C++ tests, the library tests of both layers over both cores
+check:           ## the quick tier: lint, core C++ tests, the CUDA kernels under the emulator, the library tests of both layers over both cores
 	scripts/check.sh
 
 test:            ## the README's test command: check + conda packages, multi-process and pip-build tests, stable ABI
@@ -34,6 +34,9 @@ stable-abi-test: ## one stable-ABI build of the torch layer; its smoke under tor
 
 core-test:       ## the framework-free core alone: C++ tests + find_package consumer
 	scripts/core-test.sh
+
+emu-test:        ## the core's CUDA kernels on this CPU under fuselet's CUDA emulator, two thread orders, bit-identical (ARGS=--coverage: line coverage)
+	scripts/emu-test.sh $(ARGS)
 
 sanitize:        ## the core's C++ tests under ASan + UBSan, then TSan; C ABI, bad input and the layer smoke under ASan + UBSan; 100000 libFuzzer inputs (CI runs it)
 	scripts/sanitize.sh

@@ -3,10 +3,11 @@
 #   scripts/lint.sh            every check, in order
 #   scripts/lint.sh CHECK...   only those (.pre-commit-config.yaml's hooks call them this way)
 # ruff and ruff format over the Python code, clang-format (.clang-format) over the tracked
-# C++/CUDA files, bash -n over the scripts, and no trailing whitespace nor a missing or doubled
-# final newline in any tracked text file.
+# C++/CUDA files, bash -n over the scripts, no trailing whitespace nor a missing or doubled
+# final newline in any tracked text file, and no CUDA construct in the kernels that fuselet's CUDA
+# emulator does not implement (scripts/emu_surface.py).
 source "$(dirname "$0")/env.sh"
-CHECKS=(ruff ruff-format clang-format bash whitespace)
+CHECKS=(ruff ruff-format clang-format bash whitespace emu)
 PYTHON_DIRS=(python tools tests benchmarks scripts backend docs)
 # The C++/CUDA files clang-format checks: every tracked one.
 CXX_GLOBS=('*.h' '*.hh' '*.hpp' '*.c' '*.cc' '*.cpp' '*.cxx' '*.cu' '*.cuh')
@@ -54,6 +55,10 @@ for path in sys.stdin.buffer.read().decode().split("\0"):
 print("\n".join(bad), file=sys.stderr)
 sys.exit(1 if bad else 0)
 ')
+}
+
+check_emu() {
+  "$PY" "$ROOT/scripts/emu_surface.py"
 }
 
 [[ $# -eq 0 ]] && set -- "${CHECKS[@]}"

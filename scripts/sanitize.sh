@@ -3,6 +3,9 @@
 # the run:
 #   1. the core's C++ tests (ctest) under AddressSanitizer + UndefinedBehaviorSanitizer (every
 #      kernel, every ISA copy the CPU runs, the C API's error paths);
+#   1b. the core's CUDA kernels under fuselet's CUDA emulator (scripts/emu-test.sh's tests, one
+#      thread order) under ASan + UBSan: a kernel's read or write outside its tensors or its
+#      shared memory, or a misaligned vector access, is reported (a GPU's memcheck, on the CPU);
 #   2. the same under ThreadSanitizer (the thread pool: concurrent callers, a resize while they
 #      run, fork after use: tests/core/test_parallel.cc);
 #   3. against an ASan + UBSan build of all three libraries, in .venv's own (uninstrumented)
@@ -15,22 +18,27 @@ source "$(dirname "$0")/env.sh"
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache   # after bootstrap, which installs sccache
 mkdir -p "$ROOT/build"
-run() {  # run NAME FLAGS...: configure, build and ctest the core with FLAGS
+run() {  # run NAME FLAGS...: configure, build and ctest the core with FLAGS (and RUN_CMAKE / RUN_CTEST's arguments)
   local name=$1; shift
   local build="$ROOT/build/$name" flags="$* -fno-omit-frame-pointer -g"
   log "sanitize: $name ($*) in $build"
   cmake -S "$ROOT" -B "$build" -G Ninja "${LAUNCHER_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELET_FRAMEWORK=none \
     -DFUSELET_TESTS=ON -DFUSELET_PYTHON=OFF -DPython_EXECUTABLE="$PY" \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS="$*" -DCMAKE_SHARED_LINKER_FLAGS="$*" >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
+    -DCMAKE_EXE_LINKER_FLAGS="$*" -DCMAKE_SHARED_LINKER_FLAGS="$*" "${RUN_CMAKE[@]}" >"$build.log" 2>&1 ||
+    { cat "$build.log"; exit 1; }
   cmake --build "$build"
-  ctest --test-dir "$build" --output-on-failure
+  ctest --test-dir "$build" --output-on-failure "${RUN_CTEST[@]}"
 }
+RUN_CMAKE=() RUN_CTEST=()
 start=$(date +%s)
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 asan="-fsanitize=address,undefined -fno-sanitize-recover=all"
 run asan $asan
+RUN_CMAKE=(-DFUSELET_CUDA_EMU=ON -DFUSELET_EMU_ORDERS=forward) RUN_CTEST=(-R '^emu\.' -j "$(nproc)")
+run asan-emu $asan
+RUN_CMAKE=() RUN_CTEST=()
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1"
 run tsan -fsanitize=thread
 
