@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -33,6 +34,7 @@
 #endif
 #endif
 #if defined(FUSELET_EMU_ASAN)
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -144,6 +146,7 @@ struct Warp {
 struct Block {
   int nthreads = 0, waiting = 0, exited = 0;
   std::vector<int> free_stacks;  // stacks no running thread holds: a thread that returns gives its back
+  int returned = -1;             // a thread that returned, its stack given back once it has left it
   std::vector<int> seq;          // the threads in this round's order
   size_t pos = 0;                // the next of them to look at
   bool ran = false;              // whether a thread ran in this round
@@ -194,14 +197,41 @@ const void* g_scheduler_stack = nullptr;
 size_t g_scheduler_stack_size = 0;
 #endif
 
-std::string thread_name(const Fiber& f) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "thread (%u,%u,%u) of block (%u,%u,%u)", f.thread.tid.x, f.thread.tid.y,
+// "thread (x,y,z) of block (x,y,z)", without the heap: the messages of fail_here are built in
+// frames that never return.
+struct Name {
+  char s[96];
+};
+Name thread_name(const Fiber& f) {
+  Name n;
+  std::snprintf(n.s, sizeof n.s, "thread (%u,%u,%u) of block (%u,%u,%u)", f.thread.tid.x, f.thread.tid.y,
                 f.thread.tid.z, g_block_idx.x, g_block_idx.y, g_block_idx.z);
-  return buf;
+  return n;
 }
 
 void fiber_main();
+
+// The top of stack `i` for its threads: staggered by a few cache lines, as stacks a
+// power-of-two-ish distance apart would all map to the same cache sets and every switch miss.
+char* stack_top(int i) { return g_stacks.get(static_cast<size_t>(i)) + kStackBytes - (i % 61) * 64 - 8192; }
+
+// The thread that returned last has left its stack: it goes back to the free ones. Under ASan,
+// the frames it left there (it never returned from them) are unpoisoned first: the next
+// thread's frames overlap them.
+void release_returned(Block& b) {
+  if (b.returned < 0) return;
+  Fiber& f = b.fibers[static_cast<size_t>(b.returned)];
+#if defined(FUSELET_EMU_ASAN)
+#if defined(__x86_64__)
+  char* low = static_cast<char*>(f.ctx.sp) - 512;  // its last frame and the red zone below it
+#else
+  char* low = g_stacks.get(static_cast<size_t>(f.stack));
+#endif
+  ASAN_UNPOISON_MEMORY_REGION(low, static_cast<size_t>(stack_top(f.stack) - low));
+#endif
+  b.free_stacks.push_back(f.stack);
+  b.returned = -1;
+}
 
 // The stack the scheduler runs on (the launching thread's), for ASan's fiber switches.
 #if defined(FUSELET_EMU_ASAN)
@@ -228,10 +258,8 @@ Fiber* next_ready(Block& b) {
     if (f->stack < 0) {
       f->stack = b.free_stacks.back();
       b.free_stacks.pop_back();
-      // The stack tops are staggered by a few cache lines: stacks a power-of-two-ish distance
-      // apart would all map to the same cache sets, and every switch would miss.
-      new_context(&f->ctx, g_stacks.get(static_cast<size_t>(f->stack)),
-                  kStackBytes - static_cast<size_t>(f->stack % 61) * 64 - 8192, fiber_main);
+      char* base = g_stacks.get(static_cast<size_t>(f->stack));
+      new_context(&f->ctx, base, static_cast<size_t>(stack_top(f->stack) - base), fiber_main);
     }
     return f;
   }
@@ -264,6 +292,7 @@ void yield(bool finished = false) {
 #if defined(FUSELET_EMU_ASAN)
   __sanitizer_finish_switch_fiber(f->fake_stack, nullptr, nullptr);
 #endif
+  release_returned(*g_block);
 }
 
 // One round of the block, from the scheduler: its ready threads in the round's order.
@@ -281,11 +310,17 @@ void run_round(Block& b) {
 #if defined(FUSELET_EMU_ASAN)
   __sanitizer_finish_switch_fiber(g_scheduler_fake_stack, nullptr, nullptr);
 #endif
+  release_returned(b);
 }
 
 // Records the block's first error; the running fiber stops for good.
-[[noreturn]] void fail_here(const std::string& what) {
-  if (g_block->error.empty()) g_block->error = what;
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fail_here(const char* fmt, ...) {
+  char msg[1024];  // on this frame's stack: the thread never returns from here to free anything
+  va_list args;
+  va_start(args, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, args);
+  va_end(args);
+  if (g_block->error.empty()) g_block->error = msg;
   g_fiber->state = State::kFailed;
   for (;;) yield(true);
 }
@@ -294,18 +329,20 @@ void fiber_main() {
 #if defined(FUSELET_EMU_ASAN)
   __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
+  release_returned(*g_block);
   g_body(g_body_ctx);
   Fiber& f = *g_fiber;
   Block& b = *g_block;
   if (b.waiting > 0)
-    fail_here(thread_name(f) + " returned while " + std::to_string(b.waiting) +
-              " threads wait at the __syncthreads of " + b.barrier_site);
+    fail_here("%s returned while %d threads wait at the __syncthreads of %s", thread_name(f).s, b.waiting,
+              b.barrier_site);
   const Warp& w = b.warps[static_cast<size_t>(f.thread.warp)];
   if (w.arrived != 0 && (w.mask >> f.thread.lane & 1u))
-    fail_here(thread_name(f) + " returned while lanes of its warp wait for it at the warp collective of " + w.site);
+    fail_here("%s returned while lanes of its warp wait for it at the warp collective of %s", thread_name(f).s,
+              w.site);
   f.state = State::kDone;
   ++b.exited;
-  b.free_stacks.push_back(f.stack);  // never resumed again: the next thread to start may take it
+  b.returned = f.thread.linear;  // its stack is free once it has switched away from it
   for (;;) yield(true);
 }
 
@@ -443,11 +480,11 @@ void syncthreads(const char* site) {
   Block& b = *g_block;
   Fiber& f = *g_fiber;
   if (b.exited > 0)
-    fail_here(std::string("__syncthreads at ") + site + ": " + std::to_string(b.exited) +
-              " threads of the block returned before reaching it (" + thread_name(f) + " waits)");
+    fail_here("__syncthreads at %s: %d threads of the block returned before reaching it (%s waits)", site, b.exited,
+              thread_name(f).s);
   if (b.waiting > 0 && b.barrier_site != site && std::strcmp(b.barrier_site, site) != 0)
-    fail_here("threads of a block wait at different __syncthreads: " + std::string(b.barrier_site) + " and " + site +
-              " (" + thread_name(f) + ")");
+    fail_here("threads of a block wait at different __syncthreads: %s and %s (%s)", b.barrier_site, site,
+              thread_name(f).s);
   b.barrier_site = site;
   f.state = State::kBarrier;
   f.site = site;
@@ -471,14 +508,14 @@ const uint64_t* warp_exchange(uint32_t mask, uint64_t value, const char* site) {
   if (!(mask >> f.thread.lane & 1u)) {
     std::snprintf(buf, sizeof buf,
                   "warp collective at %s: lane %d calls it with mask 0x%08x, which leaves it out (%s)", site,
-                  f.thread.lane, mask, thread_name(f).c_str());
-    fail_here(buf);
+                  f.thread.lane, mask, thread_name(f).s);
+    fail_here("%s", buf);
   }
   if (mask & ~present) {
     std::snprintf(buf, sizeof buf,
                   "warp collective at %s: mask 0x%08x names lanes the warp does not have (lanes present: 0x%08x; %s)",
-                  site, mask, present, thread_name(f).c_str());
-    fail_here(buf);
+                  site, mask, present, thread_name(f).s);
+    fail_here("%s", buf);
   }
   const uint64_t op = ++f.warp_ops;
   if (w.arrived == 0) {
@@ -490,7 +527,7 @@ const uint64_t* warp_exchange(uint32_t mask, uint64_t value, const char* site) {
                   "lanes of warp %d met at different warp collectives: %s (mask 0x%08x, its collective %" PRIu64
                   ") and %s (mask 0x%08x, its collective %" PRIu64 ")",
                   f.thread.warp, w.site, w.mask, w.op, site, mask, op);
-    fail_here(buf);
+    fail_here("%s", buf);
   }
   w.slots[op & 1][f.thread.lane] = value;
   w.arrived |= 1u << f.thread.lane;
@@ -505,7 +542,7 @@ const uint64_t* warp_exchange(uint32_t mask, uint64_t value, const char* site) {
   return w.slots[op & 1];
 }
 
-void thread_error(const char* site, const char* what) { fail_here(std::string(site) + ": " + what); }
+void thread_error(const char* site, const char* what) { fail_here("%s: %s", site, what); }
 
 void* shared_storage(SharedSlot* slot) {
   if (slot->block != g_block_serial) {  // the block's first use of this declaration
@@ -514,12 +551,10 @@ void* shared_storage(SharedSlot* slot) {
     slot->block = g_block_serial;
     g_block->static_shared += slot->bytes;
     if (g_block->static_shared > kStaticSharedLimit)
-      fail_here("static shared memory of " + std::to_string(g_block->static_shared) + " bytes, above CUDA's " +
-                std::to_string(kStaticSharedLimit));
+      fail_here("static shared memory of %zu bytes, above CUDA's %zu", g_block->static_shared, kStaticSharedLimit);
     if (g_block->static_shared + g_block->dynamic_bytes > kOptinShared)
-      fail_here("static (" + std::to_string(g_block->static_shared) + " bytes) and dynamic (" +
-                std::to_string(g_block->dynamic_bytes) + " bytes) shared memory above the block's " +
-                std::to_string(kOptinShared));
+      fail_here("static (%zu bytes) and dynamic (%zu bytes) shared memory above the block's %zu",
+                g_block->static_shared, g_block->dynamic_bytes, kOptinShared);
   }
   return slot->data;
 }
@@ -561,6 +596,11 @@ void run_grid(const char* name, const void* kernel, dim3 grid, dim3 block, size_
     b.dynamic_bytes = dynamic_smem;
     g_block = &b;
     const bool ok = run_block(b, block, order, rng);
+#if defined(FUSELET_EMU_ASAN)
+    if (!ok)  // threads left for good in the middle of their frames: their stacks, unpoisoned
+      for (const Fiber& f : b.fibers)
+        if (f.stack >= 0) ASAN_UNPOISON_MEMORY_REGION(g_stacks.get(static_cast<size_t>(f.stack)), kStackBytes);
+#endif
     g_block = nullptr;
     g_fiber = nullptr;
     g_thread = nullptr;
