@@ -1,9 +1,10 @@
 # ctest -P: runs one emulated CUDA test (TEST) once per thread order of ORDERS (comma-separated
-# FUSELET_EMU_ORDER values, csrc/emu) and passes only when every run passes, no run reports an
-# emulator error, and every run copies the same bytes to the host (FUSELET_EMU_DIGEST): a result
+# FUSELET_EMU_ORDER values, csrc/emu, each with an optional @N: the grid capped at N blocks,
+# FUSELET_EMU_MAX_GRID, so that the rows are grid-strided) and passes only when every run
+# passes, no run reports an emulator error, and every run copies the same bytes to the host (FUSELET_EMU_DIGEST): a result
 # that depends on the order the threads of a block run in (a missing __syncthreads) is a failure
 # even where each order alone stays within the test's tolerance.
-#   cmake -DTEST=<executable> [-DTEST_ARG=<its argument>] -DORDERS=forward,random:7 -DWORK=<folder> -P orders.cmake
+#   cmake -DTEST=<executable> [-DTEST_ARG=<its argument>] -DORDERS=forward,random:7@5 -DWORK=<folder> -P orders.cmake
 # One order alone (the sanitizers' runs) checks the run and the emulator's reports only.
 string(REPLACE "," ";" _orders "${ORDERS}")
 list(LENGTH _orders _n)
@@ -13,12 +14,22 @@ endif()
 file(MAKE_DIRECTORY "${WORK}")
 set(_first_digest "")
 set(_first_order "")
-foreach(_order ${_orders})
-  string(REPLACE ":" "-" _tag "${_order}")
+foreach(_item ${_orders})
+  # ORDER[@GRID]: the thread order, and a lower grid cap (FUSELET_EMU_MAX_GRID) for that run
+  string(REPLACE "@" ";" _parts "${_item}")
+  list(GET _parts 0 _thread_order)
+  set(_grid "")
+  list(LENGTH _parts _nparts)
+  if(_nparts GREATER 1)
+    list(GET _parts 1 _grid)
+  endif()
+  set(_order "${_item}")  # as messages name it
+  string(REGEX REPLACE "[:@]" "-" _tag "${_item}")
   set(_digest_file "${WORK}/digest-${_tag}.txt")
   file(REMOVE "${_digest_file}")
   string(TIMESTAMP _t0 "%s")
-  execute_process(COMMAND "${CMAKE_COMMAND}" -E env "FUSELET_EMU_ORDER=${_order}" "FUSELET_EMU_DIGEST=${_digest_file}"
+  execute_process(COMMAND "${CMAKE_COMMAND}" -E env "FUSELET_EMU_ORDER=${_thread_order}" "FUSELET_EMU_MAX_GRID=${_grid}"
+                          "FUSELET_EMU_DIGEST=${_digest_file}"
                           "${TEST}" ${TEST_ARG}
                   RESULT_VARIABLE _rc OUTPUT_VARIABLE _out ERROR_VARIABLE _err)
   string(TIMESTAMP _t1 "%s")

@@ -313,6 +313,11 @@ void test_runtime() {
   expect(cudaFree(d) == cudaSuccess, "cudaFree");
   int count = 0;
   expect(cudaGetDeviceCount(&count) == cudaSuccess && count == 1, "one emulated device");
+  setenv("FUSELET_EMU_MAX_GRID", "7", 1);
+  expect(fuselet_emu::grid_cap(int64_t(1) << 20) == 7 && fuselet_emu::grid_cap(3) == 3,
+         "FUSELET_EMU_MAX_GRID lowers the grid cap, never raises it");
+  unsetenv("FUSELET_EMU_MAX_GRID");
+  expect(fuselet_emu::grid_cap(int64_t(1) << 20) == int64_t(1) << 20, "the grid cap without FUSELET_EMU_MAX_GRID");
   cudaStream_t s1, s2;
   expect(cudaStreamCreate(&s1) == cudaSuccess &&
              cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == cudaSuccess && s1 != s2,

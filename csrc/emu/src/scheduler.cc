@@ -642,6 +642,18 @@ const char* kernel_name_of(const char* mangled_type) {
   return names.back()->c_str();
 }
 
+int64_t grid_cap(int64_t dflt) {
+  const char* s = std::getenv("FUSELET_EMU_MAX_GRID");
+  if (s == nullptr || *s == '\0') return dflt;
+  char* end = nullptr;
+  const long long v = std::strtoll(s, &end, 10);
+  if (*end != '\0' || v <= 0) {
+    std::fprintf(stderr, "fuselet-emu: error: FUSELET_EMU_MAX_GRID must be a positive count of blocks; got '%s'\n", s);
+    std::exit(2);
+  }
+  return std::min<int64_t>(dflt, v);
+}
+
 const char* last_diagnostic() { return g_last_diagnostic.c_str(); }
 uint64_t error_count() { return g_errors; }
 

@@ -124,6 +124,10 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
       [](void* ctx) { (*static_cast<Body*>(ctx))(); }, &body);
 }
 
+// The grid cap a kernel family uses, `dflt` unless FUSELET_EMU_MAX_GRID (a positive count of
+// blocks) lowers it for the process: the grid-stride loops of the kernels, reached with few rows.
+FUSELET_EMU_API int64_t grid_cap(int64_t dflt);
+
 // ---- what the scheduler saw (for tests of the emulator and of kernels) -------------------------
 // The first error of the last launch that failed ("" if none), and the number of errors found
 // since the process started.
