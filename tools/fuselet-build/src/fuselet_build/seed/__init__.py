@@ -61,6 +61,7 @@ from fuselet_build.seed.channel import (
     place_in_channel,
     read_manifest,
 )
+from fuselet_build.seed.convert import convert_wheel
 from fuselet_build.seed.host import (
     Interpreter,
     check_interpreter,
@@ -75,7 +76,7 @@ from fuselet_build.seed.host import (
 )
 from fuselet_build.seed.pip import ResolvedWheel, fetch_wheels, resolve_group
 from fuselet_build.seed.report import PackageResult, ProgressUi, SeedReport
-from fuselet_build.seed.wheels import Target, WheelInfo, WheelPlan, convert_wheel, plan_wheel
+from fuselet_build.seed.wheels import Target, WheelInfo, WheelPlan, plan_wheel
 
 # What the channel must hold, as pip requirement groups. Each group is resolved by pip on its
 # own (jax 0.8.3 and 0.10.2 cannot share one resolution); the channel gets the union.
