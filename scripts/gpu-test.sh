@@ -77,7 +77,7 @@ phase_core() {  # the core's tests, the CUDA kernels of every op family among th
 }
 phase_layers() {  # the CUDA variants of every op family's tests, in both layers
   (cd "$ROOT" && "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -m cuda -rs \
-    tests/torch tests/jax tests/test_bad_input.py)
+    tests/torch tests/jax tests/bad_input)
 }
 sanitize() {  # sanitize TOOL TEST [ARGS...]: one test binary under one compute-sanitizer tool
   local tool=$1 test=$2; shift 2

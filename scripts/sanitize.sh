@@ -9,7 +9,7 @@
 #   2. the same under ThreadSanitizer (the thread pool: concurrent callers, a resize while they
 #      run, fork after use: tests/core/test_parallel.cc);
 #   3. against an ASan + UBSan build of all three libraries, in .venv's own (uninstrumented)
-#      python: the C ABI's tests, every bad input of every entry point (tests/test_bad_input.py),
+#      python: the C ABI's tests, every bad input of every entry point (tests/bad_input/),
 #      and the layer smoke of both layers (-m smoke, tests/conftest.py SMOKE_TESTS: each op's
 #      schema, numerics, bad input, compile / jit / vmap), over both cores;
 #   4. libFuzzer over the C ABI, 100000 inputs from a fixed seed under ASan + UBSan, after its regression inputs
@@ -65,7 +65,7 @@ sanitized() {
   (cd "$ROOT/build" && LD_PRELOAD="$preload" PYTHONPATH="$target" FUSELET_SANITIZED="$target" \
     "$PY" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n "$(nproc)" "$@")
 }
-sanitized "$ROOT/tests/test_c_abi.py" "$ROOT/tests/test_bad_input.py" "$ROOT/tests/test_cpu_isa.py" || rc=$?
+sanitized "$ROOT/tests/test_c_abi.py" "$ROOT/tests/bad_input" "$ROOT/tests/test_cpu_isa.py" || rc=$?
 sanitized -m "smoke and not processes" "$ROOT/tests/torch" "$ROOT/tests/jax" || rc=$?
 if compgen -G "$reports/*" >/dev/null; then
   for report in "$reports"/*; do log "sanitize: $report"; head -n 40 "$report"; done

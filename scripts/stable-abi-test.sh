@@ -37,7 +37,7 @@ suite() {  # suite SITE VENV [PYTEST ARGS]: the torch smoke against the build in
   (cd "$ROOT" && PYTHONPATH="$1" FUSELET_EXPECT_TORCH_ABI=stable \
     FUSELET_REQUIRE_IMPORTS="torch numpy ml_dtypes hypothesis transformers onnx onnxscript onnxruntime" \
     "$2/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 \
-    -m smoke tests/torch tests/test_bad_input.py -k "not jax" "${@:3}") ||
+    -m smoke tests/torch tests/bad_input -k "not jax" "${@:3}") ||
     { status=1; log "stable ABI: the torch smoke against $1 under torch $version failed"; }
 }
 suite "$site" "$VENV" "$@"

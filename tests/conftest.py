@@ -35,8 +35,8 @@ FRAMEWORKS = ("torch", "jax")
 # builds; `make test` runs them too. The smoke, one place for both of its users (the stable-ABI
 # run under each torch release, scripts/stable-abi-test.sh, and the layers under the sanitizers,
 # scripts/sanitize.sh): every op's schema (opcheck), numerics against the reference, bad input,
-# torch.compile, in both layers: the tests named here, in every file, and tests/test_bad_input.py
-# and tests/torch/test_stable_abi.py whole.
+# torch.compile, in both layers: the tests named here, in every file, and tests/bad_input/ and
+# tests/torch/test_stable_abi.py whole.
 SMOKE_TESTS = (
     "test_opcheck",
     "test_forward",
