@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libFuzzer over every entry point of the C ABI (tests/fuzz/fuzz_c_abi.cc), the core and the
+# libFuzzer over every entry point of the C ABI (tests/fuzz/: fuzz_c_abi), the core and the
 # target under AddressSanitizer + UndefinedBehaviorSanitizer, built with clang into build/fuzz
 # (FUSELET_FUZZ=ON); make sanitize runs it last. Any report fails the run:
 #   1. every file of tests/fuzz/regressions/ (inputs that once crashed) is replayed;
@@ -47,7 +47,7 @@ fi
 
 "$ROOT/scripts/bootstrap.sh"   # cmake and ninja
 compiler_cache
-log "fuzz: building tests/fuzz/fuzz_c_abi.cc in $build"
+log "fuzz: building tests/fuzz/ (fuzz_c_abi) in $build"
 cmake -S "$ROOT" -B "$build" -G Ninja "${LAUNCHER_ARGS[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DFUSELET_FRAMEWORK=none \
   -DFUSELET_PYTHON=OFF -DFUSELET_TESTS=OFF -DFUSELET_FUZZ=ON -DPython_EXECUTABLE="$PY" \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }

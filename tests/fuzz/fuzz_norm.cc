@@ -1,0 +1,125 @@
+// The norms' entry points under the fuzzer (fuselet/norm.h: rms_norm, layer_norm, add_rms_norm,
+// forward and backward, CPU and `_cuda`); fuzz_c_abi.cc picks them, fuzz.h builds their views.
+#include "fuselet/norm.h"
+#include "fuzz.h"
+
+namespace fuselet_fuzz {
+namespace {
+
+// Norms: x [..., H], weight/bias [H], rstd/mean [R].
+struct NormArgs {
+  int32_t dtype, pdtype;
+  Shape x, h, r;
+  float eps;
+  uint32_t flags;
+};
+
+NormArgs norm_args(Ctx& c) {
+  NormArgs a;
+  a.dtype = pick_dtype(c.in);
+  a.pdtype = pick_param_dtype(c, a.dtype);
+  a.x = c.shape();
+  a.h = shape_of({a.x.ndim >= 1 && a.x.ndim <= FUSELET_MAX_DIMS ? a.x.d[a.x.ndim - 1] : 1});
+  a.r = shape_of({leading(a.x)});
+  a.eps = pick_float(c.in, 1e-5f);
+  a.flags = pick_flags(c.in) & (c.in.u8() < 0xF0 ? 1u : ~0u);
+  return a;
+}
+
+}  // namespace
+
+void op_rms_norm(Ctx& c, bool cuda) {
+  NormArgs a = norm_args(c);
+  fuselet_tensor* x = c.tensor(a.x, a.dtype);
+  fuselet_tensor* weight = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* y = c.tensor(a.x, a.dtype);
+  fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
+  if (c.too_large) return;
+  if (cuda) return check_cuda(fuselet_rms_norm_fwd_cuda(x, weight, a.eps, a.flags, y, rstd, c.arena.alloc(0)));
+  check(fuselet_rms_norm_fwd(x, weight, a.eps, a.flags, y, rstd));
+}
+
+void op_rms_norm_bwd(Ctx& c, bool cuda) {
+  NormArgs a = norm_args(c);
+  fuselet_tensor* dy = c.tensor(a.x, a.dtype);
+  fuselet_tensor* x = c.tensor(a.x, a.dtype);
+  fuselet_tensor* weight = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
+  fuselet_tensor* dx = c.tensor(a.x, a.dtype);
+  fuselet_tensor* dweight = c.optional(weight != nullptr, a.h, a.pdtype);
+  if (c.too_large) return;
+  if (cuda) {
+    const size_t ws = c.in.u8() % 64;
+    return check_cuda(
+        fuselet_rms_norm_bwd_cuda(dy, x, weight, rstd, a.flags, dx, dweight, c.arena.alloc(ws), ws, c.arena.alloc(0)));
+  }
+  check(fuselet_rms_norm_bwd(dy, x, weight, rstd, a.flags, dx, dweight));
+}
+
+void op_layer_norm(Ctx& c, bool cuda) {
+  NormArgs a = norm_args(c);
+  fuselet_tensor* x = c.tensor(a.x, a.dtype);
+  fuselet_tensor* weight = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* bias = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* y = c.tensor(a.x, a.dtype);
+  fuselet_tensor* mean = c.tensor(a.r, FUSELET_FLOAT32);
+  fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
+  if (c.too_large) return;
+  if (cuda)
+    return check_cuda(fuselet_layer_norm_fwd_cuda(x, weight, bias, a.eps, a.flags, y, mean, rstd, c.arena.alloc(0)));
+  check(fuselet_layer_norm_fwd(x, weight, bias, a.eps, a.flags, y, mean, rstd));
+}
+
+void op_layer_norm_bwd(Ctx& c, bool cuda) {
+  NormArgs a = norm_args(c);
+  fuselet_tensor* dy = c.tensor(a.x, a.dtype);
+  fuselet_tensor* x = c.tensor(a.x, a.dtype);
+  fuselet_tensor* weight = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* mean = c.tensor(a.r, FUSELET_FLOAT32);
+  fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
+  fuselet_tensor* dx = c.tensor(a.x, a.dtype);
+  fuselet_tensor* dweight = c.optional(weight != nullptr, a.h, a.pdtype);
+  fuselet_tensor* dbias = c.optional(false, a.h, a.pdtype);
+  if (c.too_large) return;
+  if (cuda) {
+    const size_t ws = c.in.u8() % 64;
+    return check_cuda(fuselet_layer_norm_bwd_cuda(dy, x, weight, mean, rstd, a.flags, dx, dweight, dbias,
+                                                  c.arena.alloc(ws), ws, c.arena.alloc(0)));
+  }
+  check(fuselet_layer_norm_bwd(dy, x, weight, mean, rstd, a.flags, dx, dweight, dbias));
+}
+
+void op_add_rms_norm(Ctx& c, bool cuda) {
+  NormArgs a = norm_args(c);
+  fuselet_tensor* x = c.tensor(a.x, a.dtype);
+  fuselet_tensor* residual = c.tensor(a.x, a.dtype);
+  fuselet_tensor* weight = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* y = c.tensor(a.x, a.dtype);
+  fuselet_tensor* residual_out = c.tensor(a.x, a.dtype);
+  fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
+  if (c.too_large) return;
+  if (cuda)
+    return check_cuda(
+        fuselet_add_rms_norm_fwd_cuda(x, residual, weight, a.eps, a.flags, y, residual_out, rstd, c.arena.alloc(0)));
+  check(fuselet_add_rms_norm_fwd(x, residual, weight, a.eps, a.flags, y, residual_out, rstd));
+}
+
+void op_add_rms_norm_bwd(Ctx& c, bool cuda) {
+  NormArgs a = norm_args(c);
+  fuselet_tensor* dy = c.tensor(a.x, a.dtype);
+  fuselet_tensor* dresidual_out = c.tensor(a.x, a.dtype);
+  fuselet_tensor* residual_out = c.tensor(a.x, a.dtype);
+  fuselet_tensor* weight = c.tensor(a.h, a.pdtype);
+  fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
+  fuselet_tensor* dx = c.tensor(a.x, a.dtype);
+  fuselet_tensor* dweight = c.optional(weight != nullptr, a.h, a.pdtype);
+  if (c.too_large) return;
+  if (cuda) {
+    const size_t ws = c.in.u8() % 64;
+    return check_cuda(fuselet_add_rms_norm_bwd_cuda(dy, dresidual_out, residual_out, weight, rstd, a.flags, dx,
+                                                    dweight, c.arena.alloc(ws), ws, c.arena.alloc(0)));
+  }
+  check(fuselet_add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, a.flags, dx, dweight));
+}
+
+}  // namespace fuselet_fuzz

@@ -1,0 +1,34 @@
+// rope's entry points under the fuzzer (fuselet/rope.h: forward and backward, CPU and `_cuda`);
+// fuzz_c_abi.cc picks them, fuzz.h builds their views.
+#include "fuselet/rope.h"
+#include "fuzz.h"
+
+namespace fuselet_fuzz {
+
+void op_rope(Ctx& c, bool backward, bool cuda) {
+  const int32_t dtype = pick_dtype(c.in);
+  const int32_t cs_dtype = pick_param_dtype(c, dtype);
+  const uint32_t flags = pick_flags(c.in) & (c.in.u8() < 0xF0 ? 3u : ~0u);
+  const bool batch = !(c.in.u8() & 1), per_sequence = batch && (c.in.u8() & 1);
+  const int64_t B = pick_dim(c.in), S = pick_dim(c.in), N = pick_dim(c.in);
+  const int64_t D = static_cast<int64_t>(static_cast<uint64_t>(pick_dim(c.in)) * 2u);  // wraps, as a caller's might
+  const int64_t half = D / 2 > 0 ? D / 2 : 1;
+  const int64_t R = 2 * (1 + static_cast<int64_t>(static_cast<uint64_t>(c.in.u8()) % static_cast<uint64_t>(half)));
+  const bool bhsd = flags & FUSELET_ROPE_BHSD;
+  const int64_t d1 = bhsd ? N : S, d2 = bhsd ? S : N;
+  const Shape x = batch ? shape_of({B, d1, d2, D}) : shape_of({d1, d2, D});
+  const Shape cs = per_sequence ? shape_of({B, S, R}) : shape_of({S, R});
+  fuselet_tensor* in = c.tensor(x, dtype);
+  fuselet_tensor* cos = c.tensor(cs, cs_dtype);
+  fuselet_tensor* sin = c.tensor(cs, cs_dtype);
+  fuselet_tensor* out = c.tensor(x, dtype);
+  if (c.too_large) return;
+  if (cuda) {
+    void* stream = c.arena.alloc(0);
+    return check_cuda(backward ? fuselet_rope_bwd_cuda(in, cos, sin, flags, out, stream)
+                               : fuselet_rope_fwd_cuda(in, cos, sin, flags, out, stream));
+  }
+  check(backward ? fuselet_rope_bwd(in, cos, sin, flags, out) : fuselet_rope_fwd(in, cos, sin, flags, out));
+}
+
+}  // namespace fuselet_fuzz
