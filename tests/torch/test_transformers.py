@@ -409,15 +409,17 @@ def test_gradient_checkpointing_matches_stock():
 def test_rope_runs_fuselets_op(family, monkeypatch):
     """The fused attention calls ft.rope for q and k of every layer (through transformers' rotary
     wrapper of the instance where the class is marked for kernels, else a copy of its forward)."""
+    from fuselet.torch.transformers import rotary  # the module whose fused rotary calls ft.rope
+
     calls = []
-    real = ft.transformers.rope
+    real = rotary.rope
 
     def counting(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
     model = ft.transformers.fuse(tiny(family))
-    monkeypatch.setattr(ft.transformers, "rope", counting)  # counted after fuse()'s probes
+    monkeypatch.setattr(rotary, "rope", counting)  # counted after fuse()'s probes
     model(input_ids=batch()[0])
     assert len(calls) == 2 * SMALL["num_hidden_layers"]
 
