@@ -52,6 +52,15 @@ LIGER_0_8_5 = frozenset(
     "phi3 paligemma falcon_h1 smolvlm hunyuan_v1_dense hunyuan_v1_moe exaone4".split()
 )
 
+# make test's sample of the table (`--types sample`; `make zoo` and the nightly workflow run it
+# whole): one type of each distinct combination of fused kinds, fuselet ops and door verdict among
+# the equal types of benchmarks/results/zoo.md, and the most used of the types Liger-Kernel lists.
+SAMPLE = frozenset(
+    "afmoe apertus bart beam bloom cohere cpmant deepseek_v4 ergo falcon falcon_mamba flint gemma gemma4 gpt_oss "
+    "hy_v4 inkling2_loop_text inkling_text jais2 minimax_m3_vl_text modernbert-decoder nemotron_h phi phimoe "
+    "stablelm zamba llama mistral qwen2 qwen3 qwen3_moe mixtral llama4_text phi3".split()
+)
+
 # The sizes every config is shrunk to, where its constructor takes the name.
 SMALL = dict(
     hidden_size=64,
@@ -435,18 +444,50 @@ def table(rows) -> str:
     return f"{len(rows)} causal-LM types: {summary}\n\n" + "\n".join(lines) + "\n"
 
 
+def verdict(rows, min_equal: int, min_door_ops: int) -> list[str]:
+    """What fails the run: fewer than `min_equal` types equal; any type that differs from its stock
+    model; a type Liger-Kernel lists that builds and steps but is not equal; a type transformers'
+    own door reaches that is not equal there; fewer than `min_door_ops` types where fuselet's ops
+    ran through that door."""
+    failures = []
+    equal = sum(r["status"] == "equal" for r in rows)
+    if equal < min_equal:
+        failures.append(f"{equal} types equal, fewer than --min-equal {min_equal}")
+    differs = [r["type"] for r in rows if r["status"] == "differs"]
+    if differs:
+        failures.append(f"differ from the stock model: {', '.join(differs)}")
+    liger = [f"{r['type']} ({r['status']})" for r in rows if r["type"] in LIGER_0_8_5]
+    liger = [t for t in liger if not t.endswith(("(equal)", "(no build)", "(no stock step)"))]
+    if liger:
+        failures.append(f"types Liger-Kernel lists that build and step but are not equal: {', '.join(liger)}")
+    door = {r["type"]: r["door"] for r in rows if r.get("door", {}).get("status", "not marked") != "not marked"}
+    unequal = [f"{t} ({d['status']})" for t, d in door.items() if d["status"] != "equal"]
+    if unequal:
+        failures.append(f"not equal through transformers' door: {', '.join(unequal)}")
+    ran = sum(bool(d.get("ops_ran")) for d in door.values())
+    if ran < min_door_ops:
+        failures.append(f"fuselet's ops ran through transformers' door in {ran} types, fewer than --min-door-ops {min_door_ops}")
+    return failures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--types", help="comma-separated model types (default: every causal-LM type)")
+    parser.add_argument(
+        "--types", help="comma-separated model types, or 'sample' (make test's: SAMPLE) (default: every causal-LM type)"
+    )
     parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(__file__), "results", "zoo"), help="writes OUT.md and OUT.json"
     )
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
     parser.add_argument("--min-equal", type=int, default=0, help="exit 1 when fewer types are equal")
+    parser.add_argument(
+        "--min-door-ops", type=int, default=0, help="exit 1 when fuselet's ops run through transformers' door in fewer types"
+    )
     args = parser.parse_args(argv)
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    types = args.types.split(",") if args.types else sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    types = sorted(SAMPLE) if args.types == "sample" else args.types.split(",") if args.types else None
+    types = types or sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
     unknown = [t for t in types if t not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]
     if unknown:
         parser.error(f"--types: not causal-LM model types of this transformers: {', '.join(unknown)}")
@@ -463,13 +504,12 @@ def main(argv=None) -> int:
     with open(args.out + ".json", "w") as f:
         json.dump({"versions": header, "tolerance": TOLERANCE, "rows": rows}, f, indent=1)
         f.write("\n")
-    equal = sum(r["status"] == "equal" for r in rows)
     print("\n".join(text.split("\n\n")[2:4]))
     print(f"wrote {args.out}.md and {args.out}.json")
-    if equal < args.min_equal:
-        print(f"zoo: {equal} types equal, fewer than --min-equal {args.min_equal}", file=sys.stderr)
-        return 1
-    return 0
+    failures = verdict(rows, args.min_equal, args.min_door_ops)
+    for failure in failures:
+        print(f"zoo: {failure}", file=sys.stderr)
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The README's test command, what a user's install depends on: make check (lint, the core's C++
 # tests, its CUDA kernels under the emulator, the library tests over both cores: scripts/check.sh)
-# beside the seed of the offline channel; the CUDA compile check and the CUDA kernels' line
-# coverage under the emulator; then the conda packages of variants/offline.yaml (seeded,
-# built, verified: scripts/packages.sh) beside the tests that start processes or build wheels
+# beside the seed of the offline channel; the CUDA compile check; then the conda packages of
+# variants/offline.yaml (seeded, built, verified: scripts/packages.sh) beside the tests that start processes or build wheels
 # (tests/ -m "processes or builds": distributed, multi-process, export across processes, pip
-# builds); last the packaging tool's tests (tools/fuselet-build/tests, on those packages) beside
+# builds, the zoo's sample); last the packaging tool's tests (tools/fuselet-build/tests, on those packages) beside
 # the stable-ABI build's smoke under two torch releases and the oldest transformers
 # (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after
-# the packages.
+# the packages. The nightly workflow runs what this leaves out: the whole zoo (make zoo) and the
+# CUDA kernels' line coverage under the emulator (make emu-test ARGS=--coverage).
 source "$(dirname "$0")/env.sh"
 use_build_tmp
 start_all=$(date +%s)
@@ -28,8 +28,6 @@ trap 'pkill -TERM -P "$seed_pid" 2>/dev/null; kill "$seed_pid" 2>/dev/null; wait
 "$ROOT/scripts/check.sh"
 # The torch CUDA impls are compiled by the package build (fuselet-torch cuda130) below.
 FUSELET_CUDA_FRAMEWORK=jax "$ROOT/scripts/cuda-build.sh"
-# The CUDA kernels' line coverage under the emulator (make check ran them in two thread orders).
-"$ROOT/scripts/emu-test.sh" --coverage
 if ! wait "$seed_pid"; then
   tail -n 40 "$seed_log"
   log "seed failed (log: $seed_log)"
