@@ -49,11 +49,14 @@ using OptTensor = std::optional<Tensor>;
 // --- errors ------------------------------------------------------------------------------
 // The kinds of a refused call and the Python exception each becomes. The exact build raises
 // c10's typed errors (ValueError, TypeError, NotImplementedError, RuntimeError). A stable
-// kernel can only throw standard C++ exceptions: std::invalid_argument (ValueError) for a bad
-// value AND for a bad dtype (no standard exception becomes a TypeError), std::runtime_error
-// (RuntimeError) otherwise. The Python wrappers and fake impls check the same rules first and
-// raise TypeError / NotImplementedError in both builds: only a raw torch.ops.fuselet call
-// meets the difference.
+// kernel can only throw standard C++ exceptions, and what a torch makes of those is its own
+// choice (torch 2.15 turns every one but std::out_of_range into a RuntimeError). So each
+// refusal of the stable build names its Python exception at the head of its message:
+// "[fuselet ValueError] weight: expected ...". The torch layer's Python kernels, registered
+// over the stable kernels (python/fuselet/torch/_errors.py), raise that exception with the rest
+// of the message, under any torch. Where a stable kernel is called some other way, the head
+// stays readable, and the C++ type is the next best: std::invalid_argument (pybind11's
+// ValueError) for a bad value or dtype, std::runtime_error (RuntimeError) otherwise.
 enum class Error { Value, Type, NotImplemented, Runtime };
 
 template <typename... Args>
@@ -65,7 +68,13 @@ std::string concat(const Args&... args) {
 
 [[noreturn]] inline void fail(Error kind, const std::string& message) {
 #ifdef FUSELET_TORCH_STABLE
-  if (kind == Error::Value || kind == Error::Type) throw std::invalid_argument(message);
+  // the heads python/fuselet/torch/_errors.py reads (TAG)
+  switch (kind) {
+    case Error::Value: throw std::invalid_argument("[fuselet ValueError] " + message);
+    case Error::Type: throw std::invalid_argument("[fuselet TypeError] " + message);
+    case Error::NotImplemented: throw std::runtime_error("[fuselet NotImplementedError] " + message);
+    case Error::Runtime: break;
+  }
   throw std::runtime_error(message);
 #else
   switch (kind) {

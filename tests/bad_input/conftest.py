@@ -53,13 +53,3 @@ def torch():
     import torch
 
     return torch
-
-
-def raw_dtype_error():
-    """What a raw torch.ops.fuselet call on real tensors raises for a wrong dtype (or None for a
-    tensor): TypeError from the exact-ABI build; ValueError from the stable-ABI build, whose
-    kernels can throw only standard C++ exceptions (the wrappers and the fake impls raise
-    TypeError in both builds)."""
-    import fuselet.torch
-
-    return ValueError if fuselet.torch.BUILD_INFO["abi"] == "stable" else TypeError

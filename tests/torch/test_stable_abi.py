@@ -91,3 +91,39 @@ def test_cpu_build_refuses_cuda_tensors_by_name():
     ]:
         with pytest.raises(NotImplementedError, match=r"this build has CPU kernels only \(.*\); CUDA tensors need"):
             op.redispatch(cuda, *args)
+
+
+def test_stable_refusals_raise_the_exception_they_name():
+    """The stable kernels head each refusal with its Python exception (csrc/torch/api.h), and the
+    Python kernels over them raise that one with the rest of the message, whatever exception the
+    running torch made of the C++ one; a failure without a head stays as it came."""
+    from fuselet.torch import _errors
+
+    class Kernel:  # a stable kernel as torch.library.get_kernel gives it
+        def __init__(self, exc):
+            self.exc = exc
+
+        def call_boxed(self, keyset, *args, **kwargs):
+            raise self.exc
+
+    for head, kind in [("ValueError", ValueError), ("TypeError", TypeError), ("NotImplementedError", NotImplementedError)]:
+        for came in (RuntimeError, ValueError):  # torch >= 2.15; pybind11's std::invalid_argument
+            with pytest.raises(kind) as info:
+                _errors._raising_as_tagged(Kernel(came(f"[fuselet {head}] x: expected one thing")))(None)
+            assert type(info.value) is kind and str(info.value) == "x: expected one thing"
+    failure = RuntimeError("fuselet (cuda error): out of memory")
+    with pytest.raises(RuntimeError) as info:
+        _errors._raising_as_tagged(Kernel(failure))(None)
+    assert info.value is failure
+    assert _errors.untag("[fuselet Warning] x") == (None, "[fuselet Warning] x")
+
+
+def test_only_the_stable_build_has_python_kernels_over_its_own():
+    """The CPU kernel a raw call runs: in the stable build, the Python one of
+    python/fuselet/torch/_errors.py over the C++ one (still registered, inactive); in the exact
+    build, the C++ one alone (c10's typed errors need no Python call)."""
+    cpu = [line for line in torch._C._dispatch_dump("fuselet::rms_norm_fwd").splitlines() if line.startswith("CPU")]
+    if STABLE:
+        assert len(cpu) == 2 and "_errors.py" in cpu[0] and "norm.cpp" in cpu[1] and "inactive" in cpu[1], cpu
+    else:
+        assert len(cpu) == 1 and "norm.cpp" in cpu[0], cpu

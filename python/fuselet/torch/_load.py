@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from fuselet import _core, _guard
+from fuselet.torch import _errors
 
 LIBRARY_NAME = "libfuselet_torch.so"
 
@@ -57,6 +58,8 @@ def load() -> dict:
         fix = f"install a torch this build runs on: {_install_hint(built)}, or conda install fuselet-torch"
     _guard.enforce("torch", built, running, _guard.torch_mismatches(built, running), fix)
     torch.ops.load_library(str(where / LIBRARY_NAME))
+    if _guard.is_stable(built):  # its refusals as ValueError / TypeError under any torch
+        _errors.install(torch, ("CPU", "CUDA") if built.get("cuda_kernels") else ("CPU",))
     if not built.get("cuda_kernels") and torch.version.cuda:
         _refuse_cuda_tensors(torch, built)
     return built
