@@ -26,7 +26,7 @@ check:           ## the quick tier: lint, core C++ tests, the CUDA kernels under
 test:            ## the README's test command: check + conda packages, multi-process and pip-build tests, stable ABI
 	scripts/test.sh
 
-test-latest:     ## the library tests against the newest releases of torch, jax, transformers (no lock)
+test-latest:     ## the library tests and the stable-ABI smoke against the newest releases of torch, jax, transformers (no lock)
 	scripts/test-latest.sh
 
 stable-abi-test: ## one stable-ABI build of the torch layer; its smoke under torch 2.13 and 2.14 (make test runs it)

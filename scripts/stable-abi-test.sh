@@ -13,11 +13,14 @@
 # .venv's 2.13.0: a torch older than the headers it was compiled with.
 # FUSELET_EXPECT_TORCH_ABI=stable makes tests/torch/test_stable_abi.py fail if any other build
 # was imported. Extra arguments go to each pytest run.
+# FUSELET_STABLE_ABI_HERE=1 (scripts/test-latest.sh: the newest torch) stops after the smoke under
+# $VENV's torch: no second torch, no pip wheel; FUSELET_STABLE_ABI_OUT moves the build's folder
+# (build/stable-abi) elsewhere.
 source "$(dirname "$0")/env.sh"
 use_build_tmp   # the isolated pip build's environment: torch 2.14.1 with its CUDA libraries
 "$ROOT/scripts/bootstrap.sh"
 compiler_cache
-out="$ROOT/build/stable-abi"
+out="${FUSELET_STABLE_ABI_OUT:-$ROOT/build/stable-abi}"
 site="$out/site"
 log "stable ABI: building the torch layer once, against $("$PY" -c 'import torch; print(torch.__version__)') ($site)"
 start=$(date +%s)
@@ -26,8 +29,6 @@ FUSELET_TORCH_ABI=stable FUSELET_FRAMEWORK=torch SKBUILD_BUILD_DIR="$out/build" 
   CMAKE_ARGS="$LAUNCHER_CMAKE_ARGS${CMAKE_ARGS:-}" \
   "$PY" -m pip install --quiet --no-build-isolation --no-deps --target "$site" "$ROOT"
 log "stable ABI: built in $(( $(date +%s) - start )) s"
-second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
-"$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
 status=0
 suite() {  # suite SITE VENV [PYTEST ARGS]: the torch smoke against the build in SITE under VENV's torch
   local version
@@ -41,6 +42,9 @@ suite() {  # suite SITE VENV [PYTEST ARGS]: the torch smoke against the build in
     { status=1; log "stable ABI: the torch smoke against $1 under torch $version failed"; }
 }
 suite "$site" "$VENV" "$@"
+[[ -z "${FUSELET_STABLE_ABI_HERE:-}" ]] || exit "$status"
+second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
+"$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
 suite "$site" "$second" "$@"
 log "stable ABI: fuse() under the oldest transformers it supports (requirements/stable-abi.txt)"
 (cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable FUSELET_REQUIRE_IMPORTS="torch transformers" \

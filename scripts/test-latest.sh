@@ -4,8 +4,10 @@
 # no lock, and not the machine's pip constraints either (PIP_CONFIG_FILE=/dev/null). An
 # upstream release that breaks fuselet shows up here (make test-latest; the scheduled job of
 # .github/workflows/latest.yml) as a report, while main, on its lock, stays green.
-# Then benchmarks/zoo.py: fuse() over every causal-LM type of that transformers. Extra arguments
-# go to pytest.
+# Then the stable-ABI build of the torch layer, made against that torch as an isolated pip build
+# would be, and its torch smoke under it (scripts/stable-abi-test.sh: the raw ops' refusals and
+# their exception types included); then benchmarks/zoo.py: fuse() over every causal-LM type of
+# that transformers. Extra arguments go to pytest.
 source "$(dirname "$0")/env.sh"
 latest="$ROOT/build/latest"
 mkdir -p "$latest"
@@ -22,5 +24,6 @@ import importlib.metadata as m
 print("==> newest releases:", ", ".join(f"{p} {m.version(p)}" for p in ("torch", "jax", "jaxlib", "transformers", "onnx", "flax")))
 PY
 "$ROOT/scripts/check.sh" "$@"
+FUSELET_STABLE_ABI_HERE=1 FUSELET_STABLE_ABI_OUT="$latest/stable-abi" "$ROOT/scripts/stable-abi-test.sh" "$@"
 # fuse() over every causal-LM type of the newest transformers (its table in build/latest/zoo.md)
 "$FUSELET_VENV/bin/python" "$ROOT/benchmarks/zoo.py" --min-equal "${FUSELET_ZOO_MIN_EQUAL:-60}" --out "$latest/zoo"
