@@ -46,42 +46,6 @@ def check_param_dtype(name: str, dtype: str, x_dtype: str, like: tuple[str, str]
         raise TypeError(f"{name}: expected dtype {x_dtype} (the dtype of x){also}, got {dtype}")
 
 
-def check_norm_args(x_shape: tuple, x_dtype: str, params: dict, eps, zero_centered_gamma=False) -> None:
-    """x: [..., H]; params: {"weight": (shape, dtype) or None, "bias": ...}; eps: finite float > 0."""
-    check_dtype("x", x_dtype)
-    if len(x_shape) == 0:
-        raise ValueError("x: expected shape [..., H] with at least 1 dimension, got a 0-d array")
-    hidden = x_shape[-1]
-    if hidden == 0:
-        raise ValueError(f"x: the hidden size (last dimension) must be > 0, got shape {tuple(x_shape)}")
-    like = None
-    for name, param in params.items():
-        if param is None:
-            continue
-        shape, dtype = param
-        if tuple(shape) != (hidden,):
-            raise ValueError(
-                f"{name}: expected shape ({hidden},) to match the last dimension of x {tuple(x_shape)}, got {tuple(shape)}"
-            )
-        check_param_dtype(name, dtype, x_dtype, like)
-        like = like or (name, dtype)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        raise TypeError(f"eps: expected a Python float, got {type(eps).__name__}")
-    if not (_finite(eps) and eps > 0):
-        raise ValueError(f"eps: expected a finite float > 0, got {eps}")
-    if not isinstance(zero_centered_gamma, bool):
-        raise TypeError(f"zero_centered_gamma: expected a bool, got {type(zero_centered_gamma).__name__}")
-    if zero_centered_gamma and params.get("weight") is None:
-        raise ValueError("zero_centered_gamma: scales by (1 + weight) and needs a weight, got weight=None")
-
-
-def check_like_x(name: str, shape: tuple, dtype: str, x_shape: tuple, x_dtype: str) -> None:
-    """`name` must have exactly x's shape and dtype (residual, dy, ...)."""
-    check_dtype(name, dtype, like=x_dtype)
-    if tuple(shape) != tuple(x_shape):
-        raise ValueError(f"{name}: expected shape {tuple(x_shape)} (the shape of x), got {tuple(shape)}")
-
-
 def check_glu_args(x_shape: tuple, x_dtype: str) -> None:
     """x: [..., 2F], the gate and up halves: an even last dimension > 0."""
     check_dtype("x", x_dtype)

@@ -16,11 +16,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fuselet._checks import check_like_x, check_norm_args
 from fuselet.jax import _sharding
-from fuselet.jax._checks import array_facts, check_float32
+from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op as _row_op
 from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
+from fuselet.spec import norm as spec
 
 ZERO_CENTERED_GAMMA = 1  # FUSELET_NORM_ZERO_CENTERED_GAMMA of fuselet/norm.h
 
@@ -78,9 +78,9 @@ def rms_norm(x, weight=None, eps: float = 1e-6, zero_centered_gamma: bool = Fals
     """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H].
 
     weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
-    _check(x, eps, zero_centered_gamma, weight=weight)
+    options = _check(x, eps, zero_centered_gamma, weight=weight)[1]
     axes = _sharding.varying_axes(x)
-    return _rms_norm_jit(x, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
+    return _rms_norm_jit(x, _sharding.vary_like(axes, weight), *_scalars(options))
 
 
 # --- LayerNorm ---------------------------------------------------------------------------
@@ -135,10 +135,10 @@ def layer_norm(x, weight=None, bias=None, eps: float = 1e-5, zero_centered_gamma
     """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H].
 
     weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
-    _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
+    options = _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)[1]
     axes = _sharding.varying_axes(x)
     weight, bias = (_sharding.vary_like(axes, p) for p in (weight, bias))
-    return _layer_norm_jit(x, weight, bias, float(eps), _flags(zero_centered_gamma))
+    return _layer_norm_jit(x, weight, bias, *_scalars(options))
 
 
 # --- residual add + RMSNorm --------------------------------------------------------------
@@ -193,18 +193,23 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, zero_centered_gamm
     """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
 
     The pre-norm transformer step in one pass; residual has x's shape and dtype."""
-    x_shape, x_dtype = _check(x, eps, zero_centered_gamma, weight=weight)
-    check_like_x("residual", *array_facts("residual", residual), x_shape, x_dtype)
+    x_facts, options = _check(x, eps, zero_centered_gamma, weight=weight)
+    spec.residual(array_facts("residual", residual), x_facts)
     axes = _sharding.varying_axes(x, residual)
-    return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), float(eps), _flags(zero_centered_gamma))
+    return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), *_scalars(options))
 
 
-def _check(x, eps, zero_centered_gamma, **params) -> tuple[tuple, str]:
-    """x's (shape, dtype name), once every argument is checked."""
+def _scalars(options: spec.NormOptions) -> tuple:
+    """The jitted functions' static (eps, flags)."""
+    eps, zero_centered_gamma = options.op_args()
+    return eps, _flags(zero_centered_gamma)
+
+
+def _check(x, eps, zero_centered_gamma, **params) -> tuple[tuple, spec.NormOptions]:
+    """x's (shape, dtype name) and the options, once every argument is checked."""
     arrays = {"x": x, **{n: a for n, a in params.items() if a is not None}}
-    x_shape, x_dtype = array_facts("x", x)
-    check_norm_args(x_shape, x_dtype, {n: array_facts(n, a, optional=True) for n, a in params.items()}, eps, zero_centered_gamma)
-    check_float32("eps", eps, positive=True)
+    x_facts = array_facts("x", x)
+    options = spec.norm(x_facts, {n: array_facts(n, a, optional=True) for n, a in params.items()}, eps, zero_centered_gamma)
     # Committed arrays only: JAX places uncommitted ones (jnp.ones(H)) where the others are, as
     # for its own ops; a weight on one device with x sharded over eight is the common case.
     devices = {
@@ -219,4 +224,4 @@ def _check(x, eps, zero_centered_gamma, **params) -> tuple[tuple, str]:
                     f"{name}: expected an array on {sorted(map(str, devices['x']))} (the devices of x), "
                     f"got {sorted(map(str, devs))}"
                 )
-    return x_shape, x_dtype
+    return x_facts, options

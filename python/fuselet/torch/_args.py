@@ -16,6 +16,11 @@ def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).removeprefix("torch.")
 
 
+def facts(t: torch.Tensor | None) -> tuple[tuple, str] | None:
+    """(shape, dtype name) of t, what the specs (fuselet/spec) take; None for None."""
+    return None if t is None else (tuple(t.shape), dtype_name(t))
+
+
 def check_dense(name: str, t, optional: bool = False) -> None:
     """t: a strided (dense) torch.Tensor (or None when optional)."""
     if t is None and optional:

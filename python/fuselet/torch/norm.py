@@ -10,31 +10,20 @@ from __future__ import annotations
 
 import torch
 
-from fuselet._checks import check_like_x, check_norm_args
-from fuselet.torch._args import check_dense, check_same_device, op_tensors, rows_like, rows_of, vector
-from fuselet.torch._args import dtype_name as _dtype
+from fuselet.spec import norm as spec
+from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
 
-def _norm_args(x, eps, zero_centered_gamma, **params) -> None:
-    """check_norm_args of x [..., H] and the parameters (None: absent), for the wrappers and the fake impls."""
-    check_norm_args(
-        tuple(x.shape),
-        _dtype(x),
-        {n: None if t is None else (tuple(t.shape), _dtype(t)) for n, t in params.items()},
-        eps,
-        zero_centered_gamma,
-    )
-
-
-def _check(x, eps, zero_centered_gamma, **params) -> None:
+def _check(x, eps, zero_centered_gamma, **params) -> spec.NormOptions:
     check_dense("x", x)
     for name, t in params.items():
         check_dense(name, t, optional=True)
-    _norm_args(x, eps, zero_centered_gamma, **params)
+    options = spec.norm(facts(x), {n: facts(t) for n, t in params.items()}, eps, zero_centered_gamma)
     check_same_device("x", x, **params)
+    return options
 
 
 def rms_norm(
@@ -43,8 +32,8 @@ def rms_norm(
     """y = x / sqrt(mean(x^2, -1) + eps) * weight, over the last dim of x [..., H].
 
     weight=None scales by 1; zero_centered_gamma=True scales by (1 + weight)."""
-    _check(x, eps, zero_centered_gamma, weight=weight)
-    return ops.rms_norm_fwd(x, weight, float(eps), zero_centered_gamma)[0]
+    options = _check(x, eps, zero_centered_gamma, weight=weight)
+    return ops.rms_norm_fwd(x, weight, *options.op_args())[0]
 
 
 def layer_norm(
@@ -57,8 +46,8 @@ def layer_norm(
     """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last dim of x [..., H].
 
     weight=None scales by 1, bias=None adds 0; zero_centered_gamma=True scales by (1 + weight)."""
-    _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
-    return ops.layer_norm_fwd(x, weight, bias, float(eps), zero_centered_gamma)[0]
+    options = _check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
+    return ops.layer_norm_fwd(x, weight, bias, *options.op_args())[0]
 
 
 def add_rms_norm(
@@ -71,11 +60,11 @@ def add_rms_norm(
     """(y, residual_out): residual_out = x + residual (in x's dtype), y = rms_norm(residual_out, weight, eps).
 
     The pre-norm transformer step in one pass; residual has x's shape and dtype."""
-    _check(x, eps, zero_centered_gamma, weight=weight)
+    options = _check(x, eps, zero_centered_gamma, weight=weight)
     check_dense("residual", residual)
-    check_like_x("residual", tuple(residual.shape), _dtype(residual), tuple(x.shape), _dtype(x))
+    spec.residual(facts(residual), facts(x))
     check_same_device("x", x, residual=residual)
-    y, residual_out, _ = ops.add_rms_norm_fwd(x, residual, weight, float(eps), zero_centered_gamma)
+    y, residual_out, _ = ops.add_rms_norm_fwd(x, residual, weight, *options.op_args())
     return y, residual_out
 
 
@@ -157,33 +146,24 @@ def _grad_of(param, x):
     return x.new_empty(0) if param is None else torch.empty_like(param)
 
 
-def _fake_check(x, eps=1.0, zero_centered_gamma=False, **params):
-    """The op's checks of x [..., H] and the parameters (eps: the backward has none)."""
-    _norm_args(x, eps, zero_centered_gamma, **params)
-    return rows_of("x", x)
-
-
 @torch.library.register_fake("fuselet::rms_norm_fwd")
 def _(x, weight, eps, zero_centered_gamma=False):
     op_tensors(("weight",), x=x, weight=weight)
-    _fake_check(x, eps, zero_centered_gamma, weight=weight)
+    spec.fwd_op(facts(x), {"weight": facts(weight)}, eps, zero_centered_gamma)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x)
 
 
 @torch.library.register_fake("fuselet::rms_norm_bwd")
 def _(dy, x, weight, rstd, zero_centered_gamma=False):
     op_tensors(("weight",), x=x, dy=dy, weight=weight, rstd=rstd)
-    rows, hidden = _fake_check(x, zero_centered_gamma=zero_centered_gamma, weight=weight)
-    rows_like("dy", dy, "x", x, rows, hidden, " like x")
-    vector("rstd", rstd, rows)
+    spec.bwd_op(facts(x), {"weight": facts(weight)}, zero_centered_gamma, {"dy": facts(dy)}, {"rstd": facts(rstd)})
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x)
 
 
 @torch.library.register_fake("fuselet::add_rms_norm_fwd")
 def _(x, residual, weight, eps, zero_centered_gamma=False):
     op_tensors(("weight",), x=x, residual=residual, weight=weight)
-    rows, hidden = _fake_check(x, eps, zero_centered_gamma, weight=weight)
-    rows_like("residual", residual, "x", x, rows, hidden, " like x")
+    spec.fwd_op(facts(x), {"weight": facts(weight)}, eps, zero_centered_gamma, residual=facts(residual))
     like = torch.empty_like(x, memory_format=torch.contiguous_format)
     return like, torch.empty_like(like), _rows(x)
 
@@ -191,29 +171,23 @@ def _(x, residual, weight, eps, zero_centered_gamma=False):
 @torch.library.register_fake("fuselet::add_rms_norm_bwd")
 def _(dy, dresidual_out, residual_out, weight, rstd, zero_centered_gamma=False):
     op_tensors(("weight",), residual_out=residual_out, dy=dy, dresidual_out=dresidual_out, weight=weight, rstd=rstd)
-    if residual_out.dim() == 0:
-        raise ValueError("residual_out: expected a tensor of shape [..., H], got a 0-d tensor")
-    rows, hidden = _fake_check(residual_out, zero_centered_gamma=zero_centered_gamma, weight=weight)
-    rows_like("dy", dy, "residual_out", residual_out, rows, hidden, " like residual_out")
-    rows_like("dresidual_out", dresidual_out, "residual_out", residual_out, rows, hidden, " like residual_out")
-    vector("rstd", rstd, rows)
+    grads = {"dy": facts(dy), "dresidual_out": facts(dresidual_out)}
+    spec.bwd_op(facts(residual_out), {"weight": facts(weight)}, zero_centered_gamma, grads, {"rstd": facts(rstd)}, "residual_out")
     return torch.empty_like(residual_out, memory_format=torch.contiguous_format), _grad_of(weight, residual_out)
 
 
 @torch.library.register_fake("fuselet::layer_norm_fwd")
 def _(x, weight, bias, eps, zero_centered_gamma=False):
     op_tensors(("weight", "bias"), x=x, weight=weight, bias=bias)
-    _fake_check(x, eps, zero_centered_gamma, weight=weight, bias=bias)
+    spec.fwd_op(facts(x), {"weight": facts(weight), "bias": facts(bias)}, eps, zero_centered_gamma)
     return torch.empty_like(x, memory_format=torch.contiguous_format), _rows(x), _rows(x)
 
 
 @torch.library.register_fake("fuselet::layer_norm_bwd")
 def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
     op_tensors(("weight", "bias"), x=x, dy=dy, weight=weight, bias=bias, mean=mean, rstd=rstd)
-    rows, hidden = _fake_check(x, zero_centered_gamma=zero_centered_gamma, weight=weight, bias=bias)
-    rows_like("dy", dy, "x", x, rows, hidden, " like x")
-    vector("mean", mean, rows)
-    vector("rstd", rstd, rows)
+    params = {"weight": facts(weight), "bias": facts(bias)}
+    spec.bwd_op(facts(x), params, zero_centered_gamma, {"dy": facts(dy)}, {"mean": facts(mean), "rstd": facts(rstd)})
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x), _grad_of(bias, x)
 
 

@@ -1,0 +1,252 @@
+"""Every rule of every op spec (python/fuselet/spec/<op>.py) refuses alike in both layers.
+
+Each spec module keeps beside its rules EXAMPLES (a valid call of each public op) and REFUSALS (a
+bad value for each rule, with the refusal). Every refusal is given here to the torch layer's
+public function, the JAX layer's, and, where the raw op takes that argument, to the raw op
+torch.ops.fuselet.<op> on meta tensors (which runs its fake impl): each must raise the same
+exception type with the same message, which names the argument first. OP_REFUSALS are the raw ops'
+own rules (their backward tensors, their option codes), given to the raw ops on meta tensors.
+
+test_every_rule_has_a_refusal holds the tables complete: every rule call and every raise of a spec
+module, and every raise of spec/_rules.py, is reached by some refusal.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+from pathlib import Path
+
+import fuselet.spec
+import pytest
+from fuselet.spec._rules import Array
+
+from tests.conftest import import_layer
+
+pytestmark = pytest.mark.smoke
+
+ft = import_layer("torch")
+fj = import_layer("jax")
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import torch  # noqa: E402
+
+SPEC_DIR = Path(fuselet.spec.__file__).parent
+SPECS = {
+    m.name: importlib.import_module(f"fuselet.spec.{m.name}") for m in pkgutil.iter_modules([str(SPEC_DIR)]) if m.name[0] != "_"
+}
+
+
+def _softcap_as_op(args: dict) -> dict:
+    """cross_entropy's options as its raw ops take them: softcap None is 0.0 there."""
+    return {**args, "softcap": 0.0 if args.get("softcap") is None else args["softcap"]}
+
+
+# public op -> (its raw forward op, how the public arguments become the raw op's, by name)
+RAW = {
+    "rms_norm": ("rms_norm_fwd", None),
+    "layer_norm": ("layer_norm_fwd", None),
+    "add_rms_norm": ("add_rms_norm_fwd", None),
+}
+
+
+def _cases(table: str):
+    for name, module in SPECS.items():
+        for i, refusal in enumerate(getattr(module, table, [])):
+            for op in refusal.ops:
+                overrides = ",".join(
+                    f"{k}={v!r}" if not isinstance(v, Array) else f"{k}={v.shape}{v.dtype}" for k, v in refusal.args.items()
+                )
+                yield pytest.param(name, i, op, id=f"{name}-{op}-{i}-{overrides}")
+
+
+def _array(framework: str, value, device: str = "cpu"):
+    if not isinstance(value, Array):
+        return value
+    if framework == "torch":
+        return torch.ones(value.shape, dtype=getattr(torch, value.dtype), device=device)
+    with jax.enable_x64(value.dtype in ("float64", "int64")):  # a real float64 jax.Array
+        return jnp.ones(value.shape, dtype=value.dtype)
+
+
+def _public(layer, op: str, args: dict):
+    fn = layer
+    for part in op.split("."):
+        fn = getattr(fn, part)
+    framework = layer.__name__.split(".")[-1]
+    return fn(**{k: _array(framework, v) for k, v in args.items()})
+
+
+def _fits(kind: str, value) -> bool:
+    """Whether the raw op's schema takes `value` for an argument of type `kind` (else torch's
+    dispatcher refuses it before the fake impl runs)."""
+    if kind in ("Tensor", "Optional[Tensor]"):
+        return isinstance(value, Array) or (value is None and kind.startswith("Optional"))
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return {
+        "float": number,
+        "int": number and isinstance(value, int),
+        "bool": isinstance(value, bool),
+        "str": isinstance(value, str),
+    }.get(kind, False)
+
+
+def _raw(op: str, args: dict):
+    """Calls torch.ops.fuselet.<op> with `args` (by its schema's names; arrays on meta), the
+    schema's defaults for the others; None where the schema cannot take them."""
+    schema = getattr(torch.ops.fuselet, op).default._schema
+    values = []
+    for a in schema.arguments:
+        if a.name in args:
+            if not _fits(str(a.type), args[a.name]):
+                return None
+            values.append(_array("torch", args[a.name], "meta"))
+        elif a.has_default_value():
+            values.append(a.default_value)
+        else:
+            raise AssertionError(f"{op}: no value for {a.name}")
+    return lambda: getattr(torch.ops.fuselet, op)(*values)
+
+
+def _raw_call(op: str, refusal):
+    """The raw forward op's call of the public op `op` with the refusal's arguments, or None where
+    the raw op does not take them (an argument it lacks, or of a type its schema refuses)."""
+    raw_op, convert = RAW[op]
+    args = {**SPECS_EXAMPLES[op], **refusal.args}
+    args = convert(args) if convert else args
+    names = {a.name for a in getattr(torch.ops.fuselet, raw_op).default._schema.arguments}
+    if not set(convert(dict(refusal.args)) if convert else refusal.args) <= names:
+        return None
+    return _raw(raw_op, {k: v for k, v in args.items() if k in names})
+
+
+SPECS_EXAMPLES = {op: example for module in SPECS.values() for op, example in getattr(module, "EXAMPLES", {}).items()}
+
+
+def _refused(call) -> BaseException:
+    try:
+        call()
+    except (TypeError, ValueError, NotImplementedError) as e:
+        return e
+    raise AssertionError("not refused")
+
+
+def _check(exc, refusal, where: str) -> None:
+    assert type(exc) is refusal.error, f"{where}: {type(exc).__name__}: {exc}"
+    assert str(exc).startswith(refusal.message), f"{where}: {exc}"
+
+
+@pytest.mark.parametrize(("spec", "index", "op"), list(_cases("REFUSALS")))
+def test_both_layers_and_the_raw_op_refuse_alike(spec, index, op):
+    refusal = SPECS[spec].REFUSALS[index]
+    args = {**SPECS_EXAMPLES[op], **refusal.args}
+    argument = refusal.message.split(":")[0]
+    assert argument in args, f"the message names {argument!r}, which {op} does not take"
+    torch_error = _refused(lambda: _public(ft, op, args))
+    jax_error = _refused(lambda: _public(fj, op, args))
+    _check(torch_error, refusal, f"fuselet.torch.{op}")
+    _check(jax_error, refusal, f"fuselet.jax.{op}")
+    assert str(jax_error) == str(torch_error)
+    raw = _raw_call(op, refusal) if refusal.raw is not False else None
+    if raw is not None:
+        raw_error = _refused(raw)
+        if refusal.raw is True:
+            _check(raw_error, refusal, f"torch.ops.fuselet.{RAW[op][0]} (meta)")
+            assert str(raw_error) == str(torch_error)
+        else:
+            assert type(raw_error) is refusal.error and str(raw_error).startswith(refusal.raw), raw_error
+
+
+@pytest.mark.parametrize(("spec", "index", "op"), list(_cases("OP_REFUSALS")))
+def test_the_raw_ops_refuse(spec, index, op):
+    refusal = SPECS[spec].OP_REFUSALS[index]
+    call = _raw(op, refusal.args)
+    assert call is not None, refusal
+    _check(_refused(call), refusal, f"torch.ops.fuselet.{op} (meta)")
+
+
+def test_the_valid_calls_run():
+    """The examples the refusals start from are themselves valid (each refusal is its own)."""
+    for op, args in SPECS_EXAMPLES.items():
+        _public(ft, op, args)
+        _public(fj, op, args)
+
+
+# --- the tables are complete ------------------------------------------------------------------
+
+
+def _rule_calls(tree) -> list[tuple[str, int, int]]:
+    """(rule, first line, last line) of each call r.<rule>(...) in the functions of a module."""
+    return [
+        (n.func.attr, n.lineno, n.end_lineno)
+        for f in tree.body
+        if isinstance(f, (ast.FunctionDef, ast.ClassDef))
+        for n in ast.walk(f)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and isinstance(n.func.value, ast.Name)
+        and n.func.value.id == "r"
+    ]
+
+
+def _raises(f) -> list[tuple[int, int]]:
+    return [(n.lineno, n.end_lineno) for n in ast.walk(f) if isinstance(n, ast.Raise)]
+
+
+def _sites() -> dict[str, list[tuple[int, int]]]:
+    """file -> (first, last) lines of each raise and each call of a rule (r.<rule>) that raises in
+    the functions of the spec modules, and of each raise in the rules of spec/_rules.py they use."""
+    rules = {f.name: f for f in ast.parse((SPEC_DIR / "_rules.py").read_text()).body if isinstance(f, ast.FunctionDef)}
+    calls = {
+        name: {n.func.id for n in ast.walk(f) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        for name, f in rules.items()
+    }
+    raising = {name for name, f in rules.items() if _raises(f)}
+    while more := {name for name in rules if calls[name] & raising} - raising:
+        raising |= more
+    sites, used = {}, set()
+    for path in sorted(SPEC_DIR.glob("*.py")):
+        if path.name == "_rules.py":
+            continue
+        tree = ast.parse(path.read_text())
+        found = [(a, b) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.ClassDef)) for a, b in _raises(f)]
+        found += [(a, b) for rule, a, b in _rule_calls(tree) if rule in raising]
+        used |= {rule for rule, _, _ in _rule_calls(tree)}
+        sites[path.name] = found
+    while more := set().union(*(calls[name] & set(rules) for name in used)) - used:
+        used |= more
+    sites["_rules.py"] = [site for name in sorted(used) for site in _raises(rules[name])]
+    return sites
+
+
+def _reached(exc: BaseException) -> set[tuple[str, int]]:
+    lines, tb = set(), exc.__traceback__
+    while tb is not None:
+        path = Path(tb.tb_frame.f_code.co_filename)
+        if path.parent == SPEC_DIR:
+            lines.add((path.name, tb.tb_lineno))
+        tb = tb.tb_next
+    return lines
+
+
+def test_every_rule_has_a_refusal():
+    reached = set()
+    for module in SPECS.values():
+        for refusal in getattr(module, "REFUSALS", []):
+            for op in refusal.ops:
+                args = {**SPECS_EXAMPLES[op], **refusal.args}
+                reached |= _reached(_refused(lambda op=op, args=args: _public(ft, op, args)))
+                raw = _raw_call(op, refusal) if refusal.raw is not False else None
+                if raw is not None:
+                    reached |= _reached(_refused(raw))
+        for refusal in getattr(module, "OP_REFUSALS", []):
+            for op in refusal.ops:
+                reached |= _reached(_refused(_raw(op, refusal.args)))
+    missing = [
+        f"{name}:{first}"
+        for name, found in _sites().items()
+        for first, last in found
+        if not any((name, line) in reached for line in range(first, last + 1))
+    ]
+    assert not missing, f"no refusal of the tables (REFUSALS, OP_REFUSALS) reaches these rules: {missing}"
