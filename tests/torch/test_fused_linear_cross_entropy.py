@@ -11,7 +11,7 @@ from tests.conftest import import_layer
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
 ft = import_layer("torch")
-from fuselet._fused_linear_cross_entropy import chunk_size_for  # noqa: E402
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for  # noqa: E402
 
 OPTIONS = {
     "plain": {},

@@ -53,11 +53,3 @@ def check_float32(name: str, value, positive: bool = False) -> None:
             f"{name}: expected a value > 0 in float32 (>= {_TINY:.4g}; the kernels compute in float32), "
             f"got {shown}, which float32 rounds to 0"
         )
-
-
-def check_scalars(z_loss, softcap) -> None:
-    """check_float32 of cross-entropy's float options (label_smoothing, in [0, 1], always fits; a
-    softcap that float32 rounds to 0 is check_cross_entropy_args' to refuse, for both layers)."""
-    check_float32("z_loss", z_loss)
-    if softcap is not None:
-        check_float32("softcap", softcap)

@@ -19,13 +19,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fuselet._checks import check_cross_entropy_args, check_grad_scale
-from fuselet.jax._checks import array_facts, check_float32, check_scalars
+from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import ROWS, STATS
+from fuselet.spec import cross_entropy as spec
 
 
-def _attrs(ignore_index, label_smoothing, z_loss, softcap) -> dict:
+def _attrs(options: spec.CrossEntropyOptions) -> dict:
+    """The FFI attributes of the options (passed to the jitted functions whole: static, hashable)."""
+    ignore_index, label_smoothing, z_loss, softcap = options.op_args()
     return {
         "ignore_index": np.int64(ignore_index),
         "label_smoothing": np.float32(label_smoothing),
@@ -35,7 +37,7 @@ def _attrs(ignore_index, label_smoothing, z_loss, softcap) -> dict:
 
 
 def _fwd_call(logits, target, options):
-    return row_op("cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True, **_attrs(*options))
+    return row_op("cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True, **_attrs(options))
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -61,7 +63,7 @@ def _per_token_bwd(options, res, cts):
 
 def _bwd_call(dloss, logits, target, lse, options):
     return row_op(
-        "cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True, **_attrs(*options)
+        "cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True, **_attrs(options)
     )[0]
 
 
@@ -75,14 +77,15 @@ def _valid(target, ignore_index):
     return (target != ignore_index).astype(jnp.float32)
 
 
-def _reduced(logits, target, options, reduction, return_z_loss):
+def _reduced(logits, target, options):
+    reduction, return_z_loss = options.reduction, options.return_z_loss
     loss, z = _per_token(logits, target, options)
     z = jax.lax.stop_gradient(z)
     if reduction == "none":
         return (loss, z) if return_z_loss else loss
     parts = [loss, z] if return_z_loss else [loss]
     if reduction == "mean":
-        parts.append(_valid(target, options[0]))
+        parts.append(_valid(target, options.ignore_index))
     # One reduction over the token axes of the stacked values: one all-reduce when sharded.
     sums = jnp.sum(jnp.stack(parts), axis=tuple(range(1, loss.ndim + 1)))
     if reduction == "mean":
@@ -91,22 +94,7 @@ def _reduced(logits, target, options, reduction, return_z_loss):
 
 
 # Jitted so that an eager call with sharded logits is partitioned too (inside jit it is inlined).
-_reduced_jit = jax.jit(_reduced, static_argnums=(2, 3, 4))
-
-
-def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none", return_z_loss=False):
-    check_cross_entropy_args(
-        *array_facts("logits", logits),
-        *array_facts("target", target),
-        ignore_index,
-        label_smoothing,
-        z_loss,
-        softcap,
-        reduction,
-        return_z_loss,
-    )
-    check_scalars(z_loss, softcap)
-    return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
+_reduced_jit = jax.jit(_reduced, static_argnums=(2,))
 
 
 def cross_entropy(
@@ -126,8 +114,17 @@ def cross_entropy(
     softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
     (for logging: no gradient flows through it). A target outside [0, V) that is not
     ignore_index raises on the CPU (the CUDA kernel gives NaN for that token)."""
-    options = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
-    return _target_errors(target, lambda: _reduced_jit(logits, target, options, reduction, return_z_loss))
+    options = spec.cross_entropy(
+        array_facts("logits", logits),
+        array_facts("target", target),
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        z_loss=z_loss,
+        softcap=softcap,
+        reduction=reduction,
+        return_z_loss=return_z_loss,
+    )
+    return _target_errors(target, lambda: _reduced_jit(logits, target, options))
 
 
 def _target_errors(target, call):
@@ -157,7 +154,7 @@ def _fwd_bwd(logits, target, options, grad_scale):
         True,
         aliases=((0, 2),),
         grad_scale=np.float32(grad_scale),
-        **_attrs(*options),
+        **_attrs(options),
     )
 
 
@@ -179,10 +176,16 @@ def fwd_bwd(
     d logits in logits' dtype, written into the logits' buffer where XLA can (logits made in the
     same jit, e.g. one chunk's h @ W, or donated; logits still live elsewhere are copied first).
     grad_scale is a Python float (a compile-time attribute)."""
-    options = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap)
-    check_grad_scale(grad_scale)
-    check_float32("grad_scale", grad_scale)
-    return _target_errors(target, lambda: _fwd_bwd_jit(logits, target, options, float(grad_scale)))
+    options = spec.cross_entropy(
+        array_facts("logits", logits),
+        array_facts("target", target),
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        z_loss=z_loss,
+        softcap=softcap,
+    )
+    scale = spec.grad_scale(grad_scale)
+    return _target_errors(target, lambda: _fwd_bwd_jit(logits, target, options, scale))
 
 
 # fuselet.<layer>.cross_entropy is the function above (the package exports it over this

@@ -18,10 +18,10 @@ import math
 import jax
 import jax.numpy as jnp
 
-from fuselet._checks import check_linear_cross_entropy_args
-from fuselet._fused_linear_cross_entropy import chunk_size_for, options
-from fuselet.jax._checks import array_facts, check_scalars
+from fuselet.jax._checks import array_facts
 from fuselet.jax.cross_entropy import _bwd_call, _fwd_bwd, _fwd_call, _target_errors, _valid
+from fuselet.spec import fused_linear_cross_entropy as spec
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
 
 def _over_chunks(body, carry, arrays, chunk):
@@ -71,7 +71,7 @@ def _reduced_fwd(h, w, b, t, opts, chunk, mean):
         return _accumulate(carry, dl, h_i), (loss_i, z_i, jnp.dot(dl, w))
 
     (dw, db), (loss, z, dh) = _over_chunks(body, _zeros(w, b), (h, t), chunk)
-    scale = 1.0 / jnp.maximum(jnp.sum(_valid(t, opts[0])), 1.0) if mean else 1.0
+    scale = 1.0 / jnp.maximum(jnp.sum(_valid(t, opts.ignore_index)), 1.0) if mean else 1.0
     res = (_scaled(dh, scale, h.dtype), _scaled(dw, scale, w.dtype), None if b is None else _scaled(db, scale, b.dtype))
     return (jnp.sum(loss) * scale, jnp.sum(z) * scale), res
 
@@ -151,24 +151,22 @@ def fused_linear_cross_entropy(
     bfloat16); target hidden.shape[:-1] of int32 class ids (int64 with x64). The options are
     cross_entropy's; chunk_size: tokens per chunk (None: chunk_size_for(N, H, V)). Returns the
     float32 loss (target's shape for reduction="none"), and with return_z_loss=True (loss, z)."""
-    facts = {n: array_facts(n, a, optional=n == "bias") for n, a in (("hidden", hidden), ("weight", weight), ("bias", bias))}
-    target_shape, target_dtype = array_facts("target", target)
-    check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], target_shape, chunk_size)
-    opts = options(
-        target_shape,
-        target_dtype,
-        weight.shape[0],
-        facts["hidden"][1],
-        ignore_index,
-        label_smoothing,
-        z_loss,
-        softcap,
-        reduction,
-        return_z_loss,
+    options = spec.fused_linear_cross_entropy(
+        array_facts("hidden", hidden),
+        array_facts("weight", weight),
+        array_facts("bias", bias, optional=True),
+        array_facts("target", target),
+        chunk_size,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        z_loss=z_loss,
+        softcap=softcap,
+        reduction=reduction,
+        return_z_loss=return_z_loss,
     )
-    check_scalars(z_loss, softcap)
     shape, h_dim = target.shape, hidden.shape[-1]
     chunk = chunk_size or chunk_size_for(math.prod(shape), h_dim, weight.shape[0])
+    opts = options.cross_entropy
     loss, z = _target_errors(
         target, lambda: _loss_jit(hidden.reshape(-1, h_dim), weight, bias, target.reshape(-1), opts, chunk, reduction)
     )

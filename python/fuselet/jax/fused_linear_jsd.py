@@ -18,9 +18,9 @@ import jax.numpy as jnp
 
 from fuselet import _losses
 from fuselet._checks import DIVERGENCE_KINDS
-from fuselet._fused_linear_cross_entropy import chunk_size_for
 from fuselet.jax._checks import array_facts
 from fuselet.jax.divergence import _bwd_call, _fwd_call
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
 
 def _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk):

@@ -12,32 +12,19 @@ from __future__ import annotations
 
 import torch
 
-from fuselet._checks import check_cross_entropy_args, check_grad_scale
-from fuselet.torch._args import check_dense, check_same_device, op_tensors, rows_of, shape_str, vector
-from fuselet.torch._args import dtype_name as _dtype
+from fuselet.spec import cross_entropy as spec
+from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
 
-def _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction="none", return_z_loss=False) -> tuple:
-    """Checks the arguments; the op's scalar arguments (softcap None -> 0.0)."""
+def _check(logits, target, **options) -> spec.CrossEntropyOptions:
     for name, t in (("logits", logits), ("target", target)):
         check_dense(name, t)
-    check_cross_entropy_args(
-        tuple(logits.shape),
-        _dtype(logits),
-        tuple(target.shape),
-        _dtype(target),
-        ignore_index,
-        label_smoothing,
-        z_loss,
-        softcap,
-        reduction,
-        return_z_loss,
-    )
+    checked = spec.cross_entropy(facts(logits), facts(target), **options)
     check_same_device("logits", logits, target=target)
-    return int(ignore_index), float(label_smoothing), float(z_loss), 0.0 if softcap is None else float(softcap)
+    return checked
 
 
 def _reduce(v: torch.Tensor, target: torch.Tensor, ignore_index: int, reduction: str) -> torch.Tensor:
@@ -70,17 +57,24 @@ def cross_entropy(
     softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
     (for logging: no gradient flows through it). inplace_backward=True writes the gradient into
     the logits' memory (the logits must not be used after the backward)."""
-    args = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction, return_z_loss)
-    if not isinstance(inplace_backward, bool):
-        raise TypeError(f"inplace_backward: expected a bool, got {type(inplace_backward).__name__}")
-    if inplace_backward:
-        loss, z = _InplaceBackward.apply(logits, target, *args)
+    options = _check(
+        logits,
+        target,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        z_loss=z_loss,
+        softcap=softcap,
+        reduction=reduction,
+        return_z_loss=return_z_loss,
+    )
+    if spec.inplace_backward(inplace_backward):
+        loss, z = _InplaceBackward.apply(logits, target, *options.op_args())
     else:
-        loss, z, _ = ops.cross_entropy_fwd(logits, target, *args)
-    loss = _reduce(loss, target, args[0], reduction)
+        loss, z, _ = ops.cross_entropy_fwd(logits, target, *options.op_args())
+    loss = _reduce(loss, target, options.ignore_index, reduction)
     if not return_z_loss:
         return loss
-    return loss, _reduce(z.detach(), target, args[0], reduction)
+    return loss, _reduce(z.detach(), target, options.ignore_index, reduction)
 
 
 def fwd_bwd(
@@ -97,8 +91,8 @@ def fwd_bwd(
     """(loss, z, dlogits) in one pass, no autograd: the per-token float32 loss and z-loss part
     (target's shape, 0 where ignored) and dlogits = grad_scale * d loss_token / d logits in
     logits' dtype. inplace=True writes dlogits into logits and returns logits as dlogits."""
-    args = _check(logits, target, ignore_index, label_smoothing, z_loss, softcap)
-    check_grad_scale(grad_scale)
+    options = _check(logits, target, ignore_index=ignore_index, label_smoothing=label_smoothing, z_loss=z_loss, softcap=softcap)
+    scale = spec.grad_scale(grad_scale)
     if inplace and (is_dtensor(logits) or is_dtensor(target)):
         # DTensor runs an op whose name ends in "_" as an in-place op that returns its first
         # argument; cross_entropy_fwd_bwd_ returns (loss, z) (torch 2.13).
@@ -107,9 +101,9 @@ def fwd_bwd(
             "in-place fwd_bwd op); inplace=False returns the same (loss, z, dlogits)"
         )
     if inplace:
-        loss, z = ops.cross_entropy_fwd_bwd_(logits, target, *args, float(grad_scale))
+        loss, z = ops.cross_entropy_fwd_bwd_(logits, target, *options.op_args(), scale)
         return loss, z, logits
-    return ops.cross_entropy_fwd_bwd(logits, target, *args, float(grad_scale))
+    return ops.cross_entropy_fwd_bwd(logits, target, *options.op_args(), scale)
 
 
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
@@ -119,27 +113,11 @@ def _tokens(logits):
     return logits.new_empty(logits.shape[:-1], dtype=torch.float32)
 
 
-def _fake_check(logits, target, options, grad_scale=1.0, **tensors):
-    """The op's checks: logits [..., V], target (its rows' class ids, any shape), the options
-    (softcap 0.0: none), grad_scale, and per-token float32 `tensors` (dloss, lse)."""
-    op_tensors(logits=logits, target=target, **tensors)
-    ignore_index, label_smoothing, z_loss, softcap = options
-    rows, _ = rows_of("logits", logits, "V")
-    check_cross_entropy_args(
-        tuple(logits.shape),
-        _dtype(logits),
-        tuple(logits.shape[:-1]),
-        _dtype(target),
-        ignore_index,
-        label_smoothing,
-        z_loss,
-        None if softcap == 0.0 else softcap,
-    )
-    check_grad_scale(grad_scale)
-    if target.numel() != rows:
-        raise ValueError(f"target: expected {rows} elements (the rows of logits), got shape {shape_str(target)}")
-    for name, t in tensors.items():
-        vector(name, t, rows)
+def _fake_check(logits, target, op_args, grad_scale=None, **tokens):
+    """The op's checks (spec.op): logits [..., V], target (its rows' class ids, any shape), the
+    options, grad_scale, and per-token float32 `tokens` (dloss, lse)."""
+    op_tensors(logits=logits, target=target, **tokens)
+    spec.op(facts(logits), facts(target), op_args, grad_scale, {n: facts(t) for n, t in tokens.items()})
 
 
 @torch.library.register_fake("fuselet::cross_entropy_fwd")
@@ -236,9 +214,10 @@ class _InplaceBackward(torch.autograd.Function):
     (cross_entropy_bwd_, a mutating op: functionalization and torch.compile see the write)."""
 
     @staticmethod
-    def forward(ctx, logits, target, ignore_index, label_smoothing, z_loss, softcap):
-        loss, z, lse = ops.cross_entropy_fwd(logits, target, ignore_index, label_smoothing, z_loss, softcap)
-        ctx.options = (ignore_index, label_smoothing, z_loss, softcap)
+    def forward(ctx, logits, target, *op_args):
+        """op_args: CrossEntropyOptions.op_args() (spec/cross_entropy.py)."""
+        loss, z, lse = ops.cross_entropy_fwd(logits, target, *op_args)
+        ctx.options = op_args
         ctx.save_for_backward(logits, target, lse)
         ctx.mark_non_differentiable(z)
         return loss, z
@@ -246,12 +225,13 @@ class _InplaceBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dloss, _dz):
         logits, target, lse = ctx.saved_tensors
+        none = (None,) * (1 + len(ctx.options))  # target's and the options'
         if dloss is None:
-            return None, None, None, None, None, None
+            return None, *none
         if is_dtensor(logits):  # DTensor and ops that write into their second argument: see _sharding
-            return ops.cross_entropy_bwd(dloss, logits, target, lse, *ctx.options), None, None, None, None, None
+            return ops.cross_entropy_bwd(dloss, logits, target, lse, *ctx.options), *none
         ops.cross_entropy_bwd_(dloss, logits, target, lse, *ctx.options)
-        return logits, None, None, None, None, None
+        return logits, *none
 
 
 # fuselet.<layer>.cross_entropy is the function above (the package exports it over this

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from fuselet._checks import check_linear_cross_entropy_args
-from fuselet._fused_linear_cross_entropy import chunk_size_for, options
-from fuselet.torch._args import check_dense, check_same_device, op_tensors, shape_str
+from fuselet.spec import fused_linear_cross_entropy as spec
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
+from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
@@ -99,39 +99,14 @@ class _Accumulator:
         return dweight, dbias
 
 
-def _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, **tokens):
-    """The checks of the ops below (and of their fake impls): hidden [N, H], weight [V, H], bias
-    [V] or None, target [N] (class ids), the cross-entropy options (softcap 0.0: none),
-    chunk_size (0: the default) and per-token `tokens` [N] (dloss: any float dtype; lse: float32)."""
+def _op_check(hidden, weight, bias, target, op_args, chunk_size, **tokens) -> spec.FusedLinearCrossEntropyOptions:
+    """The checks of the ops below (and of their fake impls): spec.op of hidden [N, H], weight
+    [V, H], bias [V] or None, target [N] (class ids), the cross-entropy options (op_args: softcap
+    0.0 none), chunk_size (0: the default) and per-token `tokens` [N] (dloss: any float dtype;
+    lse: float32)."""
     op_tensors(("bias",), hidden=hidden, weight=weight, bias=bias, target=target, **tokens)
-    if hidden.dim() != 2:
-        raise ValueError(f"hidden: expected shape [N, H], got {shape_str(hidden)}")
-
-    def facts(t):
-        return None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
-
-    chunk = None if chunk_size == 0 else chunk_size
-    check_linear_cross_entropy_args(facts(hidden), facts(weight), facts(bias), tuple(target.shape), chunk)
-    target_dtype = str(target.dtype).removeprefix("torch.")
-    soft = None if softcap == 0.0 else softcap
-    options(
-        tuple(target.shape),
-        target_dtype,
-        weight.shape[0],
-        facts(hidden)[1],
-        ignore_index,
-        label_smoothing,
-        z_loss,
-        soft,
-        "none",
-        False,
-    )
-    for name, t in tokens.items():
-        if not t.is_floating_point() or (name == "lse" and t.dtype != torch.float32):
-            expected = "float32" if name == "lse" else "a float dtype"
-            raise TypeError(f"{name}: expected {expected}, got {str(t.dtype).removeprefix('torch.')}")
-        if tuple(t.shape) != (hidden.shape[0],):
-            raise ValueError(f"{name}: expected shape [{hidden.shape[0]}] (the rows of hidden), got {shape_str(t)}")
+    tokens = {n: facts(t) for n, t in tokens.items()}
+    return spec.op(facts(hidden), facts(weight), facts(bias), facts(target), op_args, chunk_size, tokens)
 
 
 @torch.library.custom_op("fuselet::fused_linear_cross_entropy_reduced", mutates_args=())
@@ -148,9 +123,10 @@ def _reduced(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, dhidden, dweight, dbias) of the summed (mean=False) or mean loss over hidden [N, H]."""
-    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
+    options = _op_check(hidden, weight, bias, target, (ignore_index, label_smoothing, z_loss, softcap), chunk_size)
+    ce_args = options.cross_entropy.op_args()
     n, chunk_size = hidden.shape[0], _resolve(chunk_size, hidden, weight)
-    scale = 1.0 / int(_counted(target, ignore_index)) if mean else 1.0
+    scale = 1.0 / int(_counted(target, options.cross_entropy.ignore_index)) if mean else 1.0
     loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
     z = torch.zeros((), dtype=torch.float32, device=hidden.device)
     dhidden = torch.empty_like(hidden)
@@ -158,7 +134,7 @@ def _reduced(
     for a, b in _chunks(n, chunk_size):
         h = hidden[a:b]
         logits = logits_of(h)
-        loss_c, z_c = ops.cross_entropy_fwd_bwd_(logits, target[a:b], ignore_index, label_smoothing, z_loss, softcap, scale)
+        loss_c, z_c = ops.cross_entropy_fwd_bwd_(logits, target[a:b], *ce_args, scale)
         loss += loss_c.sum()
         z += z_c.sum()
         torch.mm(logits, weight, out=dhidden[a:b])  # logits now holds dlogits
@@ -169,7 +145,7 @@ def _reduced(
 
 @_reduced.register_fake
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, mean, chunk_size):
-    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
+    _op_check(hidden, weight, bias, target, (ignore_index, label_smoothing, z_loss, softcap), chunk_size)
     scalar = hidden.new_empty((), dtype=torch.float32)
     dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
     return scalar, torch.empty_like(scalar), torch.empty_like(hidden), torch.empty_like(weight), dbias
@@ -216,22 +192,21 @@ def _per_token(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(loss, z, lse): float32 per token of hidden [N, H]."""
-    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
+    options = _op_check(hidden, weight, bias, target, (ignore_index, label_smoothing, z_loss, softcap), chunk_size)
+    ce_args = options.cross_entropy.op_args()
     n = hidden.shape[0]
     out = [torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3)]
     chunk_size = _resolve(chunk_size, hidden, weight)
     logits_of = _Logits(hidden, weight, bias, chunk_size)
     for a, b in _chunks(n, chunk_size):
-        for o, r in zip(
-            out, ops.cross_entropy_fwd(logits_of(hidden[a:b]), target[a:b], ignore_index, label_smoothing, z_loss, softcap)
-        ):
+        for o, r in zip(out, ops.cross_entropy_fwd(logits_of(hidden[a:b]), target[a:b], *ce_args)):
             o[a:b] = r
     return tuple(out)
 
 
 @_per_token.register_fake
 def _(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
-    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size)
+    _op_check(hidden, weight, bias, target, (ignore_index, label_smoothing, z_loss, softcap), chunk_size)
     return tuple(hidden.new_empty(hidden.shape[0], dtype=torch.float32) for _ in range(3))
 
 
@@ -250,7 +225,10 @@ def _per_token_bwd(
     chunk_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dhidden, dweight, dbias) from the per-token upstream gradient dloss [N] (logits recomputed)."""
-    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, dloss=dloss, lse=lse)
+    options = _op_check(
+        hidden, weight, bias, target, (ignore_index, label_smoothing, z_loss, softcap), chunk_size, dloss=dloss, lse=lse
+    )
+    ce_args = options.cross_entropy.op_args()
     dloss = dloss.to(torch.float32).contiguous()
     dhidden = torch.empty_like(hidden)
     chunk_size = _resolve(chunk_size, hidden, weight)
@@ -258,7 +236,7 @@ def _per_token_bwd(
     for a, b in _chunks(hidden.shape[0], chunk_size):
         h = hidden[a:b]
         logits = logits_of(h)
-        ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], ignore_index, label_smoothing, z_loss, softcap)
+        ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], *ce_args)
         torch.mm(logits, weight, out=dhidden[a:b])
         acc.add(logits, h)
     logits = logits_of = None
@@ -267,7 +245,8 @@ def _per_token_bwd(
 
 @_per_token_bwd.register_fake
 def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z_loss, softcap, chunk_size):
-    _op_check(hidden, weight, bias, target, ignore_index, label_smoothing, z_loss, softcap, chunk_size, dloss=dloss, lse=lse)
+    op_args = (ignore_index, label_smoothing, z_loss, softcap)
+    _op_check(hidden, weight, bias, target, op_args, chunk_size, dloss=dloss, lse=lse)
     dbias = hidden.new_empty(0) if bias is None else torch.empty_like(bias)
     return torch.empty_like(hidden), torch.empty_like(weight), dbias
 
@@ -318,10 +297,10 @@ def _(dloss, hidden, weight, bias, target, lse, ignore_index, label_smoothing, z
     )
 
 
-def _dtensor_mean(h2, weight, bias, t1, opts, chunk):
+def _dtensor_mean(h2, weight, bias, t1, options: spec.FusedLinearCrossEntropyOptions):
     """reduction="mean" of DTensor inputs: the summed loss over the global count of counted tokens."""
-    loss, z, *_ = _reduced(h2, weight, bias, t1, *opts, False, chunk)
-    count = _counted(t1, opts[0])
+    loss, z, *_ = _reduced(h2, weight, bias, t1, *options.op_args(mean=False))
+    count = _counted(t1, options.cross_entropy.ignore_index)
     return loss / count, z / count
 
 
@@ -355,35 +334,31 @@ def fused_linear_cross_entropy(
     if hidden.device.type in ("cpu", "cuda") and torch.is_autocast_enabled(hidden.device.type):
         low = torch.get_autocast_dtype(hidden.device.type)
         hidden, weight, bias = (t.to(low) if t is not None and t.is_floating_point() else t for t in (hidden, weight, bias))
-    facts = {
-        n: None if t is None else (tuple(t.shape), str(t.dtype).removeprefix("torch."))
-        for n, t in (("hidden", hidden), ("weight", weight), ("bias", bias))
-    }
-    check_linear_cross_entropy_args(facts["hidden"], facts["weight"], facts["bias"], tuple(target.shape), chunk_size)
-    check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
-    opts = options(
-        tuple(target.shape),
-        str(target.dtype).removeprefix("torch."),
-        weight.shape[0],
-        facts["hidden"][1],
-        ignore_index,
-        label_smoothing,
-        z_loss,
-        softcap,
-        reduction,
-        return_z_loss,
+    options = spec.fused_linear_cross_entropy(
+        facts(hidden),
+        facts(weight),
+        facts(bias),
+        facts(target),
+        chunk_size,
+        ignore_index=ignore_index,
+        label_smoothing=label_smoothing,
+        z_loss=z_loss,
+        softcap=softcap,
+        reduction=reduction,
+        return_z_loss=return_z_loss,
     )
+    check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
     shape, h_dim = target.shape, hidden.shape[-1]
     h2 = hidden.reshape(-1, h_dim).contiguous()
     t1 = target.reshape(-1).contiguous()
-    chunk = chunk_size or 0  # 0: chunk_size_for(N, H, V), decided by the op (_resolve)
     weight = weight.contiguous()
     bias = None if bias is None else bias.contiguous()
+    # chunk_size None is the ops' 0: chunk_size_for(N, H, V), decided by the op (_resolve)
     if reduction == "none":
-        loss, z, _ = _per_token(h2, weight, bias, t1, *opts, chunk)
+        loss, z, _ = _per_token(h2, weight, bias, t1, *options.op_args())
         loss, z = loss.reshape(shape), z.reshape(shape)
     elif reduction == "mean" and is_dtensor(h2):
-        loss, z = _dtensor_mean(h2, weight, bias, t1, opts, chunk)
+        loss, z = _dtensor_mean(h2, weight, bias, t1, options)
     else:
-        loss, z, *_ = _reduced(h2, weight, bias, t1, *opts, reduction == "mean", chunk)
+        loss, z, *_ = _reduced(h2, weight, bias, t1, *options.op_args(mean=reduction == "mean"))
     return (loss, z.detach()) if return_z_loss else loss

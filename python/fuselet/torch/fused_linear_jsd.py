@@ -21,7 +21,7 @@ import torch
 
 from fuselet import _losses
 from fuselet._checks import DIVERGENCE_KINDS
-from fuselet._fused_linear_cross_entropy import chunk_size_for
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
 from fuselet.torch._dtensor import check_dtensors, is_dtensor, on_row_shards
 
