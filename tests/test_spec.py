@@ -45,6 +45,14 @@ def _softcap_as_op(args: dict) -> dict:
     return {**args, "softcap": 0.0 if args.get("softcap") is None else args["softcap"]}
 
 
+def _layout_as_op(args: dict) -> dict:
+    """rope's layout as its raw ops take it: the flag bhsd (a layout of neither name stays)."""
+    args = dict(args)
+    if args.get("layout", "bshd") in ("bshd", "bhsd"):
+        args["bhsd"] = args.pop("layout", "bshd") == "bhsd"
+    return args
+
+
 # public op -> (its raw forward op, how the public arguments become the raw op's, by name)
 RAW = {
     "rms_norm": ("rms_norm_fwd", None),
@@ -52,6 +60,11 @@ RAW = {
     "add_rms_norm": ("add_rms_norm_fwd", None),
     "cross_entropy": ("cross_entropy_fwd", _softcap_as_op),
     "cross_entropy.fwd_bwd": ("cross_entropy_fwd_bwd", _softcap_as_op),
+    "swiglu": ("swiglu_fwd", None),
+    "geglu": ("geglu_fwd", None),
+    "clamped_swiglu": ("clamped_swiglu_fwd", None),
+    "softmax": ("softmax_fwd", None),
+    "rope": ("rope_fwd", _layout_as_op),
     "fused_linear_cross_entropy": (
         "fused_linear_cross_entropy_none",
         lambda args: {**_softcap_as_op(args), "chunk_size": args.get("chunk_size") or 0},

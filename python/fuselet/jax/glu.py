@@ -13,20 +13,25 @@ import functools
 import jax
 import numpy as np
 
-from fuselet._checks import check_approximate, check_clamped_glu_options, check_glu_args
 from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import HALF, ROWS
+from fuselet.spec import glu as spec
 
 # fuselet_glu_activation of fuselet/glu.h
 SILU, GELU, GELU_TANH, SILU_CLAMPED = 0, 1, 2, 3
 
 
-def _attrs(options):
-    """fuselet_glu_options' fields of options = (activation, interleaved, alpha, limit)."""
-    activation, interleaved, alpha, limit = options
+def _attrs(options: spec.GluOptions) -> dict:
+    """fuselet_glu_options' fields of the options (passed to the jitted functions whole: static)."""
+    activation = {"swiglu": SILU, "clamped_swiglu": SILU_CLAMPED}.get(options.op)
+    if activation is None:  # geglu
+        activation = GELU_TANH if options.approximate == "tanh" else GELU
     return dict(
-        activation=np.int32(activation), interleaved=np.int32(interleaved), alpha=np.float32(alpha), limit=np.float32(limit)
+        activation=np.int32(activation),
+        interleaved=np.int32(options.interleaved),
+        alpha=np.float32(options.alpha),
+        limit=np.float32(options.limit),
     )
 
 
@@ -48,21 +53,14 @@ _glu.defvjp(_glu_fwd, _glu_bwd)
 _glu_jit = jax.jit(_glu, static_argnums=(1,))
 
 
-def _check(x) -> None:
-    check_glu_args(*array_facts("x", x))
-
-
 def swiglu(x):
     """y = silu(gate) * up with x [..., 2F] = [gate, up]; y [..., F]."""
-    _check(x)
-    return _glu_jit(x, (SILU, 0, 0.0, 0.0))
+    return _glu_jit(x, spec.swiglu(array_facts("x", x)))
 
 
 def geglu(x, approximate: str = "none"):
     """y = gelu(gate, approximate) * up with x [..., 2F] = [gate, up]; approximate "none" (erf) or "tanh"."""
-    _check(x)
-    check_approximate(approximate)
-    return _glu_jit(x, (GELU_TANH if approximate == "tanh" else GELU, 0, 0.0, 0.0))
+    return _glu_jit(x, spec.geglu(array_facts("x", x), approximate))
 
 
 def clamped_swiglu(x, *, alpha: float = 1.702, limit: float = 7.0, interleaved: bool = False):
@@ -70,6 +68,4 @@ def clamped_swiglu(x, *, alpha: float = 1.702, limit: float = 7.0, interleaved: 
 
     x [..., 2F] is [gate, up], or [g0, u0, g1, u1, ...] with interleaved=True (GPT-OSS's
     gate_up_proj); y [..., F]. The defaults are GPT-OSS's (swiglu_alpha, swiglu_limit)."""
-    _check(x)
-    check_clamped_glu_options(alpha, limit, interleaved)
-    return _glu_jit(x, (SILU_CLAMPED, int(interleaved), float(alpha), float(limit)))
+    return _glu_jit(x, spec.clamped_swiglu(array_facts("x", x), alpha, limit, interleaved))

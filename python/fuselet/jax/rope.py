@@ -25,10 +25,10 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from fuselet._checks import check_rope_args
 from fuselet.jax import _sharding
 from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import _call
+from fuselet.spec import rope as spec
 
 INTERLEAVED, BHSD = 1, 2  # fuselet_rope_flags of fuselet/rope.h
 
@@ -130,7 +130,8 @@ _rope_jit = jax.jit(_rope, static_argnums=(3,))
 
 def rope(x, cos, sin, *, layout: str = "bshd", interleaved: bool = False):
     """y[..., i] = x[..., i] * cos[i] + rot(x)[..., i] * sin[i] for i < R; x[..., i] beyond."""
-    check_rope_args(*array_facts("x", x), *array_facts("cos", cos), *array_facts("sin", sin), layout, interleaved)
-    flags = (BHSD if layout == "bhsd" else 0) | (INTERLEAVED if interleaved else 0)
+    options = spec.rope(array_facts("x", x), array_facts("cos", cos), array_facts("sin", sin), layout, interleaved)
+    bhsd, interleaved = options.op_args()
+    flags = (BHSD if bhsd else 0) | (INTERLEAVED if interleaved else 0)
     axes = _sharding.varying_axes(x)
     return _rope_jit(x, _sharding.vary_like(axes, cos), _sharding.vary_like(axes, sin), flags)

@@ -13,10 +13,10 @@ import functools
 import jax
 import numpy as np
 
-from fuselet._checks import check_softmax_args
-from fuselet.jax._checks import array_facts, check_float32
+from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import ROWS
+from fuselet.spec import softmax as spec
 
 CAUSAL = 1  # FUSELET_SOFTMAX_CAUSAL of fuselet/softmax.h
 
@@ -55,6 +55,5 @@ _softmax_jit = jax.jit(_softmax, static_argnums=(1, 2))
 
 def softmax(x, scale: float = 1.0, causal: bool = False):
     """y = softmax(scale * x, axis=-1), with the bottom-right causal mask when causal=True."""
-    check_softmax_args(*array_facts("x", x), scale, causal)
-    check_float32("scale", scale)
-    return _softmax_jit(x, float(scale), causal)
+    options = spec.softmax(array_facts("x", x), scale, causal)
+    return _softmax_jit(x, *options.op_args())

@@ -201,8 +201,7 @@ def max_dims(name: str, shape) -> None:
 
 
 def rows(name: str, shape, pattern: str) -> None:
-    """At least one dimension (`pattern`: the shape's words, "[..., H]"), at most MAX_DIMS."""
-    max_dims(name, shape)
+    """At least one dimension (`pattern`: the shape's words, "[..., H]")."""
     if len(shape) == 0:
         raise ValueError(f"{name}: expected shape {pattern} with at least 1 dimension, got a 0-d array")
 

@@ -27,6 +27,7 @@ def _arrays(x: tuple, params: dict, x_name: str = "x") -> None:
     x's dtype or float32, one dtype."""
     x_shape, x_dtype = x
     r.float_dtype(x_name, x_dtype)
+    r.max_dims(x_name, x_shape)
     r.rows(x_name, x_shape, "[..., H]")
     r.last_positive(x_name, x_shape, "the hidden size (last dimension)")
     hidden, like = x_shape[-1], None

@@ -7,33 +7,25 @@ the math runs in float32).
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from fuselet._checks import check_approximate, check_clamped_glu_options, check_glu_args
-from fuselet.torch._args import check_dense, op_tensors, rows_like
+from fuselet.spec import glu as spec
+from fuselet.torch._args import check_dense, facts, op_tensors
 from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
 
 
-def _check(x) -> None:
-    check_dense("x", x)
-    check_glu_args(tuple(x.shape), str(x.dtype).removeprefix("torch."))
-
-
 def swiglu(x: torch.Tensor) -> torch.Tensor:
     """y = silu(gate) * up with x [..., 2F] = [gate, up]; y [..., F]."""
-    _check(x)
-    return ops.swiglu_fwd(x)
+    check_dense("x", x)
+    return ops.swiglu_fwd(x, *spec.swiglu(facts(x)).op_args())
 
 
 def geglu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     """y = gelu(gate, approximate) * up with x [..., 2F] = [gate, up]; approximate "none" (erf) or "tanh"."""
-    _check(x)
-    check_approximate(approximate)
-    return ops.geglu_fwd(x, approximate)
+    check_dense("x", x)
+    return ops.geglu_fwd(x, *spec.geglu(facts(x), approximate).op_args())
 
 
 def clamped_swiglu(x: torch.Tensor, *, alpha: float = 1.702, limit: float = 7.0, interleaved: bool = False) -> torch.Tensor:
@@ -41,9 +33,8 @@ def clamped_swiglu(x: torch.Tensor, *, alpha: float = 1.702, limit: float = 7.0,
 
     x [..., 2F] is [gate, up], or [g0, u0, g1, u1, ...] with interleaved=True (GPT-OSS's
     gate_up_proj); y [..., F]. The defaults are GPT-OSS's (swiglu_alpha, swiglu_limit)."""
-    _check(x)
-    check_clamped_glu_options(alpha, limit, interleaved)
-    return ops.clamped_swiglu_fwd(x, float(alpha), float(limit), bool(interleaved))
+    check_dense("x", x)
+    return ops.clamped_swiglu_fwd(x, *spec.clamped_swiglu(facts(x), alpha, limit, interleaved).op_args())
 
 
 # --- fake (meta) implementations ----------------------------------------------------------
@@ -53,50 +44,45 @@ def _half(x):
     return x.new_empty((*x.shape[:-1], x.shape[-1] // 2))
 
 
-def _fake_check(x, approximate="none", **dy):
-    """The op's checks of x [..., 2F], approximate and (the backward: dy=...) dy [..., F]."""
-    op_tensors(x=x, **dy)
-    check_glu_args(tuple(x.shape), str(x.dtype).removeprefix("torch."))
-    check_approximate(approximate)
-    if dy:
-        rows_like("dy", dy["dy"], "x", x, math.prod(x.shape[:-1]), x.shape[-1] // 2)
+def _fake_check(name, x, *op_args, dy=None):
+    """The op's checks (spec.op) of x [..., 2F], its options and (the backward's) dy [..., F]."""
+    op_tensors(x=x, **({} if dy is None else {"dy": dy}))
+    spec.op(name, facts(x), *op_args, dy=facts(dy))
 
 
 @torch.library.register_fake("fuselet::swiglu_fwd")
 def _(x):
-    _fake_check(x)
+    _fake_check("swiglu", x)
     return _half(x)
 
 
 @torch.library.register_fake("fuselet::swiglu_bwd")
 def _(dy, x):
-    _fake_check(x, dy=dy)
+    _fake_check("swiglu", x, dy=dy)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fuselet::geglu_fwd")
 def _(x, approximate="none"):
-    _fake_check(x, approximate)
+    _fake_check("geglu", x, approximate)
     return _half(x)
 
 
 @torch.library.register_fake("fuselet::geglu_bwd")
 def _(dy, x, approximate="none"):
-    _fake_check(x, approximate, dy=dy)
+    _fake_check("geglu", x, approximate, dy=dy)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fuselet::clamped_swiglu_fwd")
 def _(x, alpha=1.702, limit=7.0, interleaved=False):
-    _fake_check(x)
-    check_clamped_glu_options(alpha, limit, interleaved)
+    _fake_check("clamped_swiglu", x, alpha, limit, interleaved)
     return _half(x)
 
 
 @torch.library.register_fake("fuselet::clamped_swiglu_bwd")
 def _(dy, x, alpha=1.702, limit=7.0, interleaved=False):
-    _fake_check(x, dy=dy)
-    check_clamped_glu_options(alpha, limit, interleaved)
+    _fake_check("clamped_swiglu", x, alpha, limit, interleaved, dy=dy)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from fuselet._checks import check_rope_args
-from fuselet.torch._args import check_dense, check_same_device, op_tensors
-from fuselet.torch._args import dtype_name as _dtype
+from fuselet.spec import rope as spec
+from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import placements, sharding
 
 ops = torch.ops.fuselet
@@ -27,28 +26,14 @@ def rope(
     for name, t in (("x", x), ("cos", cos), ("sin", sin)):
         check_dense(name, t)
     check_same_device("x", x, cos=cos, sin=sin)
-    check_rope_args(tuple(x.shape), _dtype(x), tuple(cos.shape), _dtype(cos), tuple(sin.shape), _dtype(sin), layout, interleaved)
-    return ops.rope_fwd(x, cos, sin, layout == "bhsd", interleaved)
+    options = spec.rope(facts(x), facts(cos), facts(sin), layout, interleaved)
+    return ops.rope_fwd(x, cos, sin, *options.op_args())
 
 
 def _fake_check(name, x, cos, sin, bhsd, interleaved):
     """The op's checks of x (the forward) or dy (the backward: reported under its own name)."""
     op_tensors(**{name: x}, cos=cos, sin=sin)
-    try:
-        check_rope_args(
-            tuple(x.shape),
-            _dtype(x),
-            tuple(cos.shape),
-            _dtype(cos),
-            tuple(sin.shape),
-            _dtype(sin),
-            "bhsd" if bhsd else "bshd",
-            interleaved,
-        )
-    except (TypeError, ValueError) as e:
-        if name == "x" or not str(e).startswith("x: "):
-            raise
-        raise type(e)(f"{name}: {str(e)[3:]}") from None
+    spec.op(name, facts(x), facts(cos), facts(sin), bhsd, interleaved)
 
 
 @torch.library.register_fake("fuselet::rope_fwd")

@@ -7,12 +7,10 @@ j > i + (K - Q) (bottom-right aligned); a fully masked row is zeros. y has x's d
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from fuselet._checks import check_softmax_args
-from fuselet.torch._args import check_dense, op_tensors, rows_like, rows_of
+from fuselet.spec import softmax as spec
+from fuselet.torch._args import check_dense, facts, op_tensors
 from fuselet.torch._dtensor import rowwise, sharding
 
 ops = torch.ops.fuselet
@@ -21,26 +19,20 @@ ops = torch.ops.fuselet
 def softmax(x: torch.Tensor, scale: float = 1.0, causal: bool = False) -> torch.Tensor:
     """y = softmax(scale * x, dim=-1), with the bottom-right causal mask when causal=True."""
     check_dense("x", x)
-    check_softmax_args(tuple(x.shape), str(x.dtype).removeprefix("torch."), scale, causal)
-    return ops.softmax_fwd(x, float(scale), causal)
+    return ops.softmax_fwd(x, *spec.softmax(facts(x), scale, causal).op_args())
 
 
 @torch.library.register_fake("fuselet::softmax_fwd")
 def _(x, scale=1.0, causal=False):
     op_tensors(x=x)
-    check_softmax_args(tuple(x.shape), str(x.dtype).removeprefix("torch."), scale, causal)
+    spec.softmax(facts(x), scale, causal)
     return torch.empty_like(x, memory_format=torch.contiguous_format)
 
 
 @torch.library.register_fake("fuselet::softmax_bwd")
 def _(dy, y, scale=1.0):
     op_tensors(y=y, dy=dy)
-    rows, keys = rows_of("y", y, "K")
-    if keys == 0:
-        raise ValueError("y: the last dimension (keys) must be > 0, got 0")
-    if not -math.inf < scale < math.inf:
-        raise ValueError(f"scale: expected a finite float, got {scale}")
-    rows_like("dy", dy, "y", y, rows, keys)
+    spec.bwd_op(facts(dy), facts(y), scale)
     return torch.empty_like(y, memory_format=torch.contiguous_format)
 
 
