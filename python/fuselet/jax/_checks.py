@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-MAX_DIMS = 8  # FUSELET_MAX_DIMS of fuselet/fuselet.h
-
 
 def array_facts(name: str, a, optional: bool = False) -> tuple[tuple, str] | None:
     """(shape, dtype name) of the array argument `name` (None for an absent optional one);
@@ -24,6 +22,4 @@ def array_facts(name: str, a, optional: bool = False) -> tuple[tuple, str] | Non
         expected = "a jax.Array or None" if optional else "a jax.Array"
         kind = type(a).__qualname__ if type(a).__module__ == "builtins" else f"{type(a).__module__}.{type(a).__qualname__}"
         raise TypeError(f"{name}: expected {expected}, got {kind}") from None
-    if len(shape) > MAX_DIMS:  # until the divergences' spec checks it
-        raise ValueError(f"{name}: expected at most {MAX_DIMS} dimensions, got {len(shape)}")
     return shape, dtype

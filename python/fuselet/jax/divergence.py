@@ -21,18 +21,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fuselet._checks import DIVERGENCE_KINDS, check_divergence_args
 from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import ROWS, STATS
+from fuselet.spec import divergence as spec
 
 
-def _attrs(kind, log_target, beta) -> dict:
+def _attrs(options: spec.DivergenceOptions) -> dict:
+    """The FFI attributes of the options (passed to the jitted functions whole: static)."""
+    kind, log_target, beta = options.op_args()
     return {"kind": np.int32(kind), "log_target": np.int32(log_target), "beta": np.float32(beta)}
 
 
 def _fwd_call(input, target, options):
-    return row_op("divergence_fwd", (ROWS, ROWS), (STATS,), (input, target), True, **_attrs(*options))[0]
+    return row_op("divergence_fwd", (ROWS, ROWS), (STATS,), (input, target), True, **_attrs(options))[0]
 
 
 def _bwd_call(dloss, input, target, options, wrt_target):
@@ -43,7 +45,7 @@ def _bwd_call(dloss, input, target, options, wrt_target):
         (dloss, input, target),
         True,
         wrt_target=np.int32(wrt_target),
-        **_attrs(*options),
+        **_attrs(options),
     )[0]
 
 
@@ -74,40 +76,30 @@ def _kept_mean(rows, labels, ignore_index):
     return jnp.sum(jnp.where(keep, rows, 0.0)) / jnp.maximum(jnp.sum(keep), 1)
 
 
-def _reduced(input, target, labels, op, log_target, beta, reduction, ignore_index):
-    if reduction == "none":  # kl_div's elementwise loss: as large as the input, nothing to fuse
+def _reduced(input, target, labels, options: spec.DivergenceOptions):
+    if options.reduction == "none":  # kl_div's elementwise loss: as large as the input, nothing to fuse
         x, t = input.astype(jnp.float32), target.astype(jnp.float32)
-        if log_target:
+        if options.log_target:
             return jnp.exp(t) * (t - x)
         return jax.scipy.special.xlogy(t, t) - t * x
-    rows = _per_row(input, target, (DIVERGENCE_KINDS[op], log_target, beta))
-    if op != "kl_div":
-        return _kept_mean(rows, labels, ignore_index)
+    rows = _per_row(input, target, options)
+    if options.op != "kl_div":
+        return _kept_mean(rows, labels, options.ignore_index)
     total = jnp.sum(rows)
-    if reduction == "sum":
+    if options.reduction == "sum":
         return total
-    return total / (input.shape[0] if reduction == "batchmean" else input.size)
+    return total / (input.shape[0] if options.reduction == "batchmean" else input.size)
 
 
 # Jitted so that an eager call with sharded input is partitioned too (inside jit it is inlined).
-_reduced_jit = jax.jit(_reduced, static_argnums=(3, 4, 5, 6, 7))
-
-
-def _check(op, input, target, labels=None, **options):
-    check_divergence_args(
-        op,
-        *array_facts("input", input),
-        *array_facts("target", target),
-        labels=array_facts("labels", labels, optional=True),
-        **options,
-    )
+_reduced_jit = jax.jit(_reduced, static_argnums=(3,))
 
 
 def kl_div(input, target, *, log_target: bool = False, reduction: str = "batchmean"):
     """KL(P || Q) = sum P (log P - input) per row: torch.nn.functional.kl_div's math and
     reductions, the rows summed by one fused kernel."""
-    _check("kl_div", input, target, log_target=log_target, reduction=reduction)
-    return _reduced_jit(input, target, None, "kl_div", bool(log_target), 0.0, reduction, -100)
+    options = spec.kl_div(array_facts("input", input), array_facts("target", target), log_target, reduction)
+    return _reduced_jit(input, target, None, options)
 
 
 def jsd(input, target, *, beta: float = 0.5, labels=None, ignore_index: int = -100):
@@ -115,12 +107,14 @@ def jsd(input, target, *, beta: float = 0.5, labels=None, ignore_index: int = -1
     teacher ones `target` (log P), per row beta KL(P || M) + (1 - beta) KL(Q || M), M = beta P +
     (1 - beta) Q; beta = 0 is the forward KL(P || Q), beta = 1 the reverse KL(Q || P). The mean over
     the rows whose label (labels, input.shape[:-1]) is not ignore_index."""
-    _check("jsd", input, target, labels, beta=beta, ignore_index=ignore_index)
-    return _reduced_jit(input, target, labels, "jsd", True, float(beta), "batchmean", int(ignore_index))
+    facts = (array_facts("input", input), array_facts("target", target))
+    options = spec.jsd(*facts, beta, array_facts("labels", labels, optional=True), ignore_index)
+    return _reduced_jit(input, target, labels, options)
 
 
 def tvd(input, target, *, labels=None, ignore_index: int = -100):
     """Total variation distance 0.5 sum |exp(target) - exp(input)| per row of log-probabilities,
     the mean over the rows whose label (labels, input.shape[:-1]) is not ignore_index."""
-    _check("tvd", input, target, labels, ignore_index=ignore_index)
-    return _reduced_jit(input, target, labels, "tvd", True, 0.0, "batchmean", int(ignore_index))
+    facts = (array_facts("input", input), array_facts("target", target))
+    options = spec.tvd(*facts, array_facts("labels", labels, optional=True), ignore_index)
+    return _reduced_jit(input, target, labels, options)

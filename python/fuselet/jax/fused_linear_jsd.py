@@ -6,7 +6,7 @@ padded with tokens that count for nothing), each chunk's logits of both models f
 fuselet's divergence kernel for the loss and its gradient, the gradient through log_softmax and
 the head at once. The loss is a mean, so the gradients are computed in the forward (custom_vjp)
 and kept as its residuals instead of any logits. Gradients flow to the student (hidden and
-weight) only: the teacher's cotangents are zeros. Rules: fuselet/_losses.py.
+weight) only: the teacher's cotangents are zeros. Rules: fuselet/spec/fused_linear_jsd.py.
 """
 
 from __future__ import annotations
@@ -16,18 +16,17 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from fuselet import _losses
-from fuselet._checks import DIVERGENCE_KINDS
 from fuselet.jax._checks import array_facts
 from fuselet.jax.divergence import _bwd_call, _fwd_call
+from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
 
-def _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
-    n, inv_t = hs.shape[0], 1.0 / temperature
+def _loss_and_grads(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptions, chunk):
+    n, inv_t = hs.shape[0], 1.0 / options.temperature
     pad = -n % chunk
     chunks = (n + pad) // chunk
-    options = (DIVERGENCE_KINDS["jsd"], True, beta)
+    jsd = options.divergence
 
     def split(a):
         return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)).reshape(chunks, chunk, *a.shape[1:])
@@ -36,8 +35,8 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
         h, t, g = xs
         logq = jax.nn.log_softmax(jnp.matmul(h, ws.T).astype(jnp.float32) * inv_t, axis=-1)
         logp = jax.nn.log_softmax(jnp.matmul(t, wt.T).astype(jnp.float32) * inv_t, axis=-1)
-        rows = _fwd_call(logq, logp, options)
-        dlogq = _bwd_call(g, logq, logp, options, 0)
+        rows = _fwd_call(logq, logp, jsd)
+        dlogq = _bwd_call(g, logq, logp, jsd, 0)
         dlogits = (dlogq - jnp.exp(logq) * jnp.sum(dlogq, -1, keepdims=True)) * inv_t
         dh = jnp.matmul(dlogits.astype(ws.dtype), ws)
         dws = dws + jnp.matmul(dlogits.T, h.astype(jnp.float32))
@@ -47,17 +46,17 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
     return jnp.sum(losses), dhs.reshape(-1, hs.shape[1])[:n], dws.astype(ws.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7))
-def _fused(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
-    return _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
+def _fused(hs, ws, ht, wt, weight_of, options, chunk):
+    return _loss_and_grads(hs, ws, ht, wt, weight_of, options, chunk)[0]
 
 
-def _fused_fwd(hs, ws, ht, wt, weight_of, beta, temperature, chunk):
-    loss, dhs, dws = _loss_and_grads(hs, ws, ht, wt, weight_of, beta, temperature, chunk)
+def _fused_fwd(hs, ws, ht, wt, weight_of, options, chunk):
+    loss, dhs, dws = _loss_and_grads(hs, ws, ht, wt, weight_of, options, chunk)
     return loss, (dhs, dws, ht, wt, weight_of)
 
 
-def _fused_bwd(beta, temperature, chunk, res, g):
+def _fused_bwd(options, chunk, res, g):
     dhs, dws, ht, wt, weight_of = res
     return (
         dhs * g.astype(dhs.dtype),
@@ -69,7 +68,7 @@ def _fused_bwd(beta, temperature, chunk, res, g):
 
 
 _fused.defvjp(_fused_fwd, _fused_bwd)
-_fused_jit = jax.jit(_fused, static_argnums=(5, 6, 7))
+_fused_jit = jax.jit(_fused, static_argnums=(5, 6))
 
 
 def fused_linear_jsd(
@@ -96,8 +95,13 @@ def fused_linear_jsd(
         "teacher_weight": teacher_weight,
     }
     facts = [array_facts(name, a) for name, a in arrays.items()]
-    _losses.check_linear_jsd_args(
-        *facts, array_facts("labels", labels, optional=True), beta, temperature, ignore_index, chunk_size
+    options = spec.fused_linear_jsd(
+        *facts,
+        array_facts("labels", labels, optional=True),
+        beta=beta,
+        temperature=temperature,
+        ignore_index=ignore_index,
+        chunk_size=chunk_size,
     )
     hs = jnp.reshape(student_hidden, (-1, student_hidden.shape[-1]))
     ht = jax.lax.stop_gradient(jnp.reshape(teacher_hidden, (-1, teacher_hidden.shape[-1])))
@@ -108,6 +112,4 @@ def fused_linear_jsd(
     else:
         weight_of = jnp.full((n,), 1.0 / max(n, 1), jnp.float32)
     chunk = min(chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0]), max(n, 1))
-    return _fused_jit(
-        hs, student_weight, ht, jax.lax.stop_gradient(teacher_weight), weight_of, float(beta), float(temperature), chunk
-    )
+    return _fused_jit(hs, student_weight, ht, jax.lax.stop_gradient(teacher_weight), weight_of, options, chunk)

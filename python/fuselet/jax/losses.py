@@ -2,7 +2,7 @@
 hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
 hidden states and the head's weight without the [tokens, vocab] logits.
 
-Math and argument rules: fuselet/_losses.py (shared with fuselet.torch). The per-token
+Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.torch). The per-token
 log-probabilities are -fused_linear_cross_entropy(reduction="none") (chunked over tokens with
 XLA's matmul and fuselet's cross-entropy FFI call, custom_vjp); the reference model's pass
 through lax.stop_gradient. Losses are float32; jit, grad and vmap apply.
@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from fuselet import _losses
 from fuselet.jax._checks import array_facts
 from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy
+from fuselet.spec import losses as spec
 
 
 class _Jax:
@@ -80,11 +81,13 @@ def fused_linear_preference_loss(
     shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target))}
     refs = (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias))
     reference = {n: _shape(n, a, optional=True) for n, a in refs}
-    _losses.check_preference_args(shapes["hidden"], shapes["target"], loss, beta, gamma, alpha, label_smoothing, reference)
+    options = spec.preference(
+        shapes["hidden"], shapes["target"], reference, loss, beta=beta, gamma=gamma, alpha=alpha, label_smoothing=label_smoothing
+    )
     logp, ref_logp, mask = _policy_and_reference(
         hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
     )
-    return _losses.preference_loss(_Jax, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
+    return _losses.preference_loss(_Jax, logp, mask, ref_logp, options)
 
 
 def fused_linear_kto_loss(
@@ -114,15 +117,22 @@ def fused_linear_kto_loss(
     reference = {n: _shape(n, a, optional=True) for n, a in refs}
     is_array = hasattr(kl, "shape") and hasattr(kl, "dtype")
     kl_facts = array_facts("kl", kl) if is_array else kl
-    _losses.check_kto_args(
-        shapes["hidden"], shapes["target"], labels, kl_facts, beta, desirable_weight, undesirable_weight, reference
+    options = spec.kto(
+        shapes["hidden"],
+        shapes["target"],
+        labels,
+        kl_facts,
+        reference,
+        beta=beta,
+        desirable_weight=desirable_weight,
+        undesirable_weight=undesirable_weight,
     )
     logp, ref_logp, mask = _policy_and_reference(
         hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
     )
     if is_array:
         kl = jax.lax.stop_gradient(jnp.asarray(kl, jnp.float32))
-    return _losses.kto_loss(_Jax, logp, mask, ref_logp, preference_labels, kl, beta, desirable_weight, undesirable_weight)
+    return _losses.kto_loss(_Jax, logp, mask, ref_logp, preference_labels, kl, options)
 
 
 def fused_linear_grpo_loss(
@@ -147,20 +157,19 @@ def fused_linear_grpo_loss(
     [B, T, H], weight [V, H], target [B, T], advantages [B]. The float32 scalar loss."""
     shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target), ("advantages", advantages))}
     logps = {n: _shape(n, a, optional=True) for n, a in (("old_logps", old_logps), ("ref_logps", ref_logps))}
-    _losses.check_grpo_args(
+    options = spec.grpo(
         shapes["hidden"],
         shapes["target"],
         shapes["advantages"],
         logps,
-        beta,
-        epsilon_low,
-        epsilon_high,
-        loss_type,
-        max_completion_length,
-        use_bias_correction_kl,
+        beta=beta,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        use_bias_correction_kl=use_bias_correction_kl,
     )
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).astype(jnp.float32)
     as32 = [None if a is None else jax.lax.stop_gradient(jnp.asarray(a, jnp.float32)) for a in (advantages, old_logps, ref_logps)]
-    options = (beta, epsilon_low, epsilon_high, loss_type, max_completion_length, use_bias_correction_kl)
-    return _losses.grpo_loss(_Jax, logp, mask, *as32, *options)
+    return _losses.grpo_loss(_Jax, logp, mask, *as32, options)

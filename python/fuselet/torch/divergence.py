@@ -20,34 +20,24 @@ from __future__ import annotations
 
 import torch
 
-from fuselet._checks import DIVERGENCE_KINDS, check_divergence_args, check_divergence_options
-from fuselet.torch._args import check_dense, check_same_device, dtype_name, op_tensors, rows_like, rows_of, vector
+from fuselet.spec import divergence as spec
+from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
 
-def _rows(op, input, target, log_target=True, beta=0.0, labels=None, ignore_index=-100, reduction="batchmean"):
+def _rows(op, input, target, labels=None, **options):
     """The checked per-row losses of `op` (float32, input.shape[:-1]); None for kl_div's "none"."""
     check_dense("input", input)
     check_dense("target", target)
     check_dense("labels", labels, optional=True)
-    check_divergence_args(
-        op,
-        tuple(input.shape),
-        dtype_name(input),
-        tuple(target.shape),
-        dtype_name(target),
-        log_target=log_target,
-        reduction=reduction,
-        beta=beta,
-        labels=None if labels is None else (tuple(labels.shape), dtype_name(labels)),
-        ignore_index=ignore_index,
-    )
+    arrays = {"labels": facts(labels)} if op != "kl_div" else {}
+    checked = getattr(spec, op)(facts(input), facts(target), **arrays, **options)
     check_same_device("input", input, target=target, labels=labels)
-    if reduction == "none":
+    if checked.reduction == "none":
         return None
-    return ops.divergence_fwd(input, target, DIVERGENCE_KINDS[op], bool(log_target), float(beta))
+    return ops.divergence_fwd(input, target, *checked.op_args())
 
 
 def _kept_mean(rows: torch.Tensor, labels, ignore_index: int) -> torch.Tensor:
@@ -87,29 +77,23 @@ def jsd(
     teacher ones `target` (log P), per row beta KL(P || M) + (1 - beta) KL(Q || M), M = beta P +
     (1 - beta) Q; beta = 0 is the forward KL(P || Q), beta = 1 the reverse KL(Q || P). The mean over
     the rows whose label (labels, input.shape[:-1]) is not ignore_index."""
-    rows = _rows("jsd", input, target, beta=beta, labels=labels, ignore_index=ignore_index)
+    rows = _rows("jsd", input, target, labels, beta=beta, ignore_index=ignore_index)
     return _kept_mean(rows, labels, ignore_index)
 
 
 def tvd(input: torch.Tensor, target: torch.Tensor, *, labels: torch.Tensor | None = None, ignore_index: int = -100):
     """Total variation distance 0.5 sum |exp(target) - exp(input)| per row of log-probabilities,
     the mean over the rows whose label (labels, input.shape[:-1]) is not ignore_index."""
-    rows = _rows("tvd", input, target, labels=labels, ignore_index=ignore_index)
+    rows = _rows("tvd", input, target, labels, ignore_index=ignore_index)
     return _kept_mean(rows, labels, ignore_index)
 
 
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
 
 
-def _fake_check(input, target, kind, log_target, beta, **tensors):
-    op_tensors(input=input, target=target, **tensors)
-    rows, classes = rows_of("input", input, "V")
-    if classes == 0:
-        raise ValueError("input: the last dimension (classes) must be > 0, got 0")
-    rows_like("target", target, "input", input, rows, classes)
-    check_divergence_options(kind, log_target, beta)
-    for name, t in tensors.items():
-        vector(name, t, rows)
+def _fake_check(input, target, kind, log_target, beta, **tokens):
+    op_tensors(input=input, target=target, **tokens)
+    spec.op(facts(input), facts(target), kind, log_target, beta, {n: facts(t) for n, t in tokens.items()})
 
 
 @torch.library.register_fake("fuselet::divergence_fwd")

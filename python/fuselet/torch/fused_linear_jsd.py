@@ -8,7 +8,7 @@ chunk's logits of both models from torch's matmul, fuselet's divergence kernel f
 its gradient, the gradient through log_softmax and the head at once. The loss is a mean, so the
 gradients are computed during the forward and kept instead of any logits; the backward scales
 them. At most one chunk of [chunk, V] float32 tensors exists at a time. Gradients flow to the
-student (hidden and weight) only: the teacher is a constant. Rules: fuselet/_losses.py.
+student (hidden and weight) only: the teacher is a constant. Rules: fuselet/spec/fused_linear_jsd.py.
 
 On DTensors (the tokens of both hiddens sharded, the heads replicated) each rank runs the chunks
 over its own tokens (fuselet.torch._dtensor.on_row_shards): the loss and dweight come out Partial,
@@ -19,20 +19,19 @@ from __future__ import annotations
 
 import torch
 
-from fuselet import _losses
-from fuselet._checks import DIVERGENCE_KINDS
+from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
-from fuselet.torch._args import check_dense, check_same_device, dtype_name
+from fuselet.torch._args import check_dense, check_same_device, facts
 from fuselet.torch._dtensor import check_dtensors, is_dtensor, on_row_shards
 
 ops = torch.ops.fuselet
-_JSD = DIVERGENCE_KINDS["jsd"]
 
 
 class _FusedLinearJSD(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hs, ws, ht, wt, weight_of, beta, temperature, chunk):
-        n, inv_t = hs.shape[0], 1.0 / temperature
+    def forward(ctx, hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptions, chunk):
+        n, inv_t = hs.shape[0], 1.0 / options.temperature
+        jsd = options.divergence.op_args()
         loss = torch.zeros((), dtype=torch.float32, device=hs.device)
         dhs = torch.empty_like(hs)
         dws = torch.zeros(ws.shape, dtype=torch.float32, device=ws.device)
@@ -40,10 +39,10 @@ class _FusedLinearJSD(torch.autograd.Function):
             b = min(n, a + chunk)
             logq = torch.log_softmax(torch.mm(hs[a:b], ws.t()).float() * inv_t, -1)
             logp = torch.log_softmax(torch.mm(ht[a:b], wt.t()).float() * inv_t, -1)
-            rows = ops.divergence_fwd(logq, logp, _JSD, True, beta)
+            rows = ops.divergence_fwd(logq, logp, *jsd)
             g = weight_of[a:b]
             loss += torch.where(g > 0, rows * g, 0.0).sum()
-            dlogq = ops.divergence_bwd(g, logq, logp, _JSD, True, beta, False)
+            dlogq = ops.divergence_bwd(g, logq, logp, *jsd, False)
             del logp
             # through log_softmax (q = exp(logq)), then the temperature: in place, one [chunk, V] at a time
             dlogits = dlogq.sub_(logq.exp_().mul_(dlogq.sum(-1, keepdim=True))).mul_(inv_t)
@@ -56,7 +55,7 @@ class _FusedLinearJSD(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         dhs, dws = ctx.saved_tensors
-        return dhs * g.to(dhs.dtype), dws * g.to(dws.dtype), None, None, None, None, None, None
+        return dhs * g.to(dhs.dtype), dws * g.to(dws.dtype), None, None, None, None, None
 
 
 def fused_linear_jsd(
@@ -85,12 +84,13 @@ def fused_linear_jsd(
     for name, t in tensors.items():
         check_dense(name, t)
     check_dense("labels", labels, optional=True)
-
-    def facts(t):
-        return None if t is None else (tuple(t.shape), dtype_name(t))
-
-    _losses.check_linear_jsd_args(
-        *(facts(t) for t in tensors.values()), facts(labels), beta, temperature, ignore_index, chunk_size
+    options = spec.fused_linear_jsd(
+        *(facts(t) for t in tensors.values()),
+        facts(labels),
+        beta=beta,
+        temperature=temperature,
+        ignore_index=ignore_index,
+        chunk_size=chunk_size,
     )
     check_same_device(
         "student_hidden", student_hidden, **{k: v for k, v in tensors.items() if k != "student_hidden"}, labels=labels
@@ -109,7 +109,7 @@ def fused_linear_jsd(
     chunk = chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0])
 
     def loss_of(hs, ht, weight_of, ws, wt):
-        return _FusedLinearJSD.apply(hs, ws, ht, wt, weight_of, float(beta), float(temperature), chunk)
+        return _FusedLinearJSD.apply(hs, ws, ht, wt, weight_of, options, chunk)
 
     if is_dtensor(hs):  # each rank its own tokens: the loss Partial, dweight Partial, dhidden sharded
         return on_row_shards(loss_of, (hs, ht, weight_of), (student_weight, teacher_weight.detach()))

@@ -2,7 +2,7 @@
 hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
 hidden states and the head's weight without the [tokens, vocab] logits.
 
-Math and argument rules: fuselet/_losses.py (shared with fuselet.jax). The per-token
+Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.jax). The per-token
 log-probabilities are -fused_linear_cross_entropy(reduction="none"): chunked over tokens with
 torch's matmul and fuselet's cross-entropy kernel, its fused backward included; the reference
 model's run under no_grad. Losses are float32; hidden and weight float32, float16 or bfloat16.
@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from fuselet import _losses
+from fuselet.spec import losses as spec
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
 from fuselet.torch._dtensor import check_dtensors
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
@@ -98,7 +99,9 @@ def fused_linear_preference_loss(
     for name, t in (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias)):
         check_dense(name, t, optional=True)
     reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
-    _losses.check_preference_args(_shape(hidden), _shape(target), loss, beta, gamma, alpha, label_smoothing, reference)
+    options = spec.preference(
+        _shape(hidden), _shape(target), reference, loss, beta=beta, gamma=gamma, alpha=alpha, label_smoothing=label_smoothing
+    )
     check_same_device("hidden", hidden, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias)
     check_dtensors(
         hidden=hidden, weight=weight, bias=bias, target=target, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias
@@ -106,7 +109,7 @@ def fused_linear_preference_loss(
     logp, ref_logp, mask = _policy_and_reference(
         hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
     )
-    return _losses.preference_loss(_Torch, logp, mask, ref_logp, loss, beta, gamma, alpha, label_smoothing)
+    return _losses.preference_loss(_Torch, logp, mask, ref_logp, options)
 
 
 def fused_linear_kto_loss(
@@ -150,8 +153,15 @@ def fused_linear_kto_loss(
     reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
     kl_facts = (_shape(kl), dtype_name(kl)) if isinstance(kl, torch.Tensor) else kl
     labels = (_shape(preference_labels), dtype_name(preference_labels))
-    _losses.check_kto_args(
-        _shape(hidden), _shape(target), labels, kl_facts, beta, desirable_weight, undesirable_weight, reference
+    options = spec.kto(
+        _shape(hidden),
+        _shape(target),
+        labels,
+        kl_facts,
+        reference,
+        beta=beta,
+        desirable_weight=desirable_weight,
+        undesirable_weight=undesirable_weight,
     )
     kl_tensor = kl if isinstance(kl, torch.Tensor) else None
     check_same_device(
@@ -179,7 +189,7 @@ def fused_linear_kto_loss(
     )
     if kl_tensor is not None:
         kl = kl_tensor.detach().to(torch.float32)
-    return _losses.kto_loss(_Torch, logp, mask, ref_logp, preference_labels, kl, beta, desirable_weight, undesirable_weight)
+    return _losses.kto_loss(_Torch, logp, mask, ref_logp, preference_labels, kl, options)
 
 
 def fused_linear_grpo_loss(
@@ -213,17 +223,17 @@ def fused_linear_grpo_loss(
     for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
         check_dense(name, t, optional=True)
     logps = {"old_logps": _shape(old_logps), "ref_logps": _shape(ref_logps)}
-    _losses.check_grpo_args(
+    options = spec.grpo(
         _shape(hidden),
         _shape(target),
         _shape(advantages),
         logps,
-        beta,
-        epsilon_low,
-        epsilon_high,
-        loss_type,
-        max_completion_length,
-        use_bias_correction_kl,
+        beta=beta,
+        epsilon_low=epsilon_low,
+        epsilon_high=epsilon_high,
+        loss_type=loss_type,
+        max_completion_length=max_completion_length,
+        use_bias_correction_kl=use_bias_correction_kl,
     )
     check_same_device("hidden", hidden, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps)
     check_dtensors(
@@ -232,8 +242,7 @@ def fused_linear_grpo_loss(
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
-    options = (beta, epsilon_low, epsilon_high, loss_type, max_completion_length, use_bias_correction_kl)
-    return _losses.grpo_loss(_Torch, logp, mask, *as32, *options)
+    return _losses.grpo_loss(_Torch, logp, mask, *as32, options)
 
 
 class FusedLinearPreferenceLoss(torch.nn.Module):
@@ -242,7 +251,7 @@ class FusedLinearPreferenceLoss(torch.nn.Module):
 
     def __init__(self, loss: str = "dpo", **options):
         super().__init__()
-        _losses.check_preference_args((2, 1, 1), (2, 1), loss, *(options.get(k, d) for k, d in _PREFERENCE_DEFAULTS), {})
+        spec.preference_options(loss, **{k: options[k] for k in _PREFERENCE_OPTIONS if k in options})
         self.loss, self.options = loss, options
 
     def forward(self, hidden, weight, target, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None):
@@ -273,7 +282,7 @@ class FusedLinearKTOLoss(torch.nn.Module):
         unknown = sorted(set(options) - set(_KTO_OPTIONS))
         if unknown:
             raise TypeError(f"{unknown[0]}: not an option of fused_linear_kto_loss (those: {', '.join(_KTO_OPTIONS)})")
-        _losses.check_kto_options(*(options.get(k, _KTO_OPTIONS[k]) for k in ("beta", "desirable_weight", "undesirable_weight")))
+        spec.kto_options(**{k: options[k] for k in ("beta", "desirable_weight", "undesirable_weight") if k in options})
         self.options = options
 
     def forward(
@@ -313,5 +322,5 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
 
 
-_PREFERENCE_DEFAULTS = (("beta", 0.1), ("gamma", 0.5), ("alpha", 1.0), ("label_smoothing", 0.0))
+_PREFERENCE_OPTIONS = ("beta", "gamma", "alpha", "label_smoothing")
 _KTO_OPTIONS = {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0, "ignore_index": -100, "chunk_size": None}

@@ -1,0 +1,245 @@
+"""The post-training losses composed over fused_linear_cross_entropy (their math:
+fuselet/_losses.py): fused_linear_preference_loss, fused_linear_kto_loss, fused_linear_grpo_loss.
+Arrays are given by their shapes (their dtypes, ignore_index and chunk_size are
+fused_linear_cross_entropy's to check, spec/fused_linear_cross_entropy.py). Each returns the
+options the math takes, as one object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fuselet.spec import _rules as r
+from fuselet.spec._rules import Array, Refusal
+
+# loss= of fused_linear_preference_loss: DPO's sigmoid loss and its hinge / IPO variants, SimPO,
+# CPO, ORPO. Those in AVERAGED use each sequence's mean log-probability per counted token.
+PREFERENCE_LOSSES = ("dpo", "hinge", "ipo", "simpo", "cpo", "orpo")
+AVERAGED = ("ipo", "simpo", "orpo")
+# Losses against a reference model's log-probabilities (ref_hidden / ref_weight); the others take none.
+WITH_REFERENCE = ("dpo", "hinge", "ipo")
+# loss_type= of fused_linear_grpo_loss
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo")
+
+
+@dataclass(frozen=True)
+class PreferenceOptions:
+    loss: str = "dpo"
+    beta: float = 0.1
+    gamma: float = 0.5
+    alpha: float = 1.0
+    label_smoothing: float = 0.0
+
+
+@dataclass(frozen=True)
+class KTOOptions:
+    beta: float = 0.1
+    desirable_weight: float = 1.0
+    undesirable_weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class GRPOOptions:
+    beta: float = 0.04
+    epsilon_low: float = 0.2
+    epsilon_high: float = 0.2
+    loss_type: str = "grpo"
+    max_completion_length: int | None = None
+    use_bias_correction_kl: bool = False
+
+
+def _number(name: str, v, low=None, high=None, low_open=False) -> None:
+    """A finite number ("a finite number"), then in its bounds ("a number > 0.0")."""
+    r.number(name, v, noun="number")
+    if low is not None:
+        r.number(name, v, low=low, low_open=low_open, finite_only=False, noun="number")
+    if high is not None:
+        r.number(name, v, high=high, finite_only=False, noun="number")
+
+
+def _sequences(hidden_shape: tuple, target_shape: tuple) -> None:
+    if len(hidden_shape) != 3:
+        raise ValueError(f"hidden: expected shape [sequences, T, H], got {tuple(hidden_shape)}")
+    r.same_shape("target", target_shape, hidden_shape[:2], f"the sequences and positions of hidden {tuple(hidden_shape)}")
+
+
+def _one_per_sequence(name: str, shape: tuple, hidden_shape: tuple) -> None:
+    r.same_shape(name, shape, (hidden_shape[0],), f"one per sequence of hidden {tuple(hidden_shape)}")
+
+
+def _reference(hidden_shape, reference: dict, refused: str | None = None) -> None:
+    """The reference model's arrays, {"ref_hidden": shape or None, "ref_weight": ..., "ref_bias": ...}:
+    ref_hidden [sequences, T, H_ref] (hidden's sequences and positions) and ref_weight [V, H_ref]
+    together or neither, ref_bias only with them; `refused`: the message when none is taken."""
+    ref_hidden, ref_weight = reference.get("ref_hidden"), reference.get("ref_weight")
+    if (ref_hidden is None) != (ref_weight is None):
+        given, missing = ("ref_hidden", "ref_weight") if ref_hidden is not None else ("ref_weight", "ref_hidden")
+        raise ValueError(f"{missing}: expected with {given} (the reference model's last hidden states and its lm_head weight)")
+    if reference.get("ref_bias") is not None and ref_weight is None:
+        raise ValueError("ref_bias: expected only with ref_hidden and ref_weight")
+    if ref_hidden is not None:
+        if refused is not None:
+            raise ValueError(refused)
+        if tuple(ref_hidden[:2]) != tuple(hidden_shape[:2]) or len(ref_hidden) != 3:
+            raise ValueError(
+                f"ref_hidden: expected shape [{hidden_shape[0]}, {hidden_shape[1]}, H_ref] (hidden's sequences and "
+                f"positions), got {tuple(ref_hidden)}"
+            )
+        if len(ref_weight) != 2 or ref_weight[1] != ref_hidden[2]:
+            raise ValueError(
+                f"ref_weight: expected shape [V, {ref_hidden[2]}] (H_ref: the last dimension of ref_hidden "
+                f"{tuple(ref_hidden)}), got {tuple(ref_weight)}"
+            )
+
+
+def preference_options(loss="dpo", beta=0.1, gamma=0.5, alpha=1.0, label_smoothing=0.0) -> PreferenceOptions:
+    """The options alone (FusedLinearPreferenceLoss takes them at construction)."""
+    r.one_of("loss", loss, PREFERENCE_LOSSES, "one of " + ", ".join(PREFERENCE_LOSSES))
+    _number("beta", beta, 0.0, low_open=True)
+    _number("gamma", gamma)
+    _number("alpha", alpha)
+    _number("label_smoothing", label_smoothing, 0.0, 0.5)
+    return PreferenceOptions(loss, beta, gamma, alpha, label_smoothing)
+
+
+def preference(hidden_shape, target_shape, reference: dict, loss="dpo", **options) -> PreferenceOptions:
+    """hidden [2B, T, H] (B chosen, then B rejected), target [2B, T]; reference: {"ref_hidden":
+    shape or None, "ref_weight": ..., "ref_bias": ...}; options: preference_options'."""
+    checked = preference_options(loss, **options)
+    _sequences(hidden_shape, target_shape)
+    if hidden_shape[0] % 2 or hidden_shape[0] == 0:
+        raise ValueError(
+            f"hidden: expected an even number of sequences > 0 (B chosen, then B rejected), got {hidden_shape[0]} "
+            f"(shape {tuple(hidden_shape)})"
+        )
+    refused = None
+    if loss not in WITH_REFERENCE:
+        refused = f"ref_hidden: loss {loss!r} takes no reference model (those that do: {', '.join(WITH_REFERENCE)})"
+    _reference(hidden_shape, reference, refused)
+    return checked
+
+
+def kto_options(beta=0.1, desirable_weight=1.0, undesirable_weight=1.0) -> KTOOptions:
+    """The options alone (FusedLinearKTOLoss takes them at construction)."""
+    _number("beta", beta, 0.0, low_open=True)
+    _number("desirable_weight", desirable_weight, 0.0)
+    _number("undesirable_weight", undesirable_weight, 0.0)
+    return KTOOptions(beta, desirable_weight, undesirable_weight)
+
+
+def kto(hidden_shape, target_shape, labels: tuple, kl, reference: dict, **options) -> KTOOptions:
+    """hidden [B, T, H] (B > 0), target [B, T]; labels: (shape, dtype) of preference_labels, [B]
+    bool; kl: None, a Python number, or (shape, dtype) of a 0-d floating-point array (anything
+    else: refused by its type); reference as preference's; options: kto_options'."""
+    _sequences(hidden_shape, target_shape)
+    if hidden_shape[0] == 0:
+        raise ValueError(f"hidden: expected at least one sequence, got shape {tuple(hidden_shape)}")
+    labels_shape, labels_dtype = labels
+    if labels_dtype != "bool":
+        raise TypeError(f"preference_labels: expected dtype bool (True: desirable, False: undesirable), got {labels_dtype}")
+    _one_per_sequence("preference_labels", labels_shape, hidden_shape)
+    if isinstance(kl, tuple):
+        kl_shape, kl_dtype = kl
+        if not str(kl_dtype).startswith(("float", "bfloat")):
+            raise TypeError(f"kl: expected a floating-point dtype, got {kl_dtype}")
+        if tuple(kl_shape) != ():
+            raise ValueError(f"kl: expected a scalar (a number or a 0-d array: the KL estimate), got shape {tuple(kl_shape)}")
+    elif kl is not None:
+        if not r.is_number(kl):
+            raise TypeError(f"kl: expected None, a number or a 0-d array (the KL estimate), got {type(kl).__name__}")
+        _number("kl", kl)
+    checked = kto_options(**options)
+    _reference(hidden_shape, reference)
+    return checked
+
+
+def grpo(hidden_shape, target_shape, advantages_shape, logps: dict, **options) -> GRPOOptions:
+    """hidden [B, T, H], target [B, T], advantages [B]; logps: {"old_logps": shape or None,
+    "ref_logps": ...}, each [B, T]; options: GRPOOptions' fields."""
+    use_bias_correction_kl = options.get("use_bias_correction_kl", False)
+    loss_type = options.get("loss_type", "grpo")
+    r.a_bool("use_bias_correction_kl", use_bias_correction_kl)
+    r.one_of("loss_type", loss_type, GRPO_LOSS_TYPES, "one of " + ", ".join(GRPO_LOSS_TYPES))
+    _sequences(hidden_shape, target_shape)
+    _one_per_sequence("advantages", advantages_shape, hidden_shape)
+    for name, shape in logps.items():
+        if shape is not None:
+            r.same_shape(name, shape, hidden_shape[:2], "target's")
+    checked = GRPOOptions(**options)
+    _number("beta", checked.beta, 0.0)
+    _number("epsilon_low", checked.epsilon_low, 0.0)
+    _number("epsilon_high", checked.epsilon_high, 0.0)
+    r.count("max_completion_length", checked.max_completion_length)
+    return checked
+
+
+# --- the table of bad values (tests/test_spec.py) -----------------------------------------------
+
+HIDDEN, WEIGHT, TARGET = Array((2, 3, 4)), Array((5, 4)), Array((2, 3), "int32")
+EXAMPLES = {
+    "fused_linear_preference_loss": {"hidden": HIDDEN, "weight": WEIGHT, "target": TARGET},
+    "fused_linear_kto_loss": {
+        "hidden": HIDDEN,
+        "weight": WEIGHT,
+        "target": TARGET,
+        "preference_labels": Array((2,), "bool"),
+        "kl": 0.1,
+    },
+    "fused_linear_grpo_loss": {"hidden": HIDDEN, "weight": WEIGHT, "target": TARGET, "advantages": Array((2,))},
+}
+P, K, G = ("fused_linear_preference_loss",), ("fused_linear_kto_loss",), ("fused_linear_grpo_loss",)
+ALL = P + K + G
+REF = {"ref_hidden": Array((2, 3, 6)), "ref_weight": Array((5, 6))}
+REFUSALS = [
+    Refusal(
+        ALL, {"hidden": Array((6, 4)), "target": Array((6,), "int32")}, ValueError, "hidden: expected shape [sequences, T, H]"
+    ),
+    Refusal(ALL, {"target": Array((2, 2), "int32")}, ValueError, "target: expected shape (2, 3) (the sequences and positions of"),
+    # preference
+    Refusal(P, {"loss": "sigmoid"}, ValueError, "loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"),
+    Refusal(P, {"loss": None}, TypeError, "loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got NoneType"),
+    Refusal(
+        P,
+        {"hidden": Array((3, 3, 4)), "target": Array((3, 3), "int32")},
+        ValueError,
+        "hidden: expected an even number of sequences > 0 (B chosen, then B rejected), got 3",
+    ),
+    Refusal(P, {"beta": "0.1"}, TypeError, "beta: expected a Python float, got str"),
+    Refusal(P, {"beta": -1.0}, ValueError, "beta: expected a number > 0.0, got -1.0"),
+    Refusal(P, {"gamma": float("inf")}, ValueError, "gamma: expected a finite number, got inf"),
+    Refusal(P, {"alpha": float("nan")}, ValueError, "alpha: expected a finite number, got nan"),
+    Refusal(P, {"label_smoothing": -0.1}, ValueError, "label_smoothing: expected a number >= 0.0, got -0.1"),
+    Refusal(P, {"label_smoothing": 0.7}, ValueError, "label_smoothing: expected a number <= 0.5, got 0.7"),
+    Refusal(P + K, {"ref_hidden": HIDDEN}, ValueError, "ref_weight: expected with ref_hidden"),
+    Refusal(P + K, {"ref_bias": Array((5,))}, ValueError, "ref_bias: expected only with ref_hidden and ref_weight"),
+    Refusal(P, {"loss": "simpo", **REF}, ValueError, "ref_hidden: loss 'simpo' takes no reference model (those that do: dpo"),
+    Refusal(P + K, {**REF, "ref_hidden": Array((2, 2, 6))}, ValueError, "ref_hidden: expected shape [2, 3, H_ref] (hidden's"),
+    Refusal(P + K, {**REF, "ref_weight": Array((5, 4))}, ValueError, "ref_weight: expected shape [V, 6] (H_ref: the last"),
+    # kto
+    Refusal(
+        K,
+        {"hidden": Array((0, 3, 4)), "target": Array((0, 3), "int32"), "preference_labels": Array((0,), "bool")},
+        ValueError,
+        "hidden: expected at least one sequence, got shape (0, 3, 4)",
+    ),
+    Refusal(K, {"preference_labels": Array((2,))}, TypeError, "preference_labels: expected dtype bool (True: desirable, False:"),
+    Refusal(
+        K, {"preference_labels": Array((3,), "bool")}, ValueError, "preference_labels: expected shape (2,) (one per sequence"
+    ),
+    Refusal(K, {"kl": Array((), "int32")}, TypeError, "kl: expected a floating-point dtype, got int32"),
+    Refusal(K, {"kl": Array((2,))}, ValueError, "kl: expected a scalar (a number or a 0-d array: the KL estimate), got shape"),
+    Refusal(K, {"kl": "0.1"}, TypeError, "kl: expected None, a number or a 0-d array (the KL estimate), got str"),
+    Refusal(K, {"kl": float("nan")}, ValueError, "kl: expected a finite number, got nan"),
+    Refusal(K, {"beta": 0.0}, ValueError, "beta: expected a number > 0.0, got 0.0"),
+    Refusal(K, {"desirable_weight": -1.0}, ValueError, "desirable_weight: expected a number >= 0.0, got -1.0"),
+    Refusal(K, {"undesirable_weight": float("inf")}, ValueError, "undesirable_weight: expected a finite number, got inf"),
+    # grpo
+    Refusal(G, {"use_bias_correction_kl": 1}, TypeError, "use_bias_correction_kl: expected a bool, got int"),
+    Refusal(G, {"loss_type": "dapo"}, ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, got 'dapo'"),
+    Refusal(G, {"advantages": Array((3,))}, ValueError, "advantages: expected shape (2,) (one per sequence of hidden (2, 3, 4))"),
+    Refusal(G, {"ref_logps": Array((2, 2))}, ValueError, "ref_logps: expected shape (2, 3) (target's), got (2, 2)"),
+    Refusal(G, {"beta": -0.1}, ValueError, "beta: expected a number >= 0.0, got -0.1"),
+    Refusal(G, {"epsilon_low": -1}, ValueError, "epsilon_low: expected a number >= 0.0, got -1"),
+    Refusal(G, {"epsilon_high": None}, TypeError, "epsilon_high: expected a Python float, got NoneType"),
+    Refusal(G, {"max_completion_length": 0}, ValueError, "max_completion_length: expected None or an int >= 1, got 0"),
+    Refusal(G, {"max_completion_length": 2.0}, TypeError, "max_completion_length: expected None or an int, got float"),
+]
