@@ -5,8 +5,9 @@ bad value for each rule, with the refusal). Every refusal is given here to the t
 public function, the JAX layer's, and, where the raw op takes that argument, to the raw op
 torch.ops.fuselet.<op> on meta tensors (which runs its fake impl): each must raise the same
 exception type with the same message, which names the argument first (an argument of one layer
-alone, as fuselet.torch.cross_entropy's inplace_backward, is given to that layer). OP_REFUSALS are the raw ops'
-own rules (their backward tensors, their option codes), given to the raw ops on meta tensors.
+alone, as fuselet.torch.cross_entropy's inplace_backward, is given to that layer). OP_REFUSALS
+are the raw ops' own rules (their backward tensors, their option codes), given to the raw ops on
+meta tensors.
 
 test_every_rule_has_a_refusal holds the tables complete: every rule call and every raise of a spec
 module, and every raise of spec/_rules.py, is reached by some refusal.
@@ -17,7 +18,10 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import fuselet.spec
@@ -128,8 +132,8 @@ def _fits(kind: str, value) -> bool:
 
 
 def _raw(op: str, args: dict):
-    """Calls torch.ops.fuselet.<op> with `args` (by its schema's names; arrays on meta), the
-    schema's defaults for the others; None where the schema cannot take them."""
+    """The call of torch.ops.fuselet.<op> with `args` (by its schema's names; arrays on meta) and
+    the schema's defaults for the others, or None where the schema cannot take them."""
     schema = getattr(torch.ops.fuselet, op).default._schema
     values = []
     for a in schema.arguments:
@@ -211,6 +215,16 @@ def test_every_public_op_has_a_spec():
     ops = {name for name in ft.__all__ if name.islower() and callable(getattr(ft, name)) and name != "transformers"}
     assert ops <= set(SPECS_EXAMPLES), f"no spec module (fuselet/spec) has EXAMPLES of {sorted(ops - set(SPECS_EXAMPLES))}"
     assert set(SPECS_EXAMPLES) <= set(RAW), f"RAW names no raw op of {sorted(set(SPECS_EXAMPLES) - set(RAW))}"
+
+
+def test_the_specs_import_no_framework():
+    """fuselet.spec is plain Python: importing every spec module brings in neither framework."""
+    modules = ", ".join(f"fuselet.spec.{name}" for name in SPECS)
+    code = f"import sys, {modules}; print(sorted({{'torch', 'jax', 'numpy'}} & set(sys.modules)))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]"], out.stdout
 
 
 def test_the_valid_calls_run():

@@ -2,10 +2,10 @@
 hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
 hidden states and the head's weight without the [tokens, vocab] logits.
 
-Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.torch). The per-token
-log-probabilities are -fused_linear_cross_entropy(reduction="none") (chunked over tokens with
-XLA's matmul and fuselet's cross-entropy FFI call, custom_vjp); the reference model's pass
-through lax.stop_gradient. Losses are float32; jit, grad and vmap apply.
+Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.torch).
+The per-token log-probabilities are -fused_linear_cross_entropy(reduction="none") (chunked over
+tokens with XLA's matmul and fuselet's cross-entropy FFI call, custom_vjp); the reference model's
+pass through lax.stop_gradient. Losses are float32; jit, grad and vmap apply.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
 hidden states and the head's weight without the [tokens, vocab] logits.
 
-Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.jax). The per-token
-log-probabilities are -fused_linear_cross_entropy(reduction="none"): chunked over tokens with
-torch's matmul and fuselet's cross-entropy kernel, its fused backward included; the reference
-model's run under no_grad. Losses are float32; hidden and weight float32, float16 or bfloat16.
+Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.jax).
+The per-token log-probabilities are -fused_linear_cross_entropy(reduction="none"): chunked over
+tokens with torch's matmul and fuselet's cross-entropy kernel, its fused backward included; the
+reference model's run under no_grad. Losses are float32; hidden and weight float32, float16 or bfloat16.
 """
 
 from __future__ import annotations
