@@ -3,18 +3,17 @@
 # torch >= FUSELET_TORCH_TARGET, 2.12) proven across torch releases: built ONCE against .venv's
 # torch into build/stable-abi/site, then the torch smoke (tests/conftest.py SMOKE_TESTS: every op's
 # schema by opcheck, numerics, bad input, torch.compile; and tests/torch/test_stable_abi.py) runs
-# against that one build under .venv's torch (requirements/dev.txt) and under .venv-stable-abi's
-# (requirements/stable-abi.txt: torch 2.14.1 and the oldest transformers fuse() supports, whose
-# tests/torch/test_transformers.py runs there too). The library's whole torch suite runs once, on
-# the exact build, in make check.
+# against that one build under .venv-stable-abi's newer torch (requirements/stable-abi.txt: torch
+# 2.14.1 and the oldest transformers fuse() supports, whose tests/torch/test_transformers.py runs
+# there too). The library's whole torch suite runs once, on the exact build, in make check.
 # Then the pip user's way: an isolated `pip wheel .` with FUSELET_TORCH_ABI=stable against torch
 # 2.14.1 (pip's CUDA wheel: a CPU-only library, built without any CUDA toolkit), whose wheel
 # must require torch>=2.12 and nothing narrower, installed from that wheel and tested under
 # .venv's 2.13.0: a torch older than the headers it was compiled with.
 # FUSELET_EXPECT_TORCH_ABI=stable makes tests/torch/test_stable_abi.py fail if any other build
 # was imported. Extra arguments go to each pytest run.
-# FUSELET_STABLE_ABI_HERE=1 (scripts/test-latest.sh: the newest torch) stops after the smoke under
-# $VENV's torch: no second torch, no pip wheel; FUSELET_STABLE_ABI_OUT moves the build's folder
+# FUSELET_STABLE_ABI_HERE=1 (scripts/test-latest.sh: the newest torch) runs only the smoke under
+# $VENV's torch, the one it was built with: no second torch, no pip wheel; FUSELET_STABLE_ABI_OUT moves the build's folder
 # (build/stable-abi) elsewhere.
 source "$(dirname "$0")/env.sh"
 use_build_tmp   # the isolated pip build's environment: torch 2.14.1 with its CUDA libraries
@@ -41,8 +40,12 @@ suite() {  # suite SITE VENV [PYTEST ARGS]: the torch smoke against the build in
     -m smoke tests/torch tests/bad_input -k "not jax" "${@:3}") ||
     { status=1; log "stable ABI: the torch smoke against $1 under torch $version failed"; }
 }
-suite "$site" "$VENV" "$@"
-[[ -z "${FUSELET_STABLE_ABI_HERE:-}" ]] || exit "$status"
+if [[ -n "${FUSELET_STABLE_ABI_HERE:-}" ]]; then
+  suite "$site" "$VENV" "$@"
+  exit "$status"
+fi
+# (its smoke under the torch it was built with is left out here: the isolated pip wheel below is
+# built against 2.14.1 and its smoke runs under .venv's older torch, this one under the newer)
 second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
 "$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
 suite "$site" "$second" "$@"
