@@ -5,6 +5,7 @@ the stock model; each layer's check of the class it replaces; the KernelConfig f
 
 from __future__ import annotations
 
+import collections
 import copy
 import json
 
@@ -154,6 +155,83 @@ def test_kernel_config():
     assert all(v.startswith(str(ft.transformers.HUB_REPOSITORY)) for v in config.kernel_mapping.values())
     with pytest.raises(ValueError, match="Only devices in"):
         config.create_compatible_mapping(model)
+
+
+def counting():
+    """(a TorchDispatchMode, the Counter it fills with {fuselet op: calls})."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ran = collections.Counter()
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func._schema.name.startswith("fuselet::"):
+                ran[func._schema.name.removeprefix("fuselet::")] += 1
+            return func(*args, **(kwargs or {}))
+
+    return Count(), ran
+
+
+@pytest.fixture
+def process_mapping():
+    """register_kernels() registers fuselet's layers for the rest of the process; here for the
+    rest of the test: an empty use_kernel_mapping around it stands for the process (the
+    registration lands in its copy of the mapping, and later tests see the mapping as before)."""
+    with kernels.use_kernel_mapping({}):
+        yield
+
+
+def test_register_kernels_survives_train_eval_and_trainer(tmp_path, process_mapping):
+    """The CPU's form: register_kernels(), then from_pretrained(use_kernels=True). transformers
+    re-kernelizes at each train() / eval() that changes the mode, with the mapping registered
+    then; a model loaded inside `with kernels.use_kernel_mapping(kernel_mapping())` lost
+    fuselet's layers at the first switch after the block. Here every switch is outside any
+    block of fuselet's, and Trainer (which calls train() each step) runs fuselet's ops in the
+    forward and the backward of its last step."""
+    zoo.build("llama").save_pretrained(tmp_path / "tiny")
+    ft.transformers.register_kernels()
+    model = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "tiny", use_kernels=True, attn_implementation="eager")
+    layers = zoo._swapped(model)
+    assert layers == 7, layers  # 2 layers x 2 norms, the final norm, 2 rotary calls
+    for switch in (model.train, model.eval, model.train, model.eval):
+        switch()
+        assert zoo._swapped(model) == layers, switch.__name__
+
+    steps = 3
+    count, ran = counting()
+
+    class LastStepCounted(transformers.Trainer):
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            if self.state.global_step < steps - 1:
+                return super().training_step(model, inputs, num_items_in_batch)
+            with count:  # the forward and the backward of the last step (not the optimizer's)
+                return super().training_step(model, inputs, num_items_in_batch)
+
+    g = torch.Generator().manual_seed(1)
+    rows = torch.randint(1, zoo.VOCAB, (2 * steps, zoo.S), generator=g)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path / "out"),
+        max_steps=steps,
+        per_device_train_batch_size=2,
+        use_cpu=True,
+        report_to=[],
+        save_strategy="no",
+        logging_strategy="no",
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    data = [{"input_ids": r, "labels": r.clone()} for r in rows]
+    LastStepCounted(model=model, args=args, train_dataset=data).train()
+    assert model.training and zoo._swapped(model) == layers
+    for op in ("rms_norm_fwd", "rms_norm_bwd", "rope_fwd", "rope_bwd"):
+        assert ran[op] > 0, (op, dict(ran))
+
+    model.eval()  # after training, as evaluation or generation would
+    assert zoo._swapped(model) == layers
+    count, ran = counting()
+    with torch.no_grad(), count:
+        model(input_ids=rows[:2])
+    assert ran["rms_norm_fwd"] > 0 and ran["rope_fwd"] > 0, dict(ran)
 
 
 @pytest.mark.cuda

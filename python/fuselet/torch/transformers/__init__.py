@@ -47,7 +47,9 @@ as it was. transformers is imported only when fuse() is called.
 
 transformers' own door: kernel_mapping() / kernel_config() name fuselet's layers (RMSNorm,
 RMSNormZeroCentered, rotary_pos_emb) in its local kernel repository (fuselet/torch/hub) for
-the `kernels` package, which `use_kernels=True` has swap into the layers a modeling file marks;
+the `kernels` package, which `use_kernels=True` has swap into the layers a modeling file marks
+(register_kernels() registers the mapping for the process: the CPU's form, which keeps them
+across train() / eval(); kernel_config() on a GPU);
 each checks the class it replaces with the probes above (fuselet.torch.transformers.hub).
 
 The package: fuse() here, over detect (which kind of layer a module is), norms, mlp (gated MLPs
@@ -70,6 +72,7 @@ from fuselet.torch.transformers.hub import (
     _class_rotary_form,  # noqa: F401 (fuselet.torch.hub.layers reads it here)
     kernel_config,
     kernel_mapping,
+    register_kernels,
 )
 from fuselet.torch.transformers.loss import _fuse_loss
 from fuselet.torch.transformers.mlp import _fuse_experts, _fuse_mlp
@@ -99,6 +102,7 @@ __all__ = [
     "HUB_REPOSITORY",
     "HUB_LAYERS",
     "kernel_mapping",
+    "register_kernels",
     "kernel_config",
 ]
 

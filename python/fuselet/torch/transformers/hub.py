@@ -31,12 +31,12 @@ HUB_LAYERS = ("RMSNorm", "RMSNormZeroCentered", "rotary_pos_emb")
 
 
 def kernel_mapping(devices=("cpu", "cuda")) -> dict:
-    """{layer name: {device: {mode: kernels.LocalLayerRepository}}} of fuselet's layers, for
-    `kernels.use_kernel_mapping(...)` or `kernels.register_kernel_mapping(...)` around
-    `from_pretrained(..., use_kernels=True)` / `model.set_use_kernels(True)`: every mode
-    (training, inference, torch.compile) on each device. The CPU's form: on CUDA, use_kernels
-    registers transformers' own hub mapping over this one (its RMSNorm and rotary_pos_emb
-    kernels), so there take kernel_config()."""
+    """{layer name: {device: {mode: kernels.LocalLayerRepository}}} of fuselet's layers: every
+    mode (training, inference, torch.compile) on each device. register_kernels() registers it
+    for use_kernels=True; `kernels.use_kernel_mapping(...)` scopes it to a block, and a model
+    kernelized inside one loses fuselet's layers at its next train() / eval() outside it (see
+    register_kernels). The CPU's form: on CUDA, use_kernels registers transformers' own hub
+    mapping over this one (its RMSNorm and rotary_pos_emb kernels), so there take kernel_config()."""
     from kernels import LocalLayerRepository, Mode
 
     if isinstance(devices, str) or not all(d in ("cpu", "cuda") for d in devices):
@@ -46,6 +46,23 @@ def kernel_mapping(devices=("cpu", "cuda")) -> dict:
         name: {d: dict.fromkeys(modes, LocalLayerRepository(repo_path=HUB_REPOSITORY, layer_name=name)) for d in devices}
         for name in HUB_LAYERS
     }
+
+
+def register_kernels(devices=("cpu", "cuda")) -> None:
+    """Register fuselet's layers (kernel_mapping(devices)) in the `kernels` package's global
+    mapping, for `from_pretrained(..., use_kernels=True)` / `model.set_use_kernels(True)` after
+    it: the CPU's form of transformers' own door. transformers re-kernelizes a model at each
+    train() / eval() that changes its mode (Trainer calls train() every step), with the mapping
+    registered at that moment; registered here, fuselet's layers stay across those switches,
+    while a `with kernels.use_kernel_mapping(kernel_mapping()):` block's mapping is gone once the
+    block ends, and the first mode switch after it silently gives each layer its own forward
+    back. Call it once per process, outside any use_kernel_mapping block (inside one, the
+    registration ends with the block); calling it again changes nothing. On CUDA take
+    kernel_config() instead: use_kernels registers transformers' own hub mapping (RMSNorm and
+    rotary_pos_emb kernels) over this one at each kernelization."""
+    from kernels import register_kernel_mapping
+
+    register_kernel_mapping(kernel_mapping(devices))
 
 
 def kernel_config(layers=("RMSNorm", "rotary_pos_emb")):
