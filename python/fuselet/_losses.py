@@ -8,6 +8,8 @@ KTO, GRPO), whose definitions the docs' ops reference repeats.
 
 from __future__ import annotations
 
+import math
+
 from fuselet.spec.losses import AVERAGED, WITH_REFERENCE, GRPOOptions, KTOOptions, PreferenceOptions
 
 
@@ -64,24 +66,58 @@ def kto_loss(xp, logp, mask, ref_logp, labels, kl, options: KTOOptions):
     return xp.where(labels, desirable, undesirable).mean()
 
 
-def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, options: GRPOOptions):
-    """The GRPO loss of [B, T] float32 per-token log-probabilities (mask: 1.0 where counted);
-    use_bias_correction_kl weights the KL term by the importance ratio (TRL's option of that
-    name: the unbiased reverse-KL gradient, DeepSeek-V3.2), gradient included."""
+def _vespo_weights(xp, a, log_ratio, mask, options: GRPOOptions):
+    """VESPO's per-sequence weight phi(w) = e^lambda w^k e^(-lambda w), [B, 1], no gradient: w the
+    sequence's importance ratio exp(sum of its counted token log-ratios), each clipped to [-20, 20],
+    the sum to [log 1e-8, 20]; (k, lambda) the _pos pair where the advantage >= 0, else the _neg
+    one; lambda at least 1e-4 (TRL's get_gamma_weights)."""
+    log_ratio = xp.stop_gradient(log_ratio)
+    log_w = xp.clip((xp.clip(log_ratio, -20.0, 20.0) * mask).sum(-1)[:, None], math.log(1e-8), 20.0)
+    nonneg = a >= 0
+    k = xp.where(nonneg, options.vespo_k_pos, options.vespo_k_neg)
+    lam = xp.at_least(xp.where(nonneg, options.vespo_lambda_pos, options.vespo_lambda_neg), 1e-4)
+    phi = xp.exp(lam + k * log_w - lam * xp.exp(log_w))
+    return xp.nan_to_num(phi, nan=0.0, posinf=0.0, neginf=0.0)
+
+
+def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, options: GRPOOptions, num_items_in_batch=None):
+    """The GRPO loss of [B, T] float32 per-token log-probabilities (mask: 1.0 where counted), as
+    TRL's GRPOTrainer._compute_loss (1.16) for each loss_type; num_items_in_batch the count of
+    tokens dapo / cispo / vespo divide by (None: mask's). use_bias_correction_kl weights the KL term
+    by the importance ratio (the unbiased reverse-KL gradient, DeepSeek-V3.2), gradient included."""
     beta, epsilon_low, epsilon_high = options.beta, options.epsilon_low, options.epsilon_high
     loss_type, max_completion_length = options.loss_type, options.max_completion_length
-    use_bias_correction_kl = options.use_bias_correction_kl
     old = xp.stop_gradient(logp) if old_logp is None else old_logp
-    ratio = xp.exp(logp - old)
+    log_ratio = logp - old
+    if options.importance_sampling_level == "sequence":  # GSPO: one ratio per sequence, [B, 1]
+        log_ratio_used = ((log_ratio * mask).sum(-1) / xp.at_least(mask.sum(-1), 1))[:, None]
+    else:
+        log_ratio_used = log_ratio
+    ratio = xp.exp(log_ratio_used)
     a = advantages[:, None]
-    per_token = -xp.minimum(ratio * a, xp.clip(ratio, 1 - epsilon_low, 1 + epsilon_high) * a)
+    if loss_type == "cispo":  # the clipped ratio, no gradient, weighs the log-probability
+        per_token = -xp.stop_gradient(xp.clip(ratio, None, epsilon_high)) * a * logp
+    elif loss_type == "sapo":  # a sigmoid gate for the clip, its temperature by the advantage's sign
+        tau = xp.where(a > 0, options.sapo_temperature_pos, options.sapo_temperature_neg)
+        per_token = -xp.sigmoid(tau * (ratio - 1)) * 4 / tau * a
+    elif loss_type == "vespo":
+        per_token = -_vespo_weights(xp, a, log_ratio, mask, options) * a * logp
+    else:  # grpo, bnpo, dr_grpo, dapo, luspo: PPO's clip; delta caps the unclipped ratio too
+        clipped = xp.clip(ratio, 1 - epsilon_low, 1 + epsilon_high)
+        capped = ratio if options.delta is None else xp.clip(ratio, None, options.delta)
+        per_token = -xp.minimum(capped * a, clipped * a)
     if ref_logp is not None and beta:
-        delta = ref_logp - logp
-        kl = xp.exp(delta) - delta - 1
-        per_token = per_token + beta * (kl * ratio if use_bias_correction_kl else kl)
+        d = ref_logp - logp
+        kl = xp.exp(d) - d - 1
+        per_token = per_token + beta * (kl * ratio if options.use_bias_correction_kl else kl)
     kept = per_token * mask
-    if loss_type == "grpo":
+    if loss_type in ("grpo", "sapo"):
         return (kept.sum(-1) / xp.at_least(mask.sum(-1), 1)).mean()
     if loss_type == "bnpo":
         return kept.sum() / xp.at_least(mask.sum(), 1)
-    return kept.sum() / (logp.shape[0] * (max_completion_length or logp.shape[1]))  # dr_grpo
+    if loss_type == "dr_grpo":
+        return kept.sum() / (logp.shape[0] * (max_completion_length or logp.shape[1]))
+    if loss_type == "luspo":
+        return kept.sum(-1).mean()
+    count = mask.sum() if num_items_in_batch is None else num_items_in_batch
+    return kept.sum() / xp.at_least(count, 1)  # dapo, cispo, vespo

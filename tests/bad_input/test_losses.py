@@ -76,5 +76,13 @@ def test_fused_linear_grpo_loss_rules(api):
         loss(hidden, weight, target, api.array((3,)))
     with raises(ValueError, "ref_logps: expected shape (2, 3) (target's), got (2, 2)"):
         loss(hidden, weight, target, api.array((2,)), ref_logps=api.array((2, 2)))
-    with raises(ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, got 'dapo'"):
-        loss(hidden, weight, target, api.array((2,)), loss_type="dapo")
+    with raises(ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo, vespo, got 'gspo'"):
+        loss(hidden, weight, target, api.array((2,)), loss_type="gspo")
+    with raises(ValueError, "importance_sampling_level: expected one of token, sequence, got 'seq'"):
+        loss(hidden, weight, target, api.array((2,)), importance_sampling_level="seq")
+    with raises(ValueError, "num_items_in_batch: taken by loss_type dapo, cispo, vespo alone (their normalizer), got"):
+        loss(hidden, weight, target, api.array((2,)), num_items_in_batch=4.0)
+    with raises(ValueError, "num_items_in_batch: expected a scalar (a number or a 0-d array), got shape (2,)"):
+        loss(hidden, weight, target, api.array((2,)), loss_type="dapo", num_items_in_batch=api.array((2,)))
+    with raises(ValueError, "temperature: expected a number > 0.0, got 0.0"):
+        loss(hidden, weight, target, api.array((2,)), temperature=0.0)

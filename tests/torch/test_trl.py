@@ -4,7 +4,9 @@ the trainer's compute_loss and backpropagates it; the fused op then takes the sa
 hidden states (caught at the backbone's output) and lm_head weight, and its loss and its gradients
 with respect to both must be TRL's. The reference is TRL's code itself, never its math written out
 again: DPOTrainer (sigmoid, hinge, ipo), CPOTrainer (its reference-free sigmoid, hinge and ipo,
-cpo, simpo), ORPOTrainer, KTOTrainer and GRPOTrainer (grpo, bnpo, dr_grpo)."""
+cpo, simpo), ORPOTrainer, KTOTrainer and GRPOTrainer (every loss_type of TRL 1.16: grpo, bnpo,
+dr_grpo, dapo, cispo, sapo, luspo, vespo; token and sequence importance sampling, two-sided
+clipping, the logits' temperature)."""
 
 from __future__ import annotations
 
@@ -343,14 +345,15 @@ GRPO_PROMPTS = [["<pad>", "the", "cat"]] * 2 + [["a", "dog", "sat"]] * 2
 GRPO_COMPLETIONS = [["sat", "on", "the", "mat", "</s>"], ["ran", "</s>"], ["on", "the", "rug", "and", "then", "ran"], ["</s>"]]
 
 
-def grpo_step(tmp_path, tokenizer, sampling_policy, reference, **options):
+def grpo_step(tmp_path, tokenizer, sampling_policy, reference, num_items_in_batch=None, **options):
     """GRPOTrainer's loss of a generated batch: the inputs its generation step hands compute_loss
     (prompt and completion ids and masks, advantages, the sampling policy's log-probabilities where
     sampling_policy, the reference model's where reference, both made by the trainer's own
     _get_per_token_logps_and_entropies). The reference model is the initial policy, the sampling
     policy that nudged once, the trained policy that nudged twice. Returns TRL's loss (not
     backpropagated), the policy's last hidden states and its head, the completions' first position
-    in them, and fuselet's arguments but hidden / weight."""
+    in them, and fuselet's arguments but hidden / weight. num_items_in_batch: the accumulated
+    batch's count of tokens the trainer gets (dapo, cispo, vespo divide by it), given to both."""
     tiny_llama(0).save_pretrained(tmp_path / "model")
     args = trl.GRPOConfig(**trl_args(tmp_path / "out"), num_generations=2, per_device_train_batch_size=4, **options)
     trainer = trl.GRPOTrainer(
@@ -374,6 +377,8 @@ def grpo_step(tmp_path, tokenizer, sampling_policy, reference, **options):
         "completion_mask": completion_mask,
         "advantages": torch.tensor([0.9, -0.9, 1.2, -1.2]),
     }
+    if num_items_in_batch is not None:
+        inputs["num_items_in_batch"] = torch.tensor(float(num_items_in_batch))
     input_ids = torch.cat([prompt_ids, completion_ids], 1)
     attention_mask = torch.cat([inputs["prompt_mask"], completion_mask], 1)
     nudge(policy, 1, 0.05)
@@ -398,6 +403,8 @@ def grpo_step(tmp_path, tokenizer, sampling_policy, reference, **options):
         "loss_type": trainer.loss_type,
         "max_completion_length": trainer.max_completion_length,
     }
+    if num_items_in_batch is not None:
+        fused_args["num_items_in_batch"] = inputs["num_items_in_batch"]
     return trainer, trl_loss, seen.of(input_ids), policy.lm_head, prompt_ids.shape[1] - 1, fused_args
 
 
@@ -445,5 +452,77 @@ def test_grpo_trainer_ratio_weighted_kl(tmp_path, tokenizer, off_policy):
 
     def fused(h, w):
         return ft.fused_linear_grpo_loss(h[:, start:-1], w, use_bias_correction_kl=True, **fused_args)
+
+    check_against_trl(trl_loss, hidden, head, fused)
+
+
+def trl_options(trainer):
+    """The GRPOConfig options fuselet takes under the same names, as the trainer holds them."""
+    args = trainer.args
+    names = ("importance_sampling_level", "delta", "temperature", "use_bias_correction_kl")
+    names += (
+        "sapo_temperature_neg",
+        "sapo_temperature_pos",
+        "vespo_k_pos",
+        "vespo_lambda_pos",
+        "vespo_k_neg",
+        "vespo_lambda_neg",
+    )
+    return {name: getattr(args, name) for name in names}
+
+
+# GRPOConfig options -> what must tell the case apart (a fuselet option that, left at its default,
+# changes the loss: the case tests something)
+GRPO_CASES = {
+    # dapo: over the accumulated batch's tokens (more than this micro-batch's 14), token ratios
+    "dapo": ({"loss_type": "dapo"}, {"num_items_in_batch": None}),
+    "dapo-asymmetric": ({"loss_type": "dapo", "epsilon_high": 0.28}, {"epsilon_high": None}),
+    # GSPO: one ratio per sequence (exp of its mean log-ratio), with grpo's and dapo's normalizers
+    "gspo": ({"loss_type": "grpo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
+    "gspo-dapo": ({"loss_type": "dapo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
+    # the logits divided by the temperature (the sampling and reference models' too, by the trainer)
+    "temperature": ({"loss_type": "dapo", "temperature": 0.7}, {"temperature": 1.0}),
+    # two-sided clipping: delta caps the ratio of negative-advantage tokens above 1 + epsilon_high
+    "delta": ({"loss_type": "bnpo", "delta": 1.25}, {"delta": None}),
+    # CISPO: the ratio clipped at epsilon_high (its epsilon_max), no gradient, weighs log p
+    "cispo": ({"loss_type": "cispo", "epsilon_high": 1.1}, {"epsilon_high": 5.0}),
+    "sapo": ({"loss_type": "sapo"}, {"sapo_temperature_neg": 1.0}),
+    "sapo-temperatures": (
+        {"loss_type": "sapo", "sapo_temperature_pos": 0.6, "sapo_temperature_neg": 1.7},
+        {"sapo_temperature_pos": 1.0},
+    ),
+    "sapo-sequence": ({"loss_type": "sapo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
+    "luspo": ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
+    "luspo-token": ({"loss_type": "luspo"}, {"loss_type": "grpo"}),
+    "vespo": ({"loss_type": "vespo"}, {"vespo_lambda_neg": 3.0}),
+    "vespo-k-lambda": (
+        {"loss_type": "vespo", "vespo_k_pos": 1.5, "vespo_lambda_pos": 2.5, "vespo_k_neg": 2.0, "vespo_lambda_neg": 1.0},
+        {"vespo_k_pos": 2.0},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(GRPO_CASES))
+@pytest.mark.parametrize("beta", [0.0, 0.2], ids=["no-kl", "ratio-weighted-kl"])
+def test_grpo_trainer_loss_types(tmp_path, tokenizer, case, beta):
+    """TRL 1.16's loss types and options, off-policy (the sampling policy's log-probabilities given),
+    with and without TRL's default KL term (weighted by the ratio, use_bias_correction_kl=True):
+    fuselet's fused_linear_grpo_loss under the trainer's own option values gives its loss and
+    gradients. Each case first shows that the option it tests changes fuselet's loss."""
+    options, unlike = GRPO_CASES[case]
+    loss_type = options["loss_type"]
+    items = 23 if loss_type in ("dapo", "cispo", "vespo") else None
+    trainer, trl_loss, hidden, head, start, fused_args = grpo_step(
+        tmp_path, tokenizer, True, bool(beta), num_items_in_batch=items, beta=beta, max_completion_length=7, **options
+    )
+    assert trainer.args.steps_per_generation == 1  # TRL's dapo normalizer is then num_items_in_batch itself
+    fused_args.update(trl_options(trainer))
+    with torch.no_grad():
+        h, w = hidden.detach()[:, start:-1], head.weight.detach()
+        same, other = ft.fused_linear_grpo_loss(h, w, **fused_args), ft.fused_linear_grpo_loss(h, w, **{**fused_args, **unlike})
+        assert abs(same.item() - other.item()) > 1e-4 * abs(same.item()), f"{unlike} should change the loss"
+
+    def fused(h, w):
+        return ft.fused_linear_grpo_loss(h[:, start:-1], w, **fused_args)
 
     check_against_trl(trl_loss, hidden, head, fused)

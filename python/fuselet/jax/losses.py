@@ -27,6 +27,7 @@ class _Jax:
     exp = staticmethod(jnp.exp)
     log1p = staticmethod(jnp.log1p)
     minimum = staticmethod(jnp.minimum)
+    nan_to_num = staticmethod(jnp.nan_to_num)
     clip = staticmethod(jnp.clip)
     sigmoid = staticmethod(jax.nn.sigmoid)
     where = staticmethod(jnp.where)
@@ -146,30 +147,58 @@ def fused_linear_grpo_loss(
     bias=None,
     beta: float = 0.04,
     epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
+    epsilon_high: float | None = None,
     ignore_index: int = -100,
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
     use_bias_correction_kl: bool = False,
+    importance_sampling_level: str = "token",
+    delta: float | None = None,
+    temperature: float = 1.0,
+    num_items_in_batch=None,
+    sapo_temperature_neg: float = 1.05,
+    sapo_temperature_pos: float = 1.0,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
     chunk_size: int | None = None,
 ):
-    """fuselet.torch.fused_linear_grpo_loss for JAX (the same arguments and math): hidden
-    [B, T, H], weight [V, H], target [B, T], advantages [B]. The float32 scalar loss."""
+    """fuselet.torch.fused_linear_grpo_loss for JAX (the same arguments and math: TRL's
+    GRPOConfig options, name for name): hidden [B, T, H], weight [V, H], target [B, T], advantages
+    [B]; num_items_in_batch a number or a 0-d array (no gradient). The float32 scalar loss."""
     shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target), ("advantages", advantages))}
     logps = {n: _shape(n, a, optional=True) for n, a in (("old_logps", old_logps), ("ref_logps", ref_logps))}
+    items_is_array = hasattr(num_items_in_batch, "shape") and hasattr(num_items_in_batch, "dtype")
     options = spec.grpo(
         shapes["hidden"],
         shapes["target"],
         shapes["advantages"],
         logps,
+        array_facts("num_items_in_batch", num_items_in_batch) if items_is_array else num_items_in_batch,
         beta=beta,
         epsilon_low=epsilon_low,
         epsilon_high=epsilon_high,
         loss_type=loss_type,
         max_completion_length=max_completion_length,
         use_bias_correction_kl=use_bias_correction_kl,
+        importance_sampling_level=importance_sampling_level,
+        delta=delta,
+        temperature=temperature,
+        sapo_temperature_neg=sapo_temperature_neg,
+        sapo_temperature_pos=sapo_temperature_pos,
+        vespo_k_pos=vespo_k_pos,
+        vespo_lambda_pos=vespo_lambda_pos,
+        vespo_k_neg=vespo_k_neg,
+        vespo_lambda_neg=vespo_lambda_neg,
     )
+    if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t
+        hidden = hidden / jnp.asarray(options.temperature, hidden.dtype)
+        bias = None if bias is None else bias / jnp.asarray(options.temperature, bias.dtype)
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).astype(jnp.float32)
     as32 = [None if a is None else jax.lax.stop_gradient(jnp.asarray(a, jnp.float32)) for a in (advantages, old_logps, ref_logps)]
-    return _losses.grpo_loss(_Jax, logp, mask, *as32, options)
+    items = None
+    if num_items_in_batch is not None:
+        items = jax.lax.stop_gradient(jnp.asarray(num_items_in_batch, jnp.float32))
+    return _losses.grpo_loss(_Jax, logp, mask, *as32, options, items)

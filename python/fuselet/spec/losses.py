@@ -6,7 +6,7 @@ options the math takes, as one object."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fuselet.spec import _rules as r
 from fuselet.spec._rules import Array, Refusal
@@ -17,8 +17,14 @@ PREFERENCE_LOSSES = ("dpo", "hinge", "ipo", "simpo", "cpo", "orpo")
 AVERAGED = ("ipo", "simpo", "orpo")
 # Losses against a reference model's log-probabilities (ref_hidden / ref_weight); the others take none.
 WITH_REFERENCE = ("dpo", "hinge", "ipo")
-# loss_type= of fused_linear_grpo_loss
-GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo")
+# loss_type= of fused_linear_grpo_loss: TRL's GRPOConfig's (1.16), by their normalizers: per
+# sequence (grpo, sapo), the local batch's tokens (bnpo), B * max_completion_length (dr_grpo),
+# the accumulated batch's tokens, num_items_in_batch (dapo, cispo, vespo), per sequence summed (luspo)
+GRPO_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo", "vespo")
+# Those normalized by num_items_in_batch (None: the local batch's count of counted tokens)
+BY_NUM_ITEMS = ("dapo", "cispo", "vespo")
+# importance_sampling_level=: one ratio per token, or per sequence (GSPO: exp of the mean log-ratio)
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 
 @dataclass(frozen=True)
@@ -39,12 +45,24 @@ class KTOOptions:
 
 @dataclass(frozen=True)
 class GRPOOptions:
+    """GRPO's options under TRL's GRPOConfig names (epsilon_low is TRL's `epsilon`; epsilon_high
+    None: epsilon_low, as TRL's). temperature divides the logits (the layers apply it)."""
+
     beta: float = 0.04
     epsilon_low: float = 0.2
-    epsilon_high: float = 0.2
+    epsilon_high: float | None = None
     loss_type: str = "grpo"
     max_completion_length: int | None = None
     use_bias_correction_kl: bool = False
+    importance_sampling_level: str = "token"
+    delta: float | None = None
+    temperature: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    sapo_temperature_pos: float = 1.0
+    vespo_k_pos: float = 2.0
+    vespo_lambda_pos: float = 3.0
+    vespo_k_neg: float = 3.0
+    vespo_lambda_neg: float = 2.0
 
 
 def _number(name: str, v, low=None, high=None, low_open=False) -> None:
@@ -152,23 +170,54 @@ def kto(hidden_shape, target_shape, labels: tuple, kl, reference: dict, **option
     return checked
 
 
-def grpo(hidden_shape, target_shape, advantages_shape, logps: dict, **options) -> GRPOOptions:
+def grpo(hidden_shape, target_shape, advantages_shape, logps: dict, num_items_in_batch=None, **options) -> GRPOOptions:
     """hidden [B, T, H], target [B, T], advantages [B]; logps: {"old_logps": shape or None,
-    "ref_logps": ...}, each [B, T]; options: GRPOOptions' fields."""
+    "ref_logps": ...}, each [B, T]; num_items_in_batch: None, a Python number or (shape, dtype)
+    of a 0-d array (anything else: refused by its type), taken by the loss types of BY_NUM_ITEMS
+    alone; options: GRPOOptions' fields. epsilon_high None comes back as epsilon_low."""
     use_bias_correction_kl = options.get("use_bias_correction_kl", False)
     loss_type = options.get("loss_type", "grpo")
     r.a_bool("use_bias_correction_kl", use_bias_correction_kl)
     r.one_of("loss_type", loss_type, GRPO_LOSS_TYPES, "one of " + ", ".join(GRPO_LOSS_TYPES))
+    level = options.get("importance_sampling_level", "token")
+    r.one_of("importance_sampling_level", level, IMPORTANCE_SAMPLING_LEVELS, "one of token, sequence")
     _sequences(hidden_shape, target_shape)
     _one_per_sequence("advantages", advantages_shape, hidden_shape)
     for name, shape in logps.items():
         if shape is not None:
             r.same_shape(name, shape, hidden_shape[:2], "target's")
+    if num_items_in_batch is not None and loss_type not in BY_NUM_ITEMS:
+        raise ValueError(
+            f"num_items_in_batch: taken by loss_type {', '.join(BY_NUM_ITEMS)} alone (their normalizer), "
+            f"got loss_type {loss_type!r}"
+        )
+    if isinstance(num_items_in_batch, tuple):
+        shape, dtype = num_items_in_batch
+        if tuple(shape) != ():
+            raise ValueError(f"num_items_in_batch: expected a scalar (a number or a 0-d array), got shape {tuple(shape)}")
+        if dtype == "bool":
+            raise TypeError(f"num_items_in_batch: expected a number dtype, got {dtype}")
+    elif num_items_in_batch is not None:
+        if not r.is_number(num_items_in_batch):
+            raise TypeError(
+                f"num_items_in_batch: expected None, a number or a 0-d array (the accumulated batch's count of "
+                f"tokens), got {type(num_items_in_batch).__name__}"
+            )
+        _number("num_items_in_batch", num_items_in_batch, 0.0)
     checked = GRPOOptions(**options)
     _number("beta", checked.beta, 0.0)
     _number("epsilon_low", checked.epsilon_low, 0.0)
+    if checked.epsilon_high is None:
+        checked = replace(checked, epsilon_high=checked.epsilon_low)
     _number("epsilon_high", checked.epsilon_high, 0.0)
     r.count("max_completion_length", checked.max_completion_length)
+    if checked.delta is not None:
+        _number("delta", checked.delta, 0.0, low_open=True)
+    _number("temperature", checked.temperature, 0.0, low_open=True)
+    _number("sapo_temperature_neg", checked.sapo_temperature_neg, 0.0, low_open=True)
+    _number("sapo_temperature_pos", checked.sapo_temperature_pos, 0.0, low_open=True)
+    for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
+        _number(name, getattr(checked, name), 0.0)
     return checked
 
 
@@ -234,12 +283,31 @@ REFUSALS = [
     Refusal(K, {"undesirable_weight": float("inf")}, ValueError, "undesirable_weight: expected a finite number, got inf"),
     # grpo
     Refusal(G, {"use_bias_correction_kl": 1}, TypeError, "use_bias_correction_kl: expected a bool, got int"),
-    Refusal(G, {"loss_type": "dapo"}, ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, got 'dapo'"),
+    Refusal(G, {"loss_type": "gspo"}, ValueError, "loss_type: expected one of grpo, bnpo, dr_grpo, dapo, cispo, sapo"),
+    Refusal(G, {"importance_sampling_level": "seq"}, ValueError, "importance_sampling_level: expected one of token, sequence"),
+    Refusal(G, {"num_items_in_batch": 8.0}, ValueError, "num_items_in_batch: taken by loss_type dapo, cispo, vespo alone"),
+    Refusal(
+        G,
+        {"loss_type": "dapo", "num_items_in_batch": Array((1,))},
+        ValueError,
+        "num_items_in_batch: expected a scalar (a number or a 0-d array), got shape (1,)",
+    ),
+    Refusal(
+        G, {"loss_type": "dapo", "num_items_in_batch": Array((), "bool")}, TypeError, "num_items_in_batch: expected a number"
+    ),
+    Refusal(G, {"loss_type": "cispo", "num_items_in_batch": "8"}, TypeError, "num_items_in_batch: expected None, a number or a"),
+    Refusal(G, {"loss_type": "vespo", "num_items_in_batch": -1.0}, ValueError, "num_items_in_batch: expected a number >= 0.0"),
+    Refusal(G, {"delta": 0.0}, ValueError, "delta: expected a number > 0.0, got 0.0"),
+    Refusal(G, {"temperature": 0.0}, ValueError, "temperature: expected a number > 0.0, got 0.0"),
+    Refusal(G, {"sapo_temperature_neg": -1.0}, ValueError, "sapo_temperature_neg: expected a number > 0.0, got -1.0"),
+    Refusal(G, {"sapo_temperature_pos": float("nan")}, ValueError, "sapo_temperature_pos: expected a finite number, got nan"),
+    Refusal(G, {"vespo_k_pos": -1.0}, ValueError, "vespo_k_pos: expected a number >= 0.0, got -1.0"),
+    Refusal(G, {"vespo_lambda_neg": "2"}, TypeError, "vespo_lambda_neg: expected a Python float, got str"),
     Refusal(G, {"advantages": Array((3,))}, ValueError, "advantages: expected shape (2,) (one per sequence of hidden (2, 3, 4))"),
     Refusal(G, {"ref_logps": Array((2, 2))}, ValueError, "ref_logps: expected shape (2, 3) (target's), got (2, 2)"),
     Refusal(G, {"beta": -0.1}, ValueError, "beta: expected a number >= 0.0, got -0.1"),
     Refusal(G, {"epsilon_low": -1}, ValueError, "epsilon_low: expected a number >= 0.0, got -1"),
-    Refusal(G, {"epsilon_high": None}, TypeError, "epsilon_high: expected a Python float, got NoneType"),
+    Refusal(G, {"epsilon_high": "0.2"}, TypeError, "epsilon_high: expected a Python float, got str"),
     Refusal(G, {"max_completion_length": 0}, ValueError, "max_completion_length: expected None or an int >= 1, got 0"),
     Refusal(G, {"max_completion_length": 2.0}, TypeError, "max_completion_length: expected None or an int, got float"),
 ]

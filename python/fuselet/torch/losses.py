@@ -26,6 +26,7 @@ class _Torch:
     exp = staticmethod(torch.exp)
     log1p = staticmethod(torch.log1p)
     minimum = staticmethod(torch.minimum)
+    nan_to_num = staticmethod(torch.nan_to_num)
     sigmoid = staticmethod(torch.sigmoid)
     where = staticmethod(torch.where)
 
@@ -203,46 +204,91 @@ def fused_linear_grpo_loss(
     bias: torch.Tensor | None = None,
     beta: float = 0.04,
     epsilon_low: float = 0.2,
-    epsilon_high: float = 0.2,
+    epsilon_high: float | None = None,
     ignore_index: int = -100,
     loss_type: str = "grpo",
     max_completion_length: int | None = None,
     use_bias_correction_kl: bool = False,
+    importance_sampling_level: str = "token",
+    delta: float | None = None,
+    temperature: float = 1.0,
+    num_items_in_batch: torch.Tensor | float | None = None,
+    sapo_temperature_neg: float = 1.05,
+    sapo_temperature_pos: float = 1.0,
+    vespo_k_pos: float = 2.0,
+    vespo_lambda_pos: float = 3.0,
+    vespo_k_neg: float = 3.0,
+    vespo_lambda_neg: float = 2.0,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
-    """GRPO's clipped policy loss of hidden [B, T, H] through the head weight [V, H] (and bias),
-    target [B, T] (the completion tokens; ignore_index drops a position), advantages [B]; old_logps
-    [B, T] the sampling policy's log-probabilities (None: this policy's, detached: ratio 1);
-    ref_logps [B, T] the reference model's, for the beta-weighted KL term (None: no KL).
-    loss_type: "grpo" (per sequence, then over sequences), "bnpo" (over all counted tokens),
-    "dr_grpo" (over B * max_completion_length, default T). use_bias_correction_kl: the KL term
-    weighted by the importance ratio exp(logp - old_logps), as TRL's GRPOConfig option of that
-    name (TRL's default True; fuselet's False: DeepSeekMath's unweighted term). The float32 scalar loss."""
+    """GRPO's policy loss of hidden [B, T, H] through the head weight [V, H] (and bias), target
+    [B, T] (the completion tokens; ignore_index drops a position), advantages [B]; old_logps [B, T]
+    the sampling policy's log-probabilities (None: this policy's, detached: ratio 1); ref_logps
+    [B, T] the reference model's, for the beta-weighted KL term (None: no KL). The options are TRL's
+    GRPOConfig's (1.16), name for name (epsilon_low is its `epsilon`; epsilon_high None: epsilon_low):
+
+    - loss_type: "grpo" (per sequence, then over sequences), "bnpo" (over the batch's counted
+      tokens), "dr_grpo" (over B * max_completion_length, default T), "dapo" (over
+      num_items_in_batch: the accumulated batch's counted tokens as TRL's trainer gets them, divided
+      by its processes and scaled by accumulation steps / steps_per_generation as TRL does; None:
+      this batch's), "cispo" (the ratio clipped at epsilon_high, no gradient, times the
+      advantage and log-probability; over num_items_in_batch), "sapo" (a sigmoid gate of
+      temperature sapo_temperature_pos where the advantage is > 0, else sapo_temperature_neg; per
+      sequence), "luspo" (each sequence's sum, then their mean), "vespo" (a sequence weight
+      e^lambda w^k e^(-lambda w), no gradient, w the sequence's ratio, (k, lambda) vespo_k_pos /
+      vespo_lambda_pos where the advantage is >= 0, else the _neg pair; over num_items_in_batch).
+    - importance_sampling_level: "token" (one ratio per token) or "sequence" (GSPO: exp of the
+      sequence's mean log-ratio); delta: the two-sided clip's cap of the unclipped ratio (INTELLECT-2).
+    - temperature: the logits are divided by it before the log-softmax (hidden and bias are,
+      here), as TRL's trainer does; old_logps and ref_logps are to be of those logits too.
+    - use_bias_correction_kl: the KL term weighted by the importance ratio (TRL's default True;
+      fuselet's False: DeepSeekMath's unweighted term).
+
+    TRL's GRPOConfig defaults that differ: loss_type "dapo", beta 0.0, use_bias_correction_kl True.
+    Not here: the entropy mask and bonus (top_entropy_quantile, entropy_coef), vLLM's importance
+    sampling correction, the off-policy mask. The float32 scalar loss."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target), ("advantages", advantages)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
         check_dense(name, t, optional=True)
     logps = {"old_logps": _shape(old_logps), "ref_logps": _shape(ref_logps)}
+    items = num_items_in_batch
+    items_tensor = items if isinstance(items, torch.Tensor) else None
     options = spec.grpo(
         _shape(hidden),
         _shape(target),
         _shape(advantages),
         logps,
+        (_shape(items), dtype_name(items)) if items_tensor is not None else items,
         beta=beta,
         epsilon_low=epsilon_low,
         epsilon_high=epsilon_high,
         loss_type=loss_type,
         max_completion_length=max_completion_length,
         use_bias_correction_kl=use_bias_correction_kl,
+        importance_sampling_level=importance_sampling_level,
+        delta=delta,
+        temperature=temperature,
+        sapo_temperature_neg=sapo_temperature_neg,
+        sapo_temperature_pos=sapo_temperature_pos,
+        vespo_k_pos=vespo_k_pos,
+        vespo_lambda_pos=vespo_lambda_pos,
+        vespo_k_neg=vespo_k_neg,
+        vespo_lambda_neg=vespo_lambda_neg,
     )
     check_same_device("hidden", hidden, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps)
     check_dtensors(
         hidden=hidden, weight=weight, bias=bias, target=target, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps
     )
+    if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t, no [tokens, V] copy
+        hidden = hidden / options.temperature
+        bias = None if bias is None else bias / options.temperature
     logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
-    return _losses.grpo_loss(_Torch, logp, mask, *as32, options)
+    if items is not None:
+        items = torch.as_tensor(items, dtype=torch.float32, device=mask.device).detach()
+    return _losses.grpo_loss(_Torch, logp, mask, *as32, options, items)
 
 
 class FusedLinearPreferenceLoss(torch.nn.Module):
@@ -307,15 +353,24 @@ class FusedLinearKTOLoss(torch.nn.Module):
 
 class FusedLinearGRPOLoss(torch.nn.Module):
     """fused_linear_grpo_loss as a module: the options at construction, the tensors per call
-    (forward(hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None))."""
+    (forward(hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None,
+    num_items_in_batch=None))."""
 
     def __init__(self, **options):
         super().__init__()
         self.options = options
 
-    def forward(self, hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None):
+    def forward(self, hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None, num_items_in_batch=None):
         return fused_linear_grpo_loss(
-            hidden, weight, target, advantages, old_logps=old_logps, ref_logps=ref_logps, bias=bias, **self.options
+            hidden,
+            weight,
+            target,
+            advantages,
+            old_logps=old_logps,
+            ref_logps=ref_logps,
+            bias=bias,
+            num_items_in_batch=num_items_in_batch,
+            **self.options,
         )
 
     def extra_repr(self) -> str:
