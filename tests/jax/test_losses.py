@@ -155,6 +155,62 @@ def test_grpo_loss_against_reference(loss_type, weighted):
     )
 
 
+GRPO_OPTIONS = {
+    "dapo": {"loss_type": "dapo", "num_items_in_batch": 31.0},
+    "dapo-array": {"loss_type": "dapo", "num_items_in_batch": np.float32(9.0), "epsilon_high": 0.28},
+    "dapo-local": {"loss_type": "dapo"},
+    "gspo": {"loss_type": "grpo", "importance_sampling_level": "sequence"},
+    "temperature": {"loss_type": "bnpo", "temperature": 0.7, "bias": True},
+    "delta": {"loss_type": "dr_grpo", "delta": 1.3},
+    "cispo": {"loss_type": "cispo", "epsilon_high": 1.2, "num_items_in_batch": 20.0},
+    "sapo": {"loss_type": "sapo", "sapo_temperature_pos": 0.6, "sapo_temperature_neg": 1.7},
+    "luspo": {"loss_type": "luspo", "importance_sampling_level": "sequence"},
+    "vespo": {"loss_type": "vespo", "vespo_k_neg": 2.0, "vespo_lambda_pos": 2.0},
+}
+
+
+@pytest.mark.parametrize("weighted", [False, True], ids=["kl", "ratio-weighted-kl"])
+@pytest.mark.parametrize("case", list(GRPO_OPTIONS))
+def test_grpo_options_same_as_torch(case, weighted):
+    """TRL's loss types and options (fuselet.torch's checked against TRL itself, tests/torch/test_trl.py):
+    fuselet.jax's loss and gradients under jit are the torch layer's on the same arrays."""
+    torch = pytest.importorskip("torch")
+    ft = import_layer("torch")
+    options = dict(GRPO_OPTIONS[case], use_bias_correction_kl=weighted)
+    hidden, weight, target = inputs(sequences=3)
+    rng = np.random.default_rng(5)
+    bias = jnp.asarray(rng.standard_normal(V) * 0.2, jnp.float32) if options.pop("bias", False) else None
+    advantages = jnp.asarray([0.8, -1.1, 0.5], jnp.float32)
+    now = token_logps(hidden, weight, target)
+    old = now + jnp.asarray(rng.standard_normal(now.shape) * 0.3, jnp.float32)
+    ref = now + jnp.asarray(rng.standard_normal(now.shape) * 0.2, jnp.float32)
+
+    def fused(h, w):
+        return fj.fused_linear_grpo_loss(
+            h, w, target, advantages, old_logps=old, ref_logps=ref, bias=bias, chunk_size=4, **options
+        )
+
+    loss, grads = jax.jit(jax.value_and_grad(fused, argnums=(0, 1)))(hidden, weight)
+    t = {k: torch.from_numpy(np.array(v)) for k, v in dict(target=target, advantages=advantages, old=old, ref=ref).items()}
+    h, w = (torch.from_numpy(np.array(x)).requires_grad_(True) for x in (hidden, weight))
+    torch_options = {k: (float(v) if isinstance(v, np.floating) else v) for k, v in options.items()}
+    want = ft.fused_linear_grpo_loss(
+        h,
+        w,
+        t["target"].long(),
+        t["advantages"],
+        old_logps=t["old"],
+        ref_logps=t["ref"],
+        bias=None if bias is None else torch.from_numpy(np.array(bias)),
+        **torch_options,
+    )
+    want_grads = torch.autograd.grad(want, (h, w))
+    assert loss.dtype == jnp.float32 and loss.shape == ()
+    np.testing.assert_allclose(loss, want.item(), rtol=1e-5, atol=1e-6)
+    for g, wg in zip(grads, want_grads):
+        np.testing.assert_allclose(g, wg.numpy(), rtol=1e-4, atol=1e-6)
+
+
 def test_vmap_over_problems():
     problems = [inputs(seed=s) for s in range(3)]
     hidden, weight, target = (jnp.stack(parts) for parts in zip(*problems))
