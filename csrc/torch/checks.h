@@ -6,9 +6,11 @@
 #pragma once
 
 #include <cmath>
+#include <initializer_list>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 
 #include "view.h"
 
@@ -64,36 +66,20 @@ inline void vector_of(const Tensor& t, const char* name, int64_t n, ScalarType d
   FUSELET_CHECK_VALUE(t.numel() == n, name, ": expected ", n, " elements, got shape ", shape_str(t));
 }
 
-// The parameters of a normalization: [H], in x's dtype or float32, all in one dtype.
-class Params {
- public:
-  Params(const Tensor& x, int64_t hidden, const char* x_name = "x") : x_(x), x_name_(x_name), hidden_(hidden) {}
-  void check(const std::optional<Tensor>& t, const char* name) {
-    if (!t.has_value()) return;
-    FUSELET_CHECK_VALUE(t->dim() == 1, name, ": expected a 1-D tensor of ", hidden_, " elements, got shape ",
-                        shape_str(*t));
-    FUSELET_CHECK_VALUE(t->size(0) == hidden_, name, ": expected ", hidden_, " elements (the hidden size of ", x_name_,
-                        "), got ", t->size(0));
-    const auto d = t->scalar_type();
-    if (like_ != nullptr) {
-      FUSELET_CHECK_TYPE(d == like_dtype_, name, ": expected dtype ", dtype_name(like_dtype_), " (the dtype of ",
-                         like_, "), got ", dtype_name(d));
-    } else {
-      const auto xd = x_.scalar_type();
-      FUSELET_CHECK_TYPE(d == xd || d == ScalarType::Float, name, ": expected dtype ", dtype_name(xd),
-                         " (the dtype of ", x_name_, ")", xd == ScalarType::Float ? "" : " or float32", ", got ",
-                         dtype_name(d));
-      like_ = name;
-      like_dtype_ = d;
-    }
-  }
+// `ref` (named `ref_name`) given, and every tensor of `others` (name, tensor) on its device.
+inline void check_devices(const Tensor& ref, const char* ref_name,
+                          std::initializer_list<std::pair<const char*, const Tensor*>> others) {
+  check_defined(ref, ref_name);
+  for (const auto& [name, t] : others) check_same_device(ref, *t, name, ref_name);
+}
 
- private:
-  const Tensor& x_;
-  const char* x_name_;
-  int64_t hidden_;
-  const char* like_ = nullptr;
-  ScalarType like_dtype_ = ScalarType::Float;
-};
+// Raises the refusal of a core `_check` function with the core's message: a TypeError for a
+// dtype ("<argument>: expected dtype ...", fuselet.h), a ValueError for any other argument.
+inline void check_args(fuselet_status status) {
+  if (status != FUSELET_ERR_INVALID_ARGUMENT) return check(status);
+  const std::string msg = fuselet_last_error();
+  FUSELET_CHECK_TYPE(msg.find(": expected dtype ") == std::string::npos, msg);
+  fail(Error::Value, msg);
+}
 
 }  // namespace fuselet_torch

@@ -1,8 +1,6 @@
-// CPU and CUDA implementations of fuselet::{rms,layer,add_rms}_norm_{fwd,bwd}: allocate outputs,
-// hand core views to libfuselet (on the current CUDA stream for CUDA tensors).
-#include <cmath>
-#include <limits>
-
+// CPU and CUDA implementations of fuselet::{rms,layer,add_rms}_norm_{fwd,bwd}: the core's checks
+// of the inputs as given (before any copy), then allocate outputs and hand core views of
+// contiguous inputs to libfuselet (on the current CUDA stream for CUDA tensors).
 #include "fuselet/norm.h"
 #include "op.h"
 
@@ -18,132 +16,117 @@ Tensor workspace(const Tensor& x) {
 
 uint32_t norm_flags(bool zero_centered_gamma) { return zero_centered_gamma ? FUSELET_NORM_ZERO_CENTERED_GAMMA : 0; }
 
-// The checks of x (named `x_name`: x, or residual_out in add_rms_norm_bwd), the parameters,
-// zero_centered_gamma and eps (NaN: none, the backward), and the devices of `others`: before
-// any copy. Returns x's rows.
-Rows check_norm(const Tensor& x, const char* x_name, const OptTensor& weight, const OptTensor& bias,
-                bool zero_centered_gamma, double eps,
-                std::initializer_list<std::pair<const char*, const Tensor*>> others) {
-  check_defined(x, x_name);
-  for (const auto& [name, t] : others) check_same_device(x, *t, name, x_name);
+// Every tensor on the device of x (named `x_name`: x, or residual_out in add_rms_norm_bwd).
+void check_devices(const Tensor& x, const char* x_name, const OptTensor& weight, const OptTensor& bias,
+                   std::initializer_list<std::pair<const char*, const Tensor*>> others) {
+  fuselet_torch::check_devices(x, x_name, others);
   if (weight.has_value()) check_same_device(x, *weight, "weight", x_name);
   if (bias.has_value()) check_same_device(x, *bias, "bias", x_name);
-  const Rows r = rows_of(x, x_name);
-  FUSELET_CHECK_VALUE(r.cols > 0, x_name, ": the hidden size (last dimension) must be > 0, got 0");
-  FUSELET_CHECK_VALUE(r.cols <= INT32_MAX, x_name, ": the hidden size must be < 2^31, got ", r.cols);
-  Params params(x, r.cols, x_name);
-  params.check(weight, "weight");
-  params.check(bias, "bias");
-  FUSELET_CHECK_VALUE(!zero_centered_gamma || weight.has_value(),
-                      "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
-  if (!std::isnan(eps)) {
-    const float e = static_cast<float>(eps);
-    FUSELET_CHECK_VALUE(std::isfinite(e) && e > 0.f, "eps: expected a finite number > 0, got ", e);
-  }
-  return r;
 }
-
-constexpr double kNoEps = std::numeric_limits<double>::quiet_NaN();
 
 std::tuple<Tensor, Tensor> rms_norm_fwd(const Tensor& x_in, const OptTensor& weight_in, double eps,
                                         bool zero_centered_gamma) {
-  check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, eps, {});
-  const Tensor x = make_contiguous(x_in);
-  fuselet_tensor vx = view(x, "x");
+  check_devices(x_in, "x", weight_in, std::nullopt, {});
+  Arg x(x_in, "x");
   Param w(weight_in, "weight");
-  Tensor y = alloc_like(x), rstd = row_stats(x);
-  fuselet_tensor vy = view(y, "y"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
   const float e = static_cast<float>(eps);
+  check_args(fuselet_rms_norm_fwd_check(&x.v, w.ptr(), e, flags));
+  x.contiguous();
+  w.contiguous();
+  Tensor y = alloc_like(x.t), rstd = row_stats(x.t);
+  fuselet_tensor vy = view(y, "y"), vr = view(rstd, "rstd");
   run_on(
-      x, [&] { return fuselet_rms_norm_fwd(&vx, w.ptr(), e, flags, &vy, &vr); },
-      [&](void* stream) { return fuselet_rms_norm_fwd_cuda(&vx, w.ptr(), e, flags, &vy, &vr, stream); });
+      x.t, [&] { return fuselet_rms_norm_fwd(&x.v, w.ptr(), e, flags, &vy, &vr); },
+      [&](void* stream) { return fuselet_rms_norm_fwd_cuda(&x.v, w.ptr(), e, flags, &vy, &vr, stream); });
   return {y, rstd};
 }
 
 std::tuple<Tensor, Tensor> rms_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const OptTensor& weight_in,
                                         const Tensor& rstd_in, bool zero_centered_gamma) {
-  const Rows r = check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, kNoEps,
-                            {{"dy", &dy_in}, {"rstd", &rstd_in}});
-  rows_like(dy_in, "dy", x_in, "x", r, " like x");
-  vector_of(rstd_in, "rstd", r.rows);
-  const Tensor dy = make_contiguous(dy_in), x = make_contiguous(x_in), rstd = make_contiguous(rstd_in);
-  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vr = view(rstd, "rstd");
+  check_devices(x_in, "x", weight_in, std::nullopt, {{"dy", &dy_in}, {"rstd", &rstd_in}});
+  Arg dy(dy_in, "dy"), x(x_in, "x"), rstd(rstd_in, "rstd");
   Param w(weight_in, "weight");
-  Tensor dx = alloc_like(x), dweight = w.grad_like(x);
+  const uint32_t flags = norm_flags(zero_centered_gamma);
+  check_args(fuselet_rms_norm_bwd_check(&dy.v, &x.v, w.ptr(), &rstd.v, flags));
+  for (Arg* a : {&dy, &x, &rstd}) a->contiguous();
+  w.contiguous();
+  Tensor dx = alloc_like(x.t), dweight = w.grad_like(x.t);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight");
-  const uint32_t flags = norm_flags(zero_centered_gamma);
   run_on(
-      x, [&] { return fuselet_rms_norm_bwd(&vdy, &vx, w.ptr(), &vr, flags, &vdx, vdw.ptr); },
+      x.t, [&] { return fuselet_rms_norm_bwd(&dy.v, &x.v, w.ptr(), &rstd.v, flags, &vdx, vdw.ptr); },
       [&](void* stream) {
-        Tensor ws = workspace(x);
-        return fuselet_rms_norm_bwd_cuda(&vdy, &vx, w.ptr(), &vr, flags, &vdx, vdw.ptr, ws.data_ptr(), ws.numel(),
-                                         stream);
+        Tensor ws = workspace(x.t);
+        return fuselet_rms_norm_bwd_cuda(&dy.v, &x.v, w.ptr(), &rstd.v, flags, &vdx, vdw.ptr, ws.data_ptr(),
+                                         ws.numel(), stream);
       });
   return {dx, dweight};
 }
 
 std::tuple<Tensor, Tensor, Tensor> layer_norm_fwd(const Tensor& x_in, const OptTensor& weight_in,
                                                   const OptTensor& bias_in, double eps, bool zero_centered_gamma) {
-  check_norm(x_in, "x", weight_in, bias_in, zero_centered_gamma, eps, {});
-  const Tensor x = make_contiguous(x_in);
-  fuselet_tensor vx = view(x, "x");
+  check_devices(x_in, "x", weight_in, bias_in, {});
+  Arg x(x_in, "x");
   Param w(weight_in, "weight"), b(bias_in, "bias");
-  Tensor y = alloc_like(x), mean = row_stats(x), rstd = row_stats(x);
-  fuselet_tensor vy = view(y, "y"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
   const float e = static_cast<float>(eps);
+  check_args(fuselet_layer_norm_fwd_check(&x.v, w.ptr(), b.ptr(), e, flags));
+  x.contiguous();
+  w.contiguous();
+  b.contiguous();
+  Tensor y = alloc_like(x.t), mean = row_stats(x.t), rstd = row_stats(x.t);
+  fuselet_tensor vy = view(y, "y"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
   run_on(
-      x, [&] { return fuselet_layer_norm_fwd(&vx, w.ptr(), b.ptr(), e, flags, &vy, &vm, &vr); },
+      x.t, [&] { return fuselet_layer_norm_fwd(&x.v, w.ptr(), b.ptr(), e, flags, &vy, &vm, &vr); },
       [&](void* stream) {
-        return fuselet_layer_norm_fwd_cuda(&vx, w.ptr(), b.ptr(), e, flags, &vy, &vm, &vr, stream);
+        return fuselet_layer_norm_fwd_cuda(&x.v, w.ptr(), b.ptr(), e, flags, &vy, &vm, &vr, stream);
       });
   return {y, mean, rstd};
 }
 
+// bias is read for its presence, shape and dtype only (dbias is computed when it is present).
 std::tuple<Tensor, Tensor, Tensor> layer_norm_bwd(const Tensor& dy_in, const Tensor& x_in, const OptTensor& weight_in,
                                                   const OptTensor& bias_in, const Tensor& mean_in,
                                                   const Tensor& rstd_in, bool zero_centered_gamma) {
-  const Rows r = check_norm(x_in, "x", weight_in, bias_in, zero_centered_gamma, kNoEps,
-                            {{"dy", &dy_in}, {"mean", &mean_in}, {"rstd", &rstd_in}});
-  rows_like(dy_in, "dy", x_in, "x", r, " like x");
-  vector_of(mean_in, "mean", r.rows);
-  vector_of(rstd_in, "rstd", r.rows);
-  const Tensor dy = make_contiguous(dy_in), x = make_contiguous(x_in), mean = make_contiguous(mean_in),
-               rstd = make_contiguous(rstd_in);
-  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x"), vm = view(mean, "mean"), vr = view(rstd, "rstd");
+  check_devices(x_in, "x", weight_in, bias_in, {{"dy", &dy_in}, {"mean", &mean_in}, {"rstd", &rstd_in}});
+  Arg dy(dy_in, "dy"), x(x_in, "x"), mean(mean_in, "mean"), rstd(rstd_in, "rstd");
   Param w(weight_in, "weight"), b(bias_in, "bias");
-  Tensor dx = alloc_like(x), dweight = w.grad_like(x), dbias = b.grad_like(x);
+  const uint32_t flags = norm_flags(zero_centered_gamma);
+  check_args(fuselet_layer_norm_bwd_check(&dy.v, &x.v, w.ptr(), b.ptr(), &mean.v, &rstd.v, flags));
+  for (Arg* a : {&dy, &x, &mean, &rstd}) a->contiguous();
+  w.contiguous();
+  Tensor dx = alloc_like(x.t), dweight = w.grad_like(x.t), dbias = b.grad_like(x.t);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight"), vdb(b, dbias, "dbias");
-  const uint32_t flags = norm_flags(zero_centered_gamma);
   run_on(
-      x, [&] { return fuselet_layer_norm_bwd(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr); },
+      x.t,
+      [&] { return fuselet_layer_norm_bwd(&dy.v, &x.v, w.ptr(), &mean.v, &rstd.v, flags, &vdx, vdw.ptr, vdb.ptr); },
       [&](void* stream) {
-        Tensor ws = workspace(x);
-        return fuselet_layer_norm_bwd_cuda(&vdy, &vx, w.ptr(), &vm, &vr, flags, &vdx, vdw.ptr, vdb.ptr, ws.data_ptr(),
-                                           ws.numel(), stream);
+        Tensor ws = workspace(x.t);
+        return fuselet_layer_norm_bwd_cuda(&dy.v, &x.v, w.ptr(), &mean.v, &rstd.v, flags, &vdx, vdw.ptr, vdb.ptr,
+                                           ws.data_ptr(), ws.numel(), stream);
       });
   return {dx, dweight, dbias};
 }
 
 std::tuple<Tensor, Tensor, Tensor> add_rms_norm_fwd(const Tensor& x_in, const Tensor& residual_in,
                                                     const OptTensor& weight_in, double eps, bool zero_centered_gamma) {
-  const Rows r =
-      check_norm(x_in, "x", weight_in, std::nullopt, zero_centered_gamma, eps, {{"residual", &residual_in}});
-  rows_like(residual_in, "residual", x_in, "x", r, " like x");
-  const Tensor x = make_contiguous(x_in), residual = make_contiguous(residual_in);
-  fuselet_tensor vx = view(x, "x"), vres = view(residual, "residual");
+  check_devices(x_in, "x", weight_in, std::nullopt, {{"residual", &residual_in}});
+  Arg x(x_in, "x"), residual(residual_in, "residual");
   Param w(weight_in, "weight");
-  Tensor y = alloc_like(x), h = alloc_like(x), rstd = row_stats(x);
-  fuselet_tensor vy = view(y, "y"), vh = view(h, "residual_out"), vr = view(rstd, "rstd");
   const uint32_t flags = norm_flags(zero_centered_gamma);
   const float e = static_cast<float>(eps);
+  check_args(fuselet_add_rms_norm_fwd_check(&x.v, &residual.v, w.ptr(), e, flags));
+  x.contiguous();
+  residual.contiguous();
+  w.contiguous();
+  Tensor y = alloc_like(x.t), h = alloc_like(x.t), rstd = row_stats(x.t);
+  fuselet_tensor vy = view(y, "y"), vh = view(h, "residual_out"), vr = view(rstd, "rstd");
   run_on(
-      x, [&] { return fuselet_add_rms_norm_fwd(&vx, &vres, w.ptr(), e, flags, &vy, &vh, &vr); },
+      x.t, [&] { return fuselet_add_rms_norm_fwd(&x.v, &residual.v, w.ptr(), e, flags, &vy, &vh, &vr); },
       [&](void* stream) {
-        return fuselet_add_rms_norm_fwd_cuda(&vx, &vres, w.ptr(), e, flags, &vy, &vh, &vr, stream);
+        return fuselet_add_rms_norm_fwd_cuda(&x.v, &residual.v, w.ptr(), e, flags, &vy, &vh, &vr, stream);
       });
   return {y, h, rstd};
 }
@@ -151,25 +134,22 @@ std::tuple<Tensor, Tensor, Tensor> add_rms_norm_fwd(const Tensor& x_in, const Te
 std::tuple<Tensor, Tensor> add_rms_norm_bwd(const Tensor& dy_in, const Tensor& dh_in, const Tensor& h_in,
                                             const OptTensor& weight_in, const Tensor& rstd_in,
                                             bool zero_centered_gamma) {
-  const Rows r = check_norm(h_in, "residual_out", weight_in, std::nullopt, zero_centered_gamma, kNoEps,
-                            {{"dy", &dy_in}, {"dresidual_out", &dh_in}, {"rstd", &rstd_in}});
-  rows_like(dy_in, "dy", h_in, "residual_out", r, " like residual_out");
-  rows_like(dh_in, "dresidual_out", h_in, "residual_out", r, " like residual_out");
-  vector_of(rstd_in, "rstd", r.rows);
-  const Tensor dy = make_contiguous(dy_in), dh = make_contiguous(dh_in), h = make_contiguous(h_in),
-               rstd = make_contiguous(rstd_in);
-  fuselet_tensor vdy = view(dy, "dy"), vdh = view(dh, "dresidual_out"), vh = view(h, "residual_out"),
-                 vr = view(rstd, "rstd");
+  check_devices(h_in, "residual_out", weight_in, std::nullopt,
+                {{"dy", &dy_in}, {"dresidual_out", &dh_in}, {"rstd", &rstd_in}});
+  Arg dy(dy_in, "dy"), dh(dh_in, "dresidual_out"), h(h_in, "residual_out"), rstd(rstd_in, "rstd");
   Param w(weight_in, "weight");
-  Tensor dx = alloc_like(h), dweight = w.grad_like(h);
+  const uint32_t flags = norm_flags(zero_centered_gamma);
+  check_args(fuselet_add_rms_norm_bwd_check(&dy.v, &dh.v, &h.v, w.ptr(), &rstd.v, flags));
+  for (Arg* a : {&dy, &dh, &h, &rstd}) a->contiguous();
+  w.contiguous();
+  Tensor dx = alloc_like(h.t), dweight = w.grad_like(h.t);
   fuselet_tensor vdx = view(dx, "dx");
   GradView vdw(w, dweight, "dweight");
-  const uint32_t flags = norm_flags(zero_centered_gamma);
   run_on(
-      h, [&] { return fuselet_add_rms_norm_bwd(&vdy, &vdh, &vh, w.ptr(), &vr, flags, &vdx, vdw.ptr); },
+      h.t, [&] { return fuselet_add_rms_norm_bwd(&dy.v, &dh.v, &h.v, w.ptr(), &rstd.v, flags, &vdx, vdw.ptr); },
       [&](void* stream) {
-        Tensor ws = workspace(h);
-        return fuselet_add_rms_norm_bwd_cuda(&vdy, &vdh, &vh, w.ptr(), &vr, flags, &vdx, vdw.ptr, ws.data_ptr(),
+        Tensor ws = workspace(h.t);
+        return fuselet_add_rms_norm_bwd_cuda(&dy.v, &dh.v, &h.v, w.ptr(), &rstd.v, flags, &vdx, vdw.ptr, ws.data_ptr(),
                                              ws.numel(), stream);
       });
   return {dx, dweight};

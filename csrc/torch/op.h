@@ -32,14 +32,37 @@ void run_on(const Tensor& x, Cpu&& cpu, [[maybe_unused]] Cuda&& cuda) {
   check(cpu());
 }
 
-// An optional parameter made contiguous (on x's device: checked before), and its core view
-// (NULL when absent).
+// A tensor argument and its core view: first of the tensor as the caller gave it (its own
+// strides), for the core's `_check`, which reads no data; then, after contiguous(), of a
+// contiguous copy (the tensor itself when it is contiguous), for the kernel.
+// `make`: view, or index_view for class ids.
+struct Arg {
+  using MakeView = fuselet_tensor (*)(const Tensor&, const char*);
+  Tensor t;
+  fuselet_tensor v{};
+  const char* name;
+  MakeView make;
+  Arg(const Tensor& in, const char* arg_name, MakeView make_view = view) : t(in), name(arg_name), make(make_view) {
+    check_defined(in, arg_name);
+    v = make(in, arg_name);
+  }
+  void contiguous() {
+    t = make_contiguous(t);
+    v = make(t, name);
+  }
+};
+
+// An optional parameter (weight, bias) as an Arg: its view is NULL when it is absent.
 struct Param {
   OptTensor t;
   fuselet_tensor v{};
-  Param(const OptTensor& in, const char* name) {
-    if (!in.has_value()) return;
-    t = make_contiguous(*in);
+  const char* name;
+  Param(const OptTensor& in, const char* arg_name) : t(in), name(arg_name) {
+    if (t.has_value()) v = view(*t, arg_name);
+  }
+  void contiguous() {
+    if (!t.has_value()) return;
+    t = make_contiguous(*t);
     v = view(*t, name);
   }
   fuselet_tensor* ptr() { return t.has_value() ? &v : nullptr; }

@@ -328,6 +328,58 @@ void check_empty_batch() {
   expect(dw[0] == 0 && dw[3] == 0, "0-row backward zeroes dweight");
 }
 
+// The `_check` functions: the entry points' checks of the inputs and options, on views of any
+// strides >= 0 whose data is never read (NULL here), with the entry points' messages.
+void check_arg_checks() {
+  constexpr int64_t kHuge = int64_t{1} << 40;  // rows of a stride-0 view: nothing behind them
+  fuselet_tensor x = view(nullptr, {kHuge, 8}, {0, 1}), w = view(nullptr, {8}, {0});
+  fuselet_tensor r = view(nullptr, {kHuge}, {0});
+  expect(fuselet_rms_norm_fwd_check(&x, &w, 1e-5f, 0) == FUSELET_OK && fuselet_last_error()[0] == '\0',
+         "rms_norm_fwd_check: stride-0 views, NULL data");
+  expect(fuselet_layer_norm_fwd_check(&x, &w, &w, 1e-5f, FUSELET_NORM_ZERO_CENTERED_GAMMA) == FUSELET_OK,
+         "layer_norm_fwd_check: stride-0 views");
+  expect(fuselet_rms_norm_bwd_check(&x, &x, &w, &r, 0) == FUSELET_OK, "rms_norm_bwd_check: stride-0 views");
+  expect(fuselet_layer_norm_bwd_check(&x, &x, nullptr, &w, &r, &r, 0) == FUSELET_OK,
+         "layer_norm_bwd_check: bias alone");
+  expect(fuselet_add_rms_norm_fwd_check(&x, &x, nullptr, 1e-5f, 0) == FUSELET_OK, "add_rms_norm_fwd_check");
+  expect(fuselet_add_rms_norm_bwd_check(&x, &x, &x, &w, &r, 0) == FUSELET_OK, "add_rms_norm_bwd_check");
+  fuselet_tensor cols = view(nullptr, {8, 3}, {1, 8});  // transposed: the entry point needs a copy
+  fuselet_tensor w3 = view(nullptr, {3});
+  expect(fuselet_rms_norm_fwd_check(&cols, &w3, 1e-5f, 0) == FUSELET_OK, "rms_norm_fwd_check: a transposed x");
+
+  fuselet_tensor w5 = view(nullptr, {5});
+  expect_error(fuselet_rms_norm_fwd_check(&x, &w5, 1e-5f, 0), "weight: expected 8 elements (the hidden size of x)",
+               "rms_norm_fwd_check: weight size");
+  expect_error(fuselet_rms_norm_fwd_check(&x, &w, 0.f, 0), "eps: expected a finite number > 0, got 0",
+               "rms_norm_fwd_check: eps");
+  expect_error(fuselet_rms_norm_fwd_check(&x, nullptr, 1e-5f, FUSELET_NORM_ZERO_CENTERED_GAMMA),
+               "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight", "rms_norm_fwd_check: zero-centered");
+  fuselet_tensor rev = view(nullptr, {4, 8}, {-8, 1});
+  expect_error(fuselet_rms_norm_fwd_check(&rev, &w, 1e-5f, 0), "x: negative strides are not supported",
+               "rms_norm_fwd_check: negative strides");
+  fuselet_tensor wb = view(nullptr, {8}, {1}, FUSELET_BFLOAT16);
+  expect_error(fuselet_layer_norm_bwd_check(&x, &x, &w, &wb, &r, &r, 0),
+               "bias: expected dtype float32 (the dtype of weight), got bfloat16", "layer_norm_bwd_check: bias dtype");
+  fuselet_tensor r3 = view(nullptr, {3});
+  expect_error(fuselet_layer_norm_bwd_check(&x, &x, &w, nullptr, &r3, &r, 0), "mean: expected 1099511627776 elements",
+               "layer_norm_bwd_check: mean size");
+  fuselet_tensor xb = view(nullptr, {kHuge, 8}, {0, 1}, FUSELET_BFLOAT16);
+  expect_error(fuselet_add_rms_norm_fwd_check(&x, &xb, nullptr, 1e-5f, 0),
+               "residual: expected dtype float32 (the dtype of x), got bfloat16", "add_rms_norm_fwd_check: residual");
+  fuselet_tensor h0 = view(nullptr, {4, 0});
+  expect_error(fuselet_add_rms_norm_bwd_check(&h0, &h0, &h0, nullptr, &r3, 0),
+               "residual_out: the hidden size (last dimension) must be > 0",
+               "add_rms_norm_bwd_check: names residual_out");
+  expect_error(fuselet_add_rms_norm_bwd_check(&x, &xb, &x, nullptr, &r, 0),
+               "dresidual_out: expected dtype float32 (the dtype of residual_out), got bfloat16",
+               "add_rms_norm_bwd_check: dresidual_out dtype");
+  // The entry point runs the same check first: the same message for the same input.
+  float buf[64] = {}, rb[8];
+  fuselet_tensor tx = view(buf, {8, 8}), ty = view(buf + 64 - 8, {1, 8}), tr = view(rb, {8});
+  expect_error(fuselet_rms_norm_fwd(&tx, &w5, 1e-5f, 0, &ty, &tr),
+               "weight: expected 8 elements (the hidden size of x)", "rms_norm_fwd: the check's message");
+}
+
 }  // namespace
 
 int main() {
@@ -368,5 +420,6 @@ int main() {
   }
   check_errors();
   check_empty_batch();
+  check_arg_checks();
   return fuselet_test::report();
 }

@@ -19,7 +19,7 @@
 // crossing the C ABI (std::terminate), a leak, a timeout, or a broken contract checked here:
 // every status is a fuselet_status; a failed call leaves a non-empty NUL-terminated message
 // in fuselet_last_error(); the `_cuda` entry points of a build without CUDA return
-// FUSELET_ERR_UNSUPPORTED.
+// FUSELET_ERR_UNSUPPORTED; each host entry point's `_check` refuses nothing it accepts.
 #pragma once
 
 #include <cmath>
@@ -379,6 +379,15 @@ struct Ctx {
     return t;
   }
 
+  // A copy of the view `t` with no data (NULL stays NULL): what a `_check` gets, which reads none.
+  const fuselet_tensor* no_data(const fuselet_tensor* t) {
+    if (t == nullptr) return nullptr;
+    fuselet_tensor* v = arena.view();
+    *v = *t;
+    v->data = nullptr;
+    return v;
+  }
+
   // An optional argument: absent (NULL) for byte 0 unless `present`.
   fuselet_tensor* optional(bool present, const Shape& s, int32_t dtype) {
     if (!present && in.u8() == 0) return nullptr;
@@ -417,6 +426,18 @@ inline void check_cuda(fuselet_status status) {
   if (!fuselet_has_cuda() && status != FUSELET_ERR_UNSUPPORTED)
     finding("a _cuda entry point of a build without CUDA did not return FUSELET_ERR_UNSUPPORTED",
             fuselet_status_string(status));
+}
+
+// An entry point's `_check` on its inputs (fuselet.h): FUSELET_OK or
+// FUSELET_ERR_INVALID_ARGUMENT. `then` is the entry point on the same inputs, which runs the same
+// checks first: a call the `_check` refuses it refuses too.
+template <typename Entry>
+void check_then(fuselet_status checked, Entry&& then) {
+  check(checked);
+  if (checked != FUSELET_OK && checked != FUSELET_ERR_INVALID_ARGUMENT)
+    finding("a _check returned neither FUSELET_OK nor FUSELET_ERR_INVALID_ARGUMENT", fuselet_status_string(checked));
+  if (check(then()) == FUSELET_OK && checked != FUSELET_OK)
+    finding("an entry point accepted what its _check refused", nullptr);
 }
 
 inline int32_t pick_param_dtype(Ctx& c, int32_t x_dtype) { return (c.in.u8() & 1) ? FUSELET_FLOAT32 : x_dtype; }

@@ -36,7 +36,8 @@ void op_rms_norm(Ctx& c, bool cuda) {
   fuselet_tensor* rstd = c.tensor(a.r, FUSELET_FLOAT32);
   if (c.too_large) return;
   if (cuda) return check_cuda(fuselet_rms_norm_fwd_cuda(x, weight, a.eps, a.flags, y, rstd, c.arena.alloc(0)));
-  check(fuselet_rms_norm_fwd(x, weight, a.eps, a.flags, y, rstd));
+  check_then(fuselet_rms_norm_fwd_check(c.no_data(x), c.no_data(weight), a.eps, a.flags),
+             [&] { return fuselet_rms_norm_fwd(x, weight, a.eps, a.flags, y, rstd); });
 }
 
 void op_rms_norm_bwd(Ctx& c, bool cuda) {
@@ -53,7 +54,8 @@ void op_rms_norm_bwd(Ctx& c, bool cuda) {
     return check_cuda(
         fuselet_rms_norm_bwd_cuda(dy, x, weight, rstd, a.flags, dx, dweight, c.arena.alloc(ws), ws, c.arena.alloc(0)));
   }
-  check(fuselet_rms_norm_bwd(dy, x, weight, rstd, a.flags, dx, dweight));
+  check_then(fuselet_rms_norm_bwd_check(c.no_data(dy), c.no_data(x), c.no_data(weight), c.no_data(rstd), a.flags),
+             [&] { return fuselet_rms_norm_bwd(dy, x, weight, rstd, a.flags, dx, dweight); });
 }
 
 void op_layer_norm(Ctx& c, bool cuda) {
@@ -67,7 +69,8 @@ void op_layer_norm(Ctx& c, bool cuda) {
   if (c.too_large) return;
   if (cuda)
     return check_cuda(fuselet_layer_norm_fwd_cuda(x, weight, bias, a.eps, a.flags, y, mean, rstd, c.arena.alloc(0)));
-  check(fuselet_layer_norm_fwd(x, weight, bias, a.eps, a.flags, y, mean, rstd));
+  check_then(fuselet_layer_norm_fwd_check(c.no_data(x), c.no_data(weight), c.no_data(bias), a.eps, a.flags),
+             [&] { return fuselet_layer_norm_fwd(x, weight, bias, a.eps, a.flags, y, mean, rstd); });
 }
 
 void op_layer_norm_bwd(Ctx& c, bool cuda) {
@@ -86,7 +89,9 @@ void op_layer_norm_bwd(Ctx& c, bool cuda) {
     return check_cuda(fuselet_layer_norm_bwd_cuda(dy, x, weight, mean, rstd, a.flags, dx, dweight, dbias,
                                                   c.arena.alloc(ws), ws, c.arena.alloc(0)));
   }
-  check(fuselet_layer_norm_bwd(dy, x, weight, mean, rstd, a.flags, dx, dweight, dbias));
+  check_then(fuselet_layer_norm_bwd_check(c.no_data(dy), c.no_data(x), c.no_data(weight), c.no_data(dbias),
+                                          c.no_data(mean), c.no_data(rstd), a.flags),
+             [&] { return fuselet_layer_norm_bwd(dy, x, weight, mean, rstd, a.flags, dx, dweight, dbias); });
 }
 
 void op_add_rms_norm(Ctx& c, bool cuda) {
@@ -101,7 +106,8 @@ void op_add_rms_norm(Ctx& c, bool cuda) {
   if (cuda)
     return check_cuda(
         fuselet_add_rms_norm_fwd_cuda(x, residual, weight, a.eps, a.flags, y, residual_out, rstd, c.arena.alloc(0)));
-  check(fuselet_add_rms_norm_fwd(x, residual, weight, a.eps, a.flags, y, residual_out, rstd));
+  check_then(fuselet_add_rms_norm_fwd_check(c.no_data(x), c.no_data(residual), c.no_data(weight), a.eps, a.flags),
+             [&] { return fuselet_add_rms_norm_fwd(x, residual, weight, a.eps, a.flags, y, residual_out, rstd); });
 }
 
 void op_add_rms_norm_bwd(Ctx& c, bool cuda) {
@@ -119,7 +125,10 @@ void op_add_rms_norm_bwd(Ctx& c, bool cuda) {
     return check_cuda(fuselet_add_rms_norm_bwd_cuda(dy, dresidual_out, residual_out, weight, rstd, a.flags, dx,
                                                     dweight, c.arena.alloc(ws), ws, c.arena.alloc(0)));
   }
-  check(fuselet_add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, a.flags, dx, dweight));
+  check_then(
+      fuselet_add_rms_norm_bwd_check(c.no_data(dy), c.no_data(dresidual_out), c.no_data(residual_out),
+                                     c.no_data(weight), c.no_data(rstd), a.flags),
+      [&] { return fuselet_add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, a.flags, dx, dweight); });
 }
 
 }  // namespace fuselet_fuzz

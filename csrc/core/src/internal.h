@@ -78,16 +78,26 @@ fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t* 
 // check_extent (the number of elements in *numel).
 fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel);
 
-// Checks `t` (named `name` in messages): non-null, float dtype, check_extent, last dim of
-// stride 1, leading dims collapsible into one row stride, non-null data when non-empty.
-fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out);
+// How much of a view's layout a check asks for. kKernel (the entry points): what the kernels
+// read, too: as_rows' row layout, as_vector's contiguous elements, non-null data when there are
+// elements. kAny (the fuselet_<op>_check functions, which a binding calls on views of its inputs
+// before it makes them contiguous): check_extent's bounds only (any strides >= 0), data never
+// read (it may be NULL).
+enum class Layout { kKernel, kAny };
+
+// Checks `t` (named `name` in messages): non-null, float dtype, check_extent, at least 1 dim;
+// with Layout::kKernel also a last dim of stride 1, leading dims collapsible into one row
+// stride and non-null data when non-empty.
+fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout = Layout::kKernel);
 
 // as_rows, plus: dtype `dtype` (named as x's in messages) and exactly `rows` rows of `cols`.
 fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,
-                           Rows* out);
+                           Rows* out, Layout layout = Layout::kKernel);
 
-// Checks that `t` holds exactly `numel` contiguous elements of `dtype` (and check_extent).
-fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel, void** data);
+// Checks that `t` holds exactly `numel` elements of `dtype` (and check_extent); with
+// Layout::kKernel contiguous ones and non-null data when numel > 0.
+fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t numel, void** data,
+                         Layout layout = Layout::kKernel);
 
 // Shape of `t` as "[2, 3, 4]" for messages.
 const char* shape_string(const fuselet_tensor* t, char* buf, size_t len);

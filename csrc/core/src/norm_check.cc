@@ -1,4 +1,5 @@
-// Argument checking shared by the CPU and CUDA normalization entry points.
+// Argument checking shared by the CPU and CUDA normalization entry points, and the
+// fuselet_*norm*_check functions of the C ABI (the same checks of the inputs and options).
 #include "norm_check.h"
 
 #include <cinttypes>
@@ -7,33 +8,38 @@
 namespace fuselet {
 namespace {
 
+// The norm's input: x, or residual_out in the residual add + RMSNorm backward (`xn`, the name
+// the messages give it).
+
 // `t` must be read as rows exactly like x (same dtype, same R and H).
-fuselet_status same_rows(const fuselet_tensor* t, const char* name, const Rows& x, fuselet_dtype dtype, Rows* out) {
-  if (fuselet_status s = as_rows(t, name, out)) return s;
+fuselet_status same_rows(const fuselet_tensor* t, const char* name, const char* xn, const Rows& x, fuselet_dtype dtype,
+                         Rows* out, Layout layout = Layout::kKernel) {
+  if (fuselet_status s = as_rows(t, name, out, layout)) return s;
   if (t->dtype != dtype)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x), got %s", name,
-                dtype_name(dtype), dtype_name(t->dtype));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of %s), got %s", name,
+                dtype_name(dtype), xn, dtype_name(t->dtype));
   if (out->rows != x.rows || out->hidden != x.hidden)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "%s: expected %" PRId64 " rows of %" PRId64 " elements like x, got %" PRId64 " rows of %" PRId64, name,
-                x.rows, x.hidden, out->rows, out->hidden);
+                "%s: expected %" PRId64 " rows of %" PRId64 " elements like %s, got %" PRId64 " rows of %" PRId64,
+                name, x.rows, x.hidden, xn, out->rows, out->hidden);
   return FUSELET_OK;
 }
 
-fuselet_status check_x(const fuselet_tensor* x, Rows* rx) {
-  if (fuselet_status s = as_rows(x, "x", rx)) return s;
+fuselet_status check_x(const fuselet_tensor* x, const char* xn, Rows* rx, Layout layout) {
+  if (fuselet_status s = as_rows(x, xn, rx, layout)) return s;
   if (rx->hidden == 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: the hidden size (last dimension) must be > 0, got 0");
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the hidden size (last dimension) must be > 0, got 0", xn);
   if (rx->hidden > INT32_MAX)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "x: the hidden size must be < 2^31, got %" PRId64, rx->hidden);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the hidden size must be < 2^31, got %" PRId64, xn, rx->hidden);
   return FUSELET_OK;
 }
 
 // A parameter vector [H] (weight, bias or their gradients), NULL allowed (then *out is NULL).
 // Its dtype must be `*pdtype` when that is set (>= 0: a parameter seen before, named `like`),
 // else x's dtype or float32; it then sets `*pdtype`.
-fuselet_status check_param(const fuselet_tensor* t, const char* name, fuselet_dtype x_dtype, int64_t hidden,
-                           int* pdtype, const char* like, void** out) {
+fuselet_status check_param(const fuselet_tensor* t, const char* name, const char* xn, fuselet_dtype x_dtype,
+                           int64_t hidden, int* pdtype, const char* like, void** out,
+                           Layout layout = Layout::kKernel) {
   *out = nullptr;
   if (t == nullptr) return FUSELET_OK;
   if (t->ndim != 1) {
@@ -42,17 +48,18 @@ fuselet_status check_param(const fuselet_tensor* t, const char* name, fuselet_dt
                 hidden, shape_string(t, buf, sizeof(buf)));
   }
   if (t->shape[0] != hidden)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected %" PRId64 " elements (the hidden size of x), got %" PRId64,
-                name, hidden, t->shape[0]);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: expected %" PRId64 " elements (the hidden size of %s), got %" PRId64, name, hidden, xn,
+                t->shape[0]);
   const int code = dtype_code(t);
   const char* got = is_float_dtype(code) ? dtype_name(static_cast<fuselet_dtype>(code)) : "an unknown dtype code";
   if (*pdtype >= 0 && code != *pdtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of %s), got %s", name,
                 dtype_name(static_cast<fuselet_dtype>(*pdtype)), like, got);
   if (*pdtype < 0 && code != x_dtype && code != FUSELET_FLOAT32)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x)%s, got %s", name,
-                dtype_name(x_dtype), x_dtype == FUSELET_FLOAT32 ? "" : " or float32", got);
-  if (fuselet_status s = as_vector(t, name, t->dtype, hidden, out)) return s;
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of %s)%s, got %s", name,
+                dtype_name(x_dtype), xn, x_dtype == FUSELET_FLOAT32 ? "" : " or float32", got);
+  if (fuselet_status s = as_vector(t, name, t->dtype, hidden, out, layout)) return s;
   *pdtype = t->dtype;
   return FUSELET_OK;
 }
@@ -69,41 +76,141 @@ fuselet_status check_flags(uint32_t flags, const fuselet_tensor* weight, NormPro
   return FUSELET_OK;
 }
 
-}  // namespace
-
-fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
-                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
-                              bool layer_norm, NormProblem* p) {
-  Rows rx, ry;
-  if (fuselet_status s = check_x(x, &rx)) return s;
+// The inputs and options of a forward: x, weight, bias (NULL for RMSNorm), flags, eps. Sets
+// *pdtype as check_param does (-1: no parameter).
+fuselet_status fwd_inputs(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias, float eps,
+                          uint32_t flags, Layout layout, NormProblem* p, Rows* rx) {
+  if (fuselet_status s = check_x(x, "x", rx, layout)) return s;
   p->dtype = x->dtype;
-  p->rows = rx.rows;
-  p->hidden = rx.hidden;
+  p->rows = rx->rows;
+  p->hidden = rx->hidden;
   int pdtype = -1;
   void* w = nullptr;
-  if (fuselet_status s = check_param(weight, "weight", x->dtype, rx.hidden, &pdtype, "", &w)) return s;
+  if (fuselet_status s = check_param(weight, "weight", "x", x->dtype, rx->hidden, &pdtype, "", &w, layout)) return s;
   void* b = nullptr;
-  if (layer_norm)
-    if (fuselet_status s = check_param(bias, "bias", x->dtype, rx.hidden, &pdtype, "weight", &b)) return s;
+  if (fuselet_status s = check_param(bias, "bias", "x", x->dtype, rx->hidden, &pdtype, "weight", &b, layout)) return s;
   if (fuselet_status s = check_flags(flags, weight, p)) return s;
   p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
   if (!(std::isfinite(eps) && eps > 0.f))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "eps: expected a finite number > 0, got %g", static_cast<double>(eps));
-  if (fuselet_status s = same_rows(y, "y", rx, x->dtype, &ry)) return s;
+  p->eps = eps;
+  p->x = rx->data;
+  p->x_stride = rx->row_stride;
+  p->weight = w;
+  p->bias = b;
+  return FUSELET_OK;
+}
+
+// A forward's outputs: y, mean (NULL for RMSNorm), rstd.
+fuselet_status fwd_outputs(const fuselet_tensor* x, const Rows& rx, fuselet_tensor* y, fuselet_tensor* mean,
+                           fuselet_tensor* rstd, bool layer_norm, NormProblem* p) {
+  Rows ry;
+  if (fuselet_status s = same_rows(y, "y", "x", rx, x->dtype, &ry)) return s;
   void* m = nullptr;
   if (layer_norm)
     if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx.rows, &m)) return s;
   void* r = nullptr;
   if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx.rows, &r)) return s;
-  p->eps = eps;
-  p->x = rx.data;
-  p->x_stride = rx.row_stride;
   p->y = ry.data;
   p->y_stride = ry.row_stride;
-  p->weight = w;
-  p->bias = b;
   p->mean = static_cast<float*>(m);
   p->rstd = static_cast<float*>(r);
+  return FUSELET_OK;
+}
+
+// The inputs and options of a backward: dy, x (named xn), weight, bias (the parameter whose gradient dbias
+// is: only the _check function takes it, NULL elsewhere), mean (NULL for RMSNorm), rstd, flags.
+fuselet_status bwd_inputs(const fuselet_tensor* dy, const fuselet_tensor* x, const char* xn,
+                          const fuselet_tensor* weight, const fuselet_tensor* bias, const fuselet_tensor* mean,
+                          const fuselet_tensor* rstd, uint32_t flags, bool layer_norm, Layout layout, NormProblem* p,
+                          Rows* rx, int* pdtype) {
+  Rows rdy;
+  if (fuselet_status s = check_x(x, xn, rx, layout)) return s;
+  p->dtype = x->dtype;
+  p->rows = rx->rows;
+  p->hidden = rx->hidden;
+  if (fuselet_status s = same_rows(dy, "dy", xn, *rx, x->dtype, &rdy, layout)) return s;
+  *pdtype = -1;
+  void* w = nullptr;
+  if (fuselet_status s = check_param(weight, "weight", xn, x->dtype, rx->hidden, pdtype, "", &w, layout)) return s;
+  void* b = nullptr;
+  if (fuselet_status s = check_param(bias, "bias", xn, x->dtype, rx->hidden, pdtype, "weight", &b, layout)) return s;
+  if (fuselet_status s = check_flags(flags, weight, p)) return s;
+  void* m = nullptr;
+  if (layer_norm)
+    if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx->rows, &m, layout)) return s;
+  void* r = nullptr;
+  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx->rows, &r, layout)) return s;
+  p->param_dtype = *pdtype >= 0 ? static_cast<fuselet_dtype>(*pdtype) : x->dtype;
+  p->x = rx->data;
+  p->x_stride = rx->row_stride;
+  p->dy = rdy.data;
+  p->dy_stride = rdy.row_stride;
+  p->weight = w;
+  p->mean = static_cast<float*>(m);
+  p->rstd = static_cast<float*>(r);
+  return FUSELET_OK;
+}
+
+// A backward's outputs: dx, dweight (exactly when weight), dbias (NULL for RMSNorm or not asked).
+fuselet_status bwd_outputs(const fuselet_tensor* x, const char* xn, const Rows& rx, const fuselet_tensor* weight,
+                           fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm,
+                           int pdtype, NormProblem* p) {
+  Rows rdx;
+  if (fuselet_status s = same_rows(dx, "dx", xn, rx, x->dtype, &rdx)) return s;
+  if ((weight == nullptr) != (dweight == nullptr))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, weight ? "dweight: expected a tensor (weight is given), got NULL"
+                                                     : "dweight: expected NULL (weight is NULL), got a tensor");
+  void* dw = nullptr;
+  if (fuselet_status s = check_param(dweight, "dweight", xn, x->dtype, rx.hidden, &pdtype, "weight", &dw)) return s;
+  void* db = nullptr;
+  if (layer_norm)
+    if (fuselet_status s = check_param(dbias, "dbias", xn, x->dtype, rx.hidden, &pdtype, "weight", &db)) return s;
+  p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
+  p->dx = rdx.data;
+  p->dx_stride = rdx.row_stride;
+  p->dweight = dw;
+  p->dbias = db;
+  return FUSELET_OK;
+}
+
+// The inputs and options of a residual add + RMSNorm forward.
+fuselet_status add_fwd_inputs(const fuselet_tensor* x, const fuselet_tensor* residual, const fuselet_tensor* weight,
+                              float eps, uint32_t flags, Layout layout, NormProblem* p, Rows* rx) {
+  if (fuselet_status s = fwd_inputs(x, weight, nullptr, eps, flags, layout, p, rx)) return s;
+  Rows rr;
+  if (fuselet_status s = same_rows(residual, "residual", "x", *rx, x->dtype, &rr, layout)) return s;
+  p->res = rr.data;
+  p->res_stride = rr.row_stride;
+  return FUSELET_OK;
+}
+
+// The inputs and options of a residual add + RMSNorm backward (residual_out is the norm's input).
+fuselet_status add_bwd_inputs(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                              const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                              const fuselet_tensor* rstd, uint32_t flags, Layout layout, NormProblem* p, Rows* rx,
+                              int* pdtype) {
+  if (fuselet_status s = bwd_inputs(dy, residual_out, "residual_out", weight, nullptr, nullptr, rstd, flags, false,
+                                    layout, p, rx, pdtype))
+    return s;
+  Rows rd;
+  if (fuselet_status s =
+          same_rows(dresidual_out, "dresidual_out", "residual_out", *rx, residual_out->dtype, &rd, layout))
+    return s;
+  p->dres = rd.data;
+  p->dres_stride = rd.row_stride;
+  return FUSELET_OK;
+}
+
+}  // namespace
+
+fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
+                              float eps, uint32_t flags, fuselet_tensor* y, fuselet_tensor* mean, fuselet_tensor* rstd,
+                              bool layer_norm, NormProblem* p) {
+  Rows rx;
+  if (fuselet_status s = fwd_inputs(x, weight, layer_norm ? bias : nullptr, eps, flags, Layout::kKernel, p, &rx))
+    return s;
+  if (fuselet_status s = fwd_outputs(x, rx, y, mean, rstd, layer_norm, p)) return s;
   return ok();
 }
 
@@ -111,55 +218,22 @@ fuselet_status check_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
                               const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags,
                               fuselet_tensor* dx, fuselet_tensor* dweight, fuselet_tensor* dbias, bool layer_norm,
                               NormProblem* p) {
-  Rows rx, rdy, rdx;
-  if (fuselet_status s = check_x(x, &rx)) return s;
-  p->dtype = x->dtype;
-  p->rows = rx.rows;
-  p->hidden = rx.hidden;
-  if (fuselet_status s = same_rows(dy, "dy", rx, x->dtype, &rdy)) return s;
+  Rows rx;
   int pdtype = -1;
-  void* w = nullptr;
-  if (fuselet_status s = check_param(weight, "weight", x->dtype, rx.hidden, &pdtype, "", &w)) return s;
-  if (fuselet_status s = check_flags(flags, weight, p)) return s;
-  void* m = nullptr;
-  if (layer_norm)
-    if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx.rows, &m)) return s;
-  void* r = nullptr;
-  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx.rows, &r)) return s;
-  if (fuselet_status s = same_rows(dx, "dx", rx, x->dtype, &rdx)) return s;
-  if ((weight == nullptr) != (dweight == nullptr))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, weight ? "dweight: expected a tensor (weight is given), got NULL"
-                                                     : "dweight: expected NULL (weight is NULL), got a tensor");
-  void* dw = nullptr;
-  if (fuselet_status s = check_param(dweight, "dweight", x->dtype, rx.hidden, &pdtype, "weight", &dw)) return s;
-  void* db = nullptr;
-  if (layer_norm)
-    if (fuselet_status s = check_param(dbias, "dbias", x->dtype, rx.hidden, &pdtype, "weight", &db)) return s;
-  p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
-  p->x = rx.data;
-  p->x_stride = rx.row_stride;
-  p->dy = rdy.data;
-  p->dy_stride = rdy.row_stride;
-  p->dx = rdx.data;
-  p->dx_stride = rdx.row_stride;
-  p->weight = w;
-  p->mean = static_cast<float*>(m);
-  p->rstd = static_cast<float*>(r);
-  p->dweight = dw;
-  p->dbias = db;
+  if (fuselet_status s =
+          bwd_inputs(dy, x, "x", weight, nullptr, mean, rstd, flags, layer_norm, Layout::kKernel, p, &rx, &pdtype))
+    return s;
+  if (fuselet_status s = bwd_outputs(x, "x", rx, weight, dx, dweight, dbias, layer_norm, pdtype, p)) return s;
   return ok();
 }
 
 fuselet_status check_add_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* residual,
                                   const fuselet_tensor* weight, float eps, uint32_t flags, fuselet_tensor* y,
                                   fuselet_tensor* residual_out, fuselet_tensor* rstd, NormProblem* p) {
-  if (fuselet_status s = check_norm_fwd(x, weight, nullptr, eps, flags, y, nullptr, rstd, false, p)) return s;
-  Rows rx, rr, rh;
-  if (fuselet_status s = as_rows(x, "x", &rx)) return s;
-  if (fuselet_status s = same_rows(residual, "residual", rx, x->dtype, &rr)) return s;
-  if (fuselet_status s = same_rows(residual_out, "residual_out", rx, x->dtype, &rh)) return s;
-  p->res = rr.data;
-  p->res_stride = rr.row_stride;
+  Rows rx, rh;
+  if (fuselet_status s = add_fwd_inputs(x, residual, weight, eps, flags, Layout::kKernel, p, &rx)) return s;
+  if (fuselet_status s = fwd_outputs(x, rx, y, nullptr, rstd, false, p)) return s;
+  if (fuselet_status s = same_rows(residual_out, "residual_out", "x", rx, x->dtype, &rh)) return s;
   p->hout = rh.data;
   p->hout_stride = rh.row_stride;
   return ok();
@@ -169,15 +243,93 @@ fuselet_status check_add_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor
                                   const fuselet_tensor* residual_out, const fuselet_tensor* weight,
                                   const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                   fuselet_tensor* dweight, NormProblem* p) {
+  Rows rx;
+  int pdtype = -1;
   if (fuselet_status s =
-          check_norm_bwd(dy, residual_out, weight, nullptr, rstd, flags, dx, dweight, nullptr, false, p))
+          add_bwd_inputs(dy, dresidual_out, residual_out, weight, rstd, flags, Layout::kKernel, p, &rx, &pdtype))
     return s;
-  Rows rx, rd;
-  if (fuselet_status s = as_rows(residual_out, "residual_out", &rx)) return s;
-  if (fuselet_status s = same_rows(dresidual_out, "dresidual_out", rx, residual_out->dtype, &rd)) return s;
-  p->dres = rd.data;
-  p->dres_stride = rd.row_stride;
+  if (fuselet_status s = bwd_outputs(residual_out, "residual_out", rx, weight, dx, dweight, nullptr, false, pdtype, p))
+    return s;
   return ok();
 }
 
 }  // namespace fuselet
+
+using fuselet::Layout;
+using fuselet::NormProblem;
+using fuselet::Rows;
+
+extern "C" {
+
+fuselet_status fuselet_rms_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+                                          uint32_t flags) {
+  return fuselet::guarded("fuselet_rms_norm_fwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    if (fuselet_status s = fuselet::fwd_inputs(x, weight, nullptr, eps, flags, Layout::kAny, &p, &rx)) return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_rms_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                          const fuselet_tensor* weight, const fuselet_tensor* rstd, uint32_t flags) {
+  return fuselet::guarded("fuselet_rms_norm_bwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    int pdtype;
+    if (fuselet_status s = fuselet::bwd_inputs(dy, x, "x", weight, nullptr, nullptr, rstd, flags, false, Layout::kAny,
+                                               &p, &rx, &pdtype))
+      return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_layer_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                            const fuselet_tensor* bias, float eps, uint32_t flags) {
+  return fuselet::guarded("fuselet_layer_norm_fwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    if (fuselet_status s = fuselet::fwd_inputs(x, weight, bias, eps, flags, Layout::kAny, &p, &rx)) return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_layer_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                            const fuselet_tensor* weight, const fuselet_tensor* bias,
+                                            const fuselet_tensor* mean, const fuselet_tensor* rstd, uint32_t flags) {
+  return fuselet::guarded("fuselet_layer_norm_bwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    int pdtype;
+    if (fuselet_status s =
+            fuselet::bwd_inputs(dy, x, "x", weight, bias, mean, rstd, flags, true, Layout::kAny, &p, &rx, &pdtype))
+      return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_add_rms_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                              const fuselet_tensor* weight, float eps, uint32_t flags) {
+  return fuselet::guarded("fuselet_add_rms_norm_fwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    if (fuselet_status s = fuselet::add_fwd_inputs(x, residual, weight, eps, flags, Layout::kAny, &p, &rx)) return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_add_rms_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
+                                              const fuselet_tensor* residual_out, const fuselet_tensor* weight,
+                                              const fuselet_tensor* rstd, uint32_t flags) {
+  return fuselet::guarded("fuselet_add_rms_norm_bwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    int pdtype;
+    if (fuselet_status s = fuselet::add_bwd_inputs(dy, dresidual_out, residual_out, weight, rstd, flags, Layout::kAny,
+                                                   &p, &rx, &pdtype))
+      return s;
+    return fuselet::ok();
+  });
+}
+
+}  // extern "C"

@@ -119,7 +119,7 @@ fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* 
   return check_extent(t, name, numel);
 }
 
-fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
+fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout) {
   int64_t numel = 0;
   if (fuselet_status s = check_header(t, name, &numel)) return s;
   if (t->ndim < 1)
@@ -138,7 +138,7 @@ fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
   out->rows = rows;
   out->hidden = hidden;
   out->row_stride = hidden;
-  if (numel == 0) return FUSELET_OK;
+  if (numel == 0 || layout == Layout::kAny) return FUSELET_OK;
   if (t->shape[last] > 1 && t->strides[last] != 1)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension must have stride 1, got stride %" PRId64, name,
                 t->strides[last]);
@@ -170,8 +170,8 @@ fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out) {
 }
 
 fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,
-                           Rows* out) {
-  if (fuselet_status s = as_rows(t, name, out)) return s;
+                           Rows* out, Layout layout) {
+  if (fuselet_status s = as_rows(t, name, out, layout)) return s;
   if (t->dtype != dtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of x), got %s", name,
                 dtype_name(dtype), dtype_name(t->dtype));
@@ -182,7 +182,8 @@ fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dt
   return FUSELET_OK;
 }
 
-fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t n, void** data) {
+fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t n, void** data,
+                         Layout layout) {
   int64_t numel = 0;
   if (fuselet_status s = check_header(t, name, &numel)) return s;
   char buf[200];
@@ -192,6 +193,8 @@ fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtyp
   if (numel != n)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected %" PRId64 " elements, got shape %s", name, n,
                 shape_string(t, buf, sizeof(buf)));
+  *data = t->data;
+  if (layout == Layout::kAny) return FUSELET_OK;
   int64_t expect = 1;
   for (int32_t d = t->ndim - 1; d >= 0 && n > 0; --d) {  // no elements: any strides will do
     if (t->shape[d] != 1 && t->strides[d] != expect)
@@ -199,7 +202,6 @@ fuselet_status as_vector(const fuselet_tensor* t, const char* name, fuselet_dtyp
     expect *= t->shape[d];  // a product of the sizes: within numel
   }
   if (n > 0 && t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: data pointer is NULL", name);
-  *data = t->data;
   return FUSELET_OK;
 }
 

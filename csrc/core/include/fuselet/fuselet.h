@@ -11,6 +11,21 @@
  *     (a cudaStream_t passed as void*, NULL = legacy default stream), and launch
  *     asynchronously on that stream. They check cudaGetLastError() after every launch.
  *   - Kernels accumulate in float32 whatever the storage dtype.
+ *   - A refused dtype's message reads "<argument>: expected dtype ..."; every other refusal
+ *     reads "<argument>: ..." too, without those words (a binding may raise its type error
+ *     for the first kind and its value error for the second).
+ *   - Each entry point has a `_check` function beside it (fuselet_rms_norm_fwd_check, ...)
+ *     that takes its inputs and options only (not its outputs, workspace or stream) and runs
+ *     the same checks of them as the entry point, host and `_cuda` alike, with the same
+ *     messages: FUSELET_OK, or FUSELET_ERR_INVALID_ARGUMENT with fuselet_last_error() naming
+ *     the argument. It reads no tensor data (`data` may be NULL) and writes nothing. A `_check`
+ *     accepts any strides >= 0 (within the bounds of fuselet_tensor below), where the entry
+ *     point also needs the layout its kernels read (its header says which: a last dim of
+ *     stride 1, rows of one stride, contiguous vectors) and non-NULL data: a framework binding
+ *     checks the views of its inputs as they are, before it copies them into that layout (a
+ *     stride-0 or strided view of billions of elements is refused before it is copied). The
+ *     entry point then checks its own outputs and the layout, and what depends on the data
+ *     (cross-entropy's class ids) or on the device (the `_cuda` entry points' alignment).
  */
 #ifndef FUSELET_FUSELET_H_
 #define FUSELET_FUSELET_H_

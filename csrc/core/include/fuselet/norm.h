@@ -86,13 +86,38 @@ FUSELET_API fuselet_status fuselet_add_rms_norm_fwd(const fuselet_tensor* x, con
                                                     fuselet_tensor* rstd);
 
 /* Residual add + RMSNorm backward. In: dy, dresidual_out, residual_out (from the forward, the
- * input of the norm: messages call it x) [..., H], weight [H] or NULL, rstd [R], flags.
+ * input of the norm: x of the rules above) [..., H], weight [H] or NULL, rstd [R], flags.
  * Out: dx [..., H] (the gradient of x and of residual alike), dweight [H] (NULL exactly when
  * weight is). */
 FUSELET_API fuselet_status fuselet_add_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* dresidual_out,
                                                     const fuselet_tensor* residual_out, const fuselet_tensor* weight,
                                                     const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                                     fuselet_tensor* dweight);
+
+/*
+ * The checks of the inputs and options of each entry point above, host and `_cuda` alike, on
+ * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions). The
+ * layer_norm backward's check takes `bias` [H] or NULL, the parameter whose gradient the call's
+ * dbias is (dbias: like it), NULL when no dbias is asked for.
+ */
+FUSELET_API fuselet_status fuselet_rms_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* weight, float eps,
+                                                      uint32_t flags);
+FUSELET_API fuselet_status fuselet_rms_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                      const fuselet_tensor* weight, const fuselet_tensor* rstd,
+                                                      uint32_t flags);
+FUSELET_API fuselet_status fuselet_layer_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* weight,
+                                                        const fuselet_tensor* bias, float eps, uint32_t flags);
+FUSELET_API fuselet_status fuselet_layer_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                        const fuselet_tensor* weight, const fuselet_tensor* bias,
+                                                        const fuselet_tensor* mean, const fuselet_tensor* rstd,
+                                                        uint32_t flags);
+FUSELET_API fuselet_status fuselet_add_rms_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* residual,
+                                                          const fuselet_tensor* weight, float eps, uint32_t flags);
+FUSELET_API fuselet_status fuselet_add_rms_norm_bwd_check(const fuselet_tensor* dy,
+                                                          const fuselet_tensor* dresidual_out,
+                                                          const fuselet_tensor* residual_out,
+                                                          const fuselet_tensor* weight, const fuselet_tensor* rstd,
+                                                          uint32_t flags);
 
 /*
  * Bytes of device workspace the `_cuda` backward entry points need for R rows of H
