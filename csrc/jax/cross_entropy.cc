@@ -1,8 +1,6 @@
 // XLA FFI handlers of the cross-entropy family: fuselet_cross_entropy_{fwd,bwd,fwd_bwd}
 // (attributes: the fields of fuselet_cross_entropy_options; grad_scale for fwd_bwd).
 // Symbols: fuselet_jax_<op>_{cpu,cuda}.
-#include <utility>
-
 #include "fuselet/cross_entropy.h"
 #include "op.h"
 
@@ -59,38 +57,12 @@ Error CrossEntropyFwdBwd(Where at, AnyBuffer logits, AnyBuffer target, int64_t i
       [&](void* s) { return fuselet_cross_entropy_fwd_bwd_cuda(&vx, &vt, &o, grad_scale, &vl, &vz, &vdx, s); });
 }
 
-template <typename B> auto options_attrs(B b) {
-  return std::move(b)
-      .template Attr<int64_t>("ignore_index")
-      .template Attr<float>("label_smoothing")
-      .template Attr<float>("z_loss")
-      .template Attr<float>("softcap");
-}
-template <typename B> auto fwd_args(B b) {
-  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>())
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto bwd_args(B b) {
-  return options_attrs(std::move(b)
-                           .template Arg<AnyBuffer>()
-                           .template Arg<AnyBuffer>()
-                           .template Arg<AnyBuffer>()
-                           .template Arg<AnyBuffer>())
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto fwd_bwd_args(B b) {
-  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>())
-      .template Attr<float>("grad_scale")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-
 }  // namespace
 }  // namespace fuselet_jax
 
-FUSELET_JAX_HANDLERS(cross_entropy_fwd, fuselet_jax::CrossEntropyFwd, fuselet_jax::fwd_args)
-FUSELET_JAX_HANDLERS(cross_entropy_bwd, fuselet_jax::CrossEntropyBwd, fuselet_jax::bwd_args)
-FUSELET_JAX_HANDLERS(cross_entropy_fwd_bwd, fuselet_jax::CrossEntropyFwdBwd, fuselet_jax::fwd_bwd_args)
+FUSELET_JAX_HANDLERS(cross_entropy_fwd, fuselet_jax::CrossEntropyFwd, "ignore_index", "label_smoothing", "z_loss",
+                     "softcap")
+FUSELET_JAX_HANDLERS(cross_entropy_bwd, fuselet_jax::CrossEntropyBwd, "ignore_index", "label_smoothing", "z_loss",
+                     "softcap")
+FUSELET_JAX_HANDLERS(cross_entropy_fwd_bwd, fuselet_jax::CrossEntropyFwdBwd, "ignore_index", "label_smoothing",
+                     "z_loss", "softcap", "grad_scale")

@@ -1,8 +1,6 @@
 // XLA FFI handlers of the divergence family: fuselet_divergence_{fwd,bwd} (attributes: the
 // fields of fuselet_divergence_options; the backward's wrt_target: 0 writes the gradient of
 // input, 1 that of target). Symbols: fuselet_jax_<op>_{cpu,cuda}.
-#include <utility>
-
 #include "fuselet/divergence.h"
 #include "op.h"
 
@@ -38,20 +36,8 @@ Error DivergenceBwd(Where at, AnyBuffer dloss, AnyBuffer input, AnyBuffer target
       [&](void* s) { return fuselet_divergence_bwd_cuda(&vg, &vx, &vt, &o, dx, dt, s); });
 }
 
-template <typename B> auto options_attrs(B b) {
-  return std::move(b).template Attr<int32_t>("kind").template Attr<int32_t>("log_target").template Attr<float>("beta");
-}
-template <typename B> auto fwd_args(B b) {
-  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>()).template Ret<AnyBuffer>();
-}
-template <typename B> auto bwd_args(B b) {
-  return options_attrs(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>().template Arg<AnyBuffer>())
-      .template Attr<int32_t>("wrt_target")
-      .template Ret<AnyBuffer>();
-}
-
 }  // namespace
 }  // namespace fuselet_jax
 
-FUSELET_JAX_HANDLERS(divergence_fwd, fuselet_jax::DivergenceFwd, fuselet_jax::fwd_args)
-FUSELET_JAX_HANDLERS(divergence_bwd, fuselet_jax::DivergenceBwd, fuselet_jax::bwd_args)
+FUSELET_JAX_HANDLERS(divergence_fwd, fuselet_jax::DivergenceFwd, "kind", "log_target", "beta")
+FUSELET_JAX_HANDLERS(divergence_bwd, fuselet_jax::DivergenceBwd, "kind", "log_target", "beta", "wrt_target")

@@ -1,7 +1,5 @@
 // XLA FFI handlers of the gated-linear-unit family: fuselet_glu_{fwd,bwd}_ex (the attributes are
 // fuselet_glu_options' fields), used by fuselet.jax.swiglu / geglu / clamped_swiglu. Symbols: fuselet_jax_<op>_{cpu,cuda}.
-#include <utility>
-
 #include "fuselet/glu.h"
 #include "op.h"
 
@@ -33,22 +31,9 @@ Error GluBwd(Where at, AnyBuffer dy, AnyBuffer x, int32_t activation, int32_t in
       [&](void* s) { return fuselet_glu_bwd_ex_cuda(&vdy, &vx, &o, &vdx, s); });
 }
 
-template <typename B> auto options(B b) {
-  return std::move(b)
-      .template Attr<int32_t>("activation")
-      .template Attr<int32_t>("interleaved")
-      .template Attr<float>("alpha")
-      .template Attr<float>("limit");
-}
-template <typename B> auto fwd_args(B b) {
-  return options(std::move(b).template Arg<AnyBuffer>()).template Ret<AnyBuffer>();
-}
-template <typename B> auto bwd_args(B b) {
-  return options(std::move(b).template Arg<AnyBuffer>().template Arg<AnyBuffer>()).template Ret<AnyBuffer>();
-}
-
 }  // namespace
 }  // namespace fuselet_jax
 
-FUSELET_JAX_HANDLERS(glu_fwd, fuselet_jax::GluFwd, fuselet_jax::fwd_args)
-FUSELET_JAX_HANDLERS(glu_bwd, fuselet_jax::GluBwd, fuselet_jax::bwd_args)
+// The attributes are fuselet_glu_options' fields.
+FUSELET_JAX_HANDLERS(glu_fwd, fuselet_jax::GluFwd, "activation", "interleaved", "alpha", "limit")
+FUSELET_JAX_HANDLERS(glu_bwd, fuselet_jax::GluBwd, "activation", "interleaved", "alpha", "limit")

@@ -3,8 +3,6 @@
 // The backward's device workspace is its last output (uint8, sized by the Python layer with
 // fuselet_norm_bwd_workspace_bytes_cuda; 0 bytes for the CPU kernels), not a scratch
 // allocation, so every CUDA handler is declared compatible with XLA command buffers.
-#include <utility>
-
 #include "fuselet/norm.h"
 #include "op.h"
 
@@ -114,83 +112,13 @@ Error AddRmsNormBwd(Where at, AnyBuffer dy, AnyBuffer dresidual_out, AnyBuffer r
       });
 }
 
-// Argument lists shared by the CPU and CUDA bindings (flags: fuselet_norm_flags; the backward's
-// last result is its workspace).
-template <typename B> auto rms_fwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<float>("eps")
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto rms_bwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto layer_fwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<float>("eps")
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto layer_bwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto add_rms_fwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<float>("eps")
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto add_rms_bwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>()
-      .template Ret<AnyBuffer>();
-}
-
 }  // namespace
 }  // namespace fuselet_jax
 
-FUSELET_JAX_HANDLERS(rms_norm_fwd, fuselet_jax::RmsNormFwd, fuselet_jax::rms_fwd_args)
-FUSELET_JAX_HANDLERS(rms_norm_bwd, fuselet_jax::RmsNormBwd, fuselet_jax::rms_bwd_args)
-FUSELET_JAX_HANDLERS(layer_norm_fwd, fuselet_jax::LayerNormFwd, fuselet_jax::layer_fwd_args)
-FUSELET_JAX_HANDLERS(layer_norm_bwd, fuselet_jax::LayerNormBwd, fuselet_jax::layer_bwd_args)
-FUSELET_JAX_HANDLERS(add_rms_norm_fwd, fuselet_jax::AddRmsNormFwd, fuselet_jax::add_rms_fwd_args)
-FUSELET_JAX_HANDLERS(add_rms_norm_bwd, fuselet_jax::AddRmsNormBwd, fuselet_jax::add_rms_bwd_args)
+// flags: fuselet_norm_flags; the backward's last result is its workspace.
+FUSELET_JAX_HANDLERS(rms_norm_fwd, fuselet_jax::RmsNormFwd, "eps", "flags")
+FUSELET_JAX_HANDLERS(rms_norm_bwd, fuselet_jax::RmsNormBwd, "flags")
+FUSELET_JAX_HANDLERS(layer_norm_fwd, fuselet_jax::LayerNormFwd, "eps", "flags")
+FUSELET_JAX_HANDLERS(layer_norm_bwd, fuselet_jax::LayerNormBwd, "flags")
+FUSELET_JAX_HANDLERS(add_rms_norm_fwd, fuselet_jax::AddRmsNormFwd, "eps", "flags")
+FUSELET_JAX_HANDLERS(add_rms_norm_bwd, fuselet_jax::AddRmsNormBwd, "flags")

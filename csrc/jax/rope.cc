@@ -1,7 +1,5 @@
 // XLA FFI handlers of the rope family: fuselet_rope_{fwd,bwd} (flags: fuselet_rope_flags).
 // Symbols: fuselet_jax_<op>_{cpu,cuda}.
-#include <utility>
-
 #include "fuselet/rope.h"
 #include "op.h"
 
@@ -34,18 +32,8 @@ Error RopeBwd(Where at, AnyBuffer dy, AnyBuffer cos, AnyBuffer sin, int32_t flag
       [&](void* s) { return fuselet_rope_bwd_cuda(&vdy, &vc, &vs, f, &vdx, s); });
 }
 
-// Both directions: (x or dy, cos, sin; flags) -> y or dx.
-template <typename B> auto args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>();
-}
-
 }  // namespace
 }  // namespace fuselet_jax
 
-FUSELET_JAX_HANDLERS(rope_fwd, fuselet_jax::RopeFwd, fuselet_jax::args)
-FUSELET_JAX_HANDLERS(rope_bwd, fuselet_jax::RopeBwd, fuselet_jax::args)
+FUSELET_JAX_HANDLERS(rope_fwd, fuselet_jax::RopeFwd, "flags")
+FUSELET_JAX_HANDLERS(rope_bwd, fuselet_jax::RopeBwd, "flags")

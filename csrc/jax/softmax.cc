@@ -1,7 +1,5 @@
 // XLA FFI handlers of the softmax family: fuselet_softmax_{fwd,bwd} (flags:
 // fuselet_softmax_flags). Symbols: fuselet_jax_<op>_{cpu,cuda}.
-#include <utility>
-
 #include "fuselet/softmax.h"
 #include "op.h"
 
@@ -30,23 +28,8 @@ Error SoftmaxBwd(Where at, AnyBuffer dy, AnyBuffer y, float scale, Result<AnyBuf
       [&](void* s) { return fuselet_softmax_bwd_cuda(&vdy, &vy, scale, &vdx, s); });
 }
 
-template <typename B> auto fwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Attr<float>("scale")
-      .template Attr<int32_t>("flags")
-      .template Ret<AnyBuffer>();
-}
-template <typename B> auto bwd_args(B b) {
-  return std::move(b)
-      .template Arg<AnyBuffer>()
-      .template Arg<AnyBuffer>()
-      .template Attr<float>("scale")
-      .template Ret<AnyBuffer>();
-}
-
 }  // namespace
 }  // namespace fuselet_jax
 
-FUSELET_JAX_HANDLERS(softmax_fwd, fuselet_jax::SoftmaxFwd, fuselet_jax::fwd_args)
-FUSELET_JAX_HANDLERS(softmax_bwd, fuselet_jax::SoftmaxBwd, fuselet_jax::bwd_args)
+FUSELET_JAX_HANDLERS(softmax_fwd, fuselet_jax::SoftmaxFwd, "scale", "flags")
+FUSELET_JAX_HANDLERS(softmax_bwd, fuselet_jax::SoftmaxBwd, "scale")
