@@ -1,6 +1,6 @@
-// CPU and CUDA implementations of fuselet::{swiglu,geglu,clamped_swiglu}_{fwd,bwd}: allocate outputs, hand
-// core views to libfuselet (on the current CUDA stream for CUDA tensors).
-#include <cmath>
+// CPU and CUDA implementations of fuselet::{swiglu,geglu,clamped_swiglu}_{fwd,bwd}: the core's checks of the
+// inputs as given (before any copy), then allocate outputs and hand core views of contiguous inputs to
+// libfuselet (on the current CUDA stream for CUDA tensors).
 #include <string>
 
 #include "fuselet/glu.h"
@@ -15,53 +15,40 @@ int32_t gelu_activation(const std::string& approximate) {
   return approximate == "tanh" ? FUSELET_GLU_GELU_TANH : FUSELET_GLU_GELU;
 }
 
-// x [..., 2F]: its rows, checked before any copy.
-Rows check_glu_x(const Tensor& x) {
-  const Rows r = rows_of(x, "x", "2F");
-  FUSELET_CHECK_VALUE(r.cols > 0 && r.cols % 2 == 0,
-                      "x: expected an even last dimension > 0 (2F: the gate and up halves), got ", r.cols);
-  return r;
-}
-
 // y [..., F] of x [..., 2F] (a contiguous x, so that its rows are views of x's).
 Tensor glu_fwd(const Tensor& x_in, const fuselet_glu_options& opts) {
-  check_glu_x(x_in);
-  const Tensor x = make_contiguous(x_in);
-  fuselet_tensor vx = view(x, "x");
-  std::vector<int64_t> shape = shape_of(x);
+  Arg x(x_in, "x");
+  check_args(fuselet_glu_fwd_ex_check(&x.v, &opts));
+  x.contiguous();
+  std::vector<int64_t> shape = shape_of(x.t);
   shape.back() /= 2;
-  Tensor y = alloc(x, shape, x.scalar_type());
+  Tensor y = alloc(x.t, shape, x.t.scalar_type());
   fuselet_tensor vy = view(y, "y");
   run_on(
-      x, [&] { return fuselet_glu_fwd_ex(&vx, &opts, &vy); },
-      [&](void* stream) { return fuselet_glu_fwd_ex_cuda(&vx, &opts, &vy, stream); });
+      x.t, [&] { return fuselet_glu_fwd_ex(&x.v, &opts, &vy); },
+      [&](void* stream) { return fuselet_glu_fwd_ex_cuda(&x.v, &opts, &vy, stream); });
   return y;
 }
 
 Tensor glu_bwd(const Tensor& dy_in, const Tensor& x_in, const fuselet_glu_options& opts) {
-  check_defined(x_in, "x");
-  check_same_device(x_in, dy_in, "dy");
-  const Rows r = check_glu_x(x_in);
-  rows_like(dy_in, "dy", x_in, "x", {r.rows, r.cols / 2});
-  const Tensor dy = make_contiguous(dy_in), x = make_contiguous(x_in);
-  fuselet_tensor vdy = view(dy, "dy"), vx = view(x, "x");
-  Tensor dx = alloc_like(x);
+  check_devices(x_in, "x", {{"dy", &dy_in}});
+  Arg dy(dy_in, "dy"), x(x_in, "x");
+  check_args(fuselet_glu_bwd_ex_check(&dy.v, &x.v, &opts));
+  dy.contiguous();
+  x.contiguous();
+  Tensor dx = alloc_like(x.t);
   fuselet_tensor vdx = view(dx, "dx");
   run_on(
-      x, [&] { return fuselet_glu_bwd_ex(&vdy, &vx, &opts, &vdx); },
-      [&](void* stream) { return fuselet_glu_bwd_ex_cuda(&vdy, &vx, &opts, &vdx, stream); });
+      x.t, [&] { return fuselet_glu_bwd_ex(&dy.v, &x.v, &opts, &vdx); },
+      [&](void* stream) { return fuselet_glu_bwd_ex_cuda(&dy.v, &x.v, &opts, &vdx, stream); });
   return dx;
 }
 
 fuselet_glu_options plain(int32_t activation) { return {activation, 0, 0.f, 0.f}; }
 
-// alpha and limit in float32, checked before x is copied (the core's rule and message).
+// alpha and limit in float32 (the core checks them).
 fuselet_glu_options clamped(double alpha, double limit, bool interleaved) {
-  const fuselet_glu_options o{FUSELET_GLU_SILU_CLAMPED, interleaved ? 1 : 0, static_cast<float>(alpha),
-                              static_cast<float>(limit)};
-  FUSELET_CHECK_VALUE(std::isfinite(o.alpha), "alpha: expected a finite number, got ", o.alpha);
-  FUSELET_CHECK_VALUE(std::isfinite(o.limit) && o.limit > 0.f, "limit: expected a finite number > 0, got ", o.limit);
-  return o;
+  return {FUSELET_GLU_SILU_CLAMPED, interleaved ? 1 : 0, static_cast<float>(alpha), static_cast<float>(limit)};
 }
 
 Tensor swiglu_fwd(const Tensor& x) { return glu_fwd(x, plain(FUSELET_GLU_SILU)); }

@@ -14,6 +14,7 @@ namespace {
 
 using fuselet_test::expect;
 using fuselet_test::expect_error;
+using fuselet_test::view;
 
 fuselet_tensor rows(float* data, int64_t r, int64_t n, int64_t stride) {
   fuselet_tensor t{};
@@ -127,5 +128,23 @@ int main() {
   expect(fuselet_glu_fwd_ex(&tx, &bad, &ty) == FUSELET_OK, "alpha / limit ignored by SiLU");
   if (!fuselet_has_cuda())
     expect(fuselet_glu_fwd_cuda(&tx, FUSELET_GLU_SILU, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED, "CPU-only build");
+  {  // the `_check` functions: stride-0 and transposed views with no data, the entry points' messages
+    fuselet_tensor big = view(nullptr, {int64_t{1} << 40, 8}, {0, 1}),
+                   dy = view(nullptr, {int64_t{1} << 40, 4}, {0, 1});
+    fuselet_tensor cols = view(nullptr, {8, 6}, {1, 8}), dcols = view(nullptr, {8, 3}, {1, 8});
+    expect(fuselet_glu_fwd_check(&big, FUSELET_GLU_GELU) == FUSELET_OK, "glu_fwd_check: stride-0 x");
+    expect(fuselet_glu_bwd_ex_check(&dy, &big, &clamped) == FUSELET_OK, "glu_bwd_ex_check: stride-0 views");
+    expect(fuselet_glu_bwd_check(&dcols, &cols, FUSELET_GLU_SILU) == FUSELET_OK, "glu_bwd_check: transposed views");
+    expect_error(fuselet_glu_fwd_check(&todd, FUSELET_GLU_SILU), "x: expected an even last dimension",
+                 "glu_fwd_check: odd 2F");
+    expect_error(fuselet_glu_fwd_check(&big, FUSELET_GLU_SILU_CLAMPED), "activation: FUSELET_GLU_SILU_CLAMPED takes",
+                 "glu_fwd_check: clamped through the plain check");
+    bad = clamped;
+    bad.limit = INFINITY;
+    expect_error(fuselet_glu_fwd_ex_check(&big, &bad), "limit: expected a finite number > 0, got inf",
+                 "glu_fwd_ex_check: limit");
+    expect_error(fuselet_glu_bwd_ex_check(&big, &big, &clamped), "dy: expected 1099511627776 rows of 4 elements",
+                 "glu_bwd_ex_check: dy shape");
+  }
   return fuselet_test::report();
 }

@@ -43,7 +43,9 @@ void op_glu(Ctx& c, bool backward, bool cuda) {
     const bool ex = pick_glu_options(c, act, &o);
     if (ex && cuda) return check_cuda(fuselet_glu_fwd_ex_cuda(tx, &o, ty, c.arena.alloc(0)));
     if (cuda) return check_cuda(fuselet_glu_fwd_cuda(tx, act, ty, c.arena.alloc(0)));
-    check(ex ? fuselet_glu_fwd_ex(tx, &o, ty) : fuselet_glu_fwd(tx, act, ty));
+    const fuselet_tensor* vx = c.no_data(tx);
+    check_then(ex ? fuselet_glu_fwd_ex_check(vx, &o) : fuselet_glu_fwd_check(vx, act),
+               [&] { return ex ? fuselet_glu_fwd_ex(tx, &o, ty) : fuselet_glu_fwd(tx, act, ty); });
     return;
   }
   fuselet_tensor* tdy = c.tensor(y, dtype);
@@ -53,7 +55,9 @@ void op_glu(Ctx& c, bool backward, bool cuda) {
   const bool ex = pick_glu_options(c, act, &o);
   if (ex && cuda) return check_cuda(fuselet_glu_bwd_ex_cuda(tdy, tx, &o, tdx, c.arena.alloc(0)));
   if (cuda) return check_cuda(fuselet_glu_bwd_cuda(tdy, tx, act, tdx, c.arena.alloc(0)));
-  check(ex ? fuselet_glu_bwd_ex(tdy, tx, &o, tdx) : fuselet_glu_bwd(tdy, tx, act, tdx));
+  const fuselet_tensor *vdy = c.no_data(tdy), *vx = c.no_data(tx);
+  check_then(ex ? fuselet_glu_bwd_ex_check(vdy, vx, &o) : fuselet_glu_bwd_check(vdy, vx, act),
+             [&] { return ex ? fuselet_glu_bwd_ex(tdy, tx, &o, tdx) : fuselet_glu_bwd(tdy, tx, act, tdx); });
 }
 
 }  // namespace fuselet_fuzz

@@ -1,6 +1,5 @@
 // SwiGLU, GeGLU and the clamped SwiGLU on the CPU: one pass over each row, rows split across fuselet's own
 // thread pool. Math and shapes: fuselet/glu.h.
-#include <cinttypes>
 #include <cmath>
 
 #include "cpu_common.h"
@@ -9,74 +8,6 @@
 #include "parallel.h"
 
 namespace fuselet {
-
-namespace {
-
-fuselet_status check_options(const fuselet_glu_options* opts, bool ex, GluProblem* p) {
-  if (opts == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "opts: expected a fuselet_glu_options, got NULL");
-  const int32_t activation = opts->activation;
-  if (activation < FUSELET_GLU_SILU || activation > FUSELET_GLU_SILU_CLAMPED)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "activation: expected FUSELET_GLU_SILU, FUSELET_GLU_GELU, FUSELET_GLU_GELU_TANH or "
-                "FUSELET_GLU_SILU_CLAMPED, got %d",
-                static_cast<int>(activation));
-  if (activation == FUSELET_GLU_SILU_CLAMPED && !ex)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "activation: FUSELET_GLU_SILU_CLAMPED takes alpha and limit: call fuselet_glu_fwd_ex / _bwd_ex");
-  if (opts->interleaved != 0 && opts->interleaved != 1)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "interleaved: expected 0 or 1, got %d",
-                static_cast<int>(opts->interleaved));
-  if (activation == FUSELET_GLU_SILU_CLAMPED) {
-    if (!std::isfinite(opts->alpha))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "alpha: expected a finite number, got %g", double(opts->alpha));
-    if (!std::isfinite(opts->limit) || !(opts->limit > 0.f))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "limit: expected a finite number > 0, got %g", double(opts->limit));
-  }
-  p->activation = activation;
-  p->interleaved = opts->interleaved == 1;
-  p->alpha = opts->alpha;
-  p->limit = opts->limit;
-  return FUSELET_OK;
-}
-
-fuselet_status check_x(const fuselet_tensor* x, const fuselet_glu_options* opts, bool ex, Rows* rx, GluProblem* p) {
-  if (fuselet_status s = as_rows(x, "x", rx)) return s;
-  if (rx->hidden == 0 || rx->hidden % 2 != 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "x: expected an even last dimension > 0 (2F: the gate and up halves), got %" PRId64, rx->hidden);
-  if (fuselet_status s = check_options(opts, ex, p)) return s;
-  p->dtype = x->dtype;
-  p->rows = rx->rows;
-  p->half = rx->hidden / 2;
-  p->x = rx->data;
-  p->x_stride = rx->row_stride;
-  return FUSELET_OK;
-}
-
-}  // namespace
-
-fuselet_status check_glu_fwd(const fuselet_tensor* x, const fuselet_glu_options* opts, bool ex, fuselet_tensor* y,
-                             GluProblem* p) {
-  Rows rx, ry;
-  if (fuselet_status s = check_x(x, opts, ex, &rx, p)) return s;
-  if (fuselet_status s = rows_like_x(y, "y", x->dtype, rx.rows, p->half, &ry)) return s;
-  p->y = ry.data;
-  p->y_stride = ry.row_stride;
-  return ok();
-}
-
-fuselet_status check_glu_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_glu_options* opts,
-                             bool ex, fuselet_tensor* dx, GluProblem* p) {
-  Rows rx, rdy, rdx;
-  if (fuselet_status s = check_x(x, opts, ex, &rx, p)) return s;
-  if (fuselet_status s = rows_like_x(dy, "dy", x->dtype, rx.rows, p->half, &rdy)) return s;
-  if (fuselet_status s = rows_like_x(dx, "dx", x->dtype, rx.rows, rx.hidden, &rdx)) return s;
-  p->dy = rdy.data;
-  p->dy_stride = rdy.row_stride;
-  p->dx = rdx.data;
-  p->dx_stride = rdx.row_stride;
-  return ok();
-}
 
 namespace {
 

@@ -63,6 +63,15 @@ FUSELET_API fuselet_status fuselet_glu_fwd_ex(const fuselet_tensor* x, const fus
 FUSELET_API fuselet_status fuselet_glu_bwd_ex(const fuselet_tensor* dy, const fuselet_tensor* x,
                                               const fuselet_glu_options* opts, fuselet_tensor* dx);
 
+/* The checks of the inputs and options of the entry points above, host and `_cuda` alike, on
+ * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions). */
+FUSELET_API fuselet_status fuselet_glu_fwd_check(const fuselet_tensor* x, int32_t activation);
+FUSELET_API fuselet_status fuselet_glu_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                 int32_t activation);
+FUSELET_API fuselet_status fuselet_glu_fwd_ex_check(const fuselet_tensor* x, const fuselet_glu_options* opts);
+FUSELET_API fuselet_status fuselet_glu_bwd_ex_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                    const fuselet_glu_options* opts);
+
 FUSELET_API fuselet_status fuselet_glu_fwd_cuda(const fuselet_tensor* x, int32_t activation, fuselet_tensor* y,
                                                 void* stream);
 FUSELET_API fuselet_status fuselet_glu_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x, int32_t activation,
