@@ -77,5 +77,17 @@ int main() {
   expect_error(fuselet_softmax_bwd(&tx, &tx, 1.f, nullptr), "dx: expected a tensor", "NULL dx");
   if (!fuselet_has_cuda())
     expect(fuselet_softmax_fwd_cuda(&tx, 1.f, 0, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED, "CPU-only build");
+  {  // the `_check` functions: stride-0 and transposed views with no data, the entry points' messages
+    const fuselet_tensor big = fuselet_test::view(nullptr, {int64_t{1} << 40, 8}, {0, 1}),
+                         cols = fuselet_test::view(nullptr, {8, 3}, {1, 8});
+    expect(fuselet_softmax_fwd_check(&big, 0.5f, FUSELET_SOFTMAX_CAUSAL) == FUSELET_OK, "fwd_check: stride-0 x");
+    expect(fuselet_softmax_bwd_check(&cols, &cols, 1.f) == FUSELET_OK, "bwd_check: transposed views");
+    expect_error(fuselet_softmax_fwd_check(&big, INFINITY, 0), "scale: expected a finite number, got inf",
+                 "fwd_check: scale");
+    expect_error(fuselet_softmax_fwd_check(&t1, 1.f, FUSELET_SOFTMAX_CAUSAL), "needs x of shape [..., Q, K]",
+                 "fwd_check: 1-D causal");
+    expect_error(fuselet_softmax_bwd_check(&cols, &big, 1.f), "dy: expected 1099511627776 rows of 8 elements",
+                 "bwd_check: dy shape");
+  }
   return fuselet_test::report();
 }

@@ -15,7 +15,8 @@ void op_softmax(Ctx& c, bool backward, bool cuda) {
     fuselet_tensor* ty = c.tensor(x, dtype);
     if (c.too_large) return;
     if (cuda) return check_cuda(fuselet_softmax_fwd_cuda(tx, scale, flags, ty, c.arena.alloc(0)));
-    check(fuselet_softmax_fwd(tx, scale, flags, ty));
+    check_then(fuselet_softmax_fwd_check(c.no_data(tx), scale, flags),
+               [&] { return fuselet_softmax_fwd(tx, scale, flags, ty); });
     return;
   }
   fuselet_tensor* tdy = c.tensor(x, dtype);
@@ -23,7 +24,8 @@ void op_softmax(Ctx& c, bool backward, bool cuda) {
   fuselet_tensor* tdx = c.tensor(x, dtype);
   if (c.too_large) return;
   if (cuda) return check_cuda(fuselet_softmax_bwd_cuda(tdy, ty, scale, tdx, c.arena.alloc(0)));
-  check(fuselet_softmax_bwd(tdy, ty, scale, tdx));
+  check_then(fuselet_softmax_bwd_check(c.no_data(tdy), c.no_data(ty), scale),
+             [&] { return fuselet_softmax_bwd(tdy, ty, scale, tdx); });
 }
 
 }  // namespace fuselet_fuzz

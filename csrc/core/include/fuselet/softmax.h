@@ -42,6 +42,11 @@ FUSELET_API fuselet_status fuselet_softmax_fwd(const fuselet_tensor* x, float sc
 FUSELET_API fuselet_status fuselet_softmax_bwd(const fuselet_tensor* dy, const fuselet_tensor* y, float scale,
                                                fuselet_tensor* dx);
 
+/* The checks of the inputs and options of the entry points above, host and `_cuda` alike, on
+ * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions). */
+FUSELET_API fuselet_status fuselet_softmax_fwd_check(const fuselet_tensor* x, float scale, uint32_t flags);
+FUSELET_API fuselet_status fuselet_softmax_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* y, float scale);
+
 FUSELET_API fuselet_status fuselet_softmax_fwd_cuda(const fuselet_tensor* x, float scale, uint32_t flags,
                                                     fuselet_tensor* y, void* stream);
 FUSELET_API fuselet_status fuselet_softmax_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* y, float scale,
