@@ -181,5 +181,22 @@ int main() {
                "bad dtype code");
   if (!fuselet_has_cuda())
     expect(fuselet_rope_fwd_cuda(&tx, &tc, &ts, 0, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED, "CPU-only build");
+  {  // the `_check` functions: stride-0 and strided views with no data, the entry points' messages
+    const int64_t S = int64_t{1} << 30;
+    fuselet_tensor x = view(nullptr, {4, S, 2, 8}, {0, 0, 0, 1}), cs = view(nullptr, {S, 4}, {0, 1});
+    fuselet_tensor cols = view(nullptr, {2, 3, 8}, {1, 2, 6});  // a last stride of 6: the entry point needs a copy
+    fuselet_tensor cs3 = view(nullptr, {3, 4}, {1, 3});
+    expect(fuselet_rope_fwd_check(&x, &cs, &cs, 0) == FUSELET_OK, "rope_fwd_check: stride-0 views");
+    expect(fuselet_rope_bwd_check(&cols, &cs3, &cs3, FUSELET_ROPE_BHSD) == FUSELET_OK,
+           "rope_bwd_check: strided views");
+    fuselet_tensor r3 = view(nullptr, {S, 3}, {0, 1});
+    expect_error(fuselet_rope_fwd_check(&x, &r3, &r3, 0), "cos: the rotary dim R (last dimension) must be even",
+                 "rope_fwd_check: odd R");
+    fuselet_tensor sb = view(nullptr, {S, 4}, {0, 1}, FUSELET_BFLOAT16);
+    expect_error(fuselet_rope_bwd_check(&x, &cs, &sb, 0),
+                 "sin: expected dtype float32 (the dtype of cos), got bfloat16", "rope_bwd_check: sin dtype");
+    expect_error(fuselet_rope_fwd_check(&x, &cs, &cs, FUSELET_ROPE_BHSD), "cos: expected 2 positions",
+                 "rope_fwd_check: bhsd positions");
+  }
   return fuselet_test::report();
 }

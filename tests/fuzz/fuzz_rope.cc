@@ -28,7 +28,11 @@ void op_rope(Ctx& c, bool backward, bool cuda) {
     return check_cuda(backward ? fuselet_rope_bwd_cuda(in, cos, sin, flags, out, stream)
                                : fuselet_rope_fwd_cuda(in, cos, sin, flags, out, stream));
   }
-  check(backward ? fuselet_rope_bwd(in, cos, sin, flags, out) : fuselet_rope_fwd(in, cos, sin, flags, out));
+  const fuselet_tensor *vin = c.no_data(in), *vcos = c.no_data(cos), *vsin = c.no_data(sin);
+  check_then(
+      backward ? fuselet_rope_bwd_check(vin, vcos, vsin, flags) : fuselet_rope_fwd_check(vin, vcos, vsin, flags), [&] {
+        return backward ? fuselet_rope_bwd(in, cos, sin, flags, out) : fuselet_rope_fwd(in, cos, sin, flags, out);
+      });
 }
 
 }  // namespace fuselet_fuzz

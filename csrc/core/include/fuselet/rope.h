@@ -56,6 +56,14 @@ FUSELET_API fuselet_status fuselet_rope_fwd(const fuselet_tensor* x, const fusel
 FUSELET_API fuselet_status fuselet_rope_bwd(const fuselet_tensor* dy, const fuselet_tensor* cos,
                                             const fuselet_tensor* sin, uint32_t flags, fuselet_tensor* dx);
 
+/* The checks of the inputs and options of the entry points above, host and `_cuda` alike, on
+ * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions; the entry
+ * points read x, dy, cos and sin in place: they need a last stride of 1 and nothing more). */
+FUSELET_API fuselet_status fuselet_rope_fwd_check(const fuselet_tensor* x, const fuselet_tensor* cos,
+                                                  const fuselet_tensor* sin, uint32_t flags);
+FUSELET_API fuselet_status fuselet_rope_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* cos,
+                                                  const fuselet_tensor* sin, uint32_t flags);
+
 /* The same on device pointers, enqueued on `stream` (a cudaStream_t). */
 FUSELET_API fuselet_status fuselet_rope_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* cos,
                                                  const fuselet_tensor* sin, uint32_t flags, fuselet_tensor* y,
