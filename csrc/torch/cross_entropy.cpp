@@ -1,8 +1,7 @@
-// CPU and CUDA implementations of fuselet::cross_entropy_{fwd,bwd,bwd_,fwd_bwd,fwd_bwd_}:
-// allocate outputs, hand core views to libfuselet (on the current CUDA stream for CUDA
-// tensors). The trailing-underscore ops write dlogits into the logits' own memory.
-#include <cmath>
-
+// CPU and CUDA implementations of fuselet::cross_entropy_{fwd,bwd,bwd_,fwd_bwd,fwd_bwd_}: the
+// core's checks of the inputs as given (before any copy), then allocate outputs and hand core
+// views of contiguous inputs to libfuselet (on the current CUDA stream for CUDA tensors). The
+// trailing-underscore ops write dlogits into the logits' own memory.
 #include "fuselet/cross_entropy.h"
 #include "op.h"
 
@@ -13,124 +12,121 @@ fuselet_cross_entropy_options options(int64_t ignore_index, double label_smoothi
   return {ignore_index, static_cast<float>(label_smoothing), static_cast<float>(z_loss), static_cast<float>(softcap)};
 }
 
-// The core's checks of logits [..., V], target, the options, grad_scale (NaN: none) and the
-// per-token float32 `tokens` (dloss, lse): before any copy.
-void check_args(const Tensor& logits, const Tensor& target, const fuselet_cross_entropy_options& o,
-                std::initializer_list<std::pair<const char*, const Tensor*>> tokens, double grad_scale = NAN) {
-  check_defined(logits, "logits");
-  check_same_device(logits, target, "target", "logits");
-  for (const auto& [name, t] : tokens) check_same_device(logits, *t, name, "logits");
-  const Rows r = rows_of(logits, "logits", "V");
-  FUSELET_CHECK_VALUE(r.cols > 0, "logits: the last dimension (classes) must be > 0, got 0");
-  FUSELET_CHECK_TYPE(target.scalar_type() == ScalarType::Int || target.scalar_type() == ScalarType::Long,
-                     "target: expected dtype int32 or int64 (class ids), got ", dtype_name(target.scalar_type()));
-  FUSELET_CHECK_VALUE(target.dim() <= FUSELET_MAX_DIMS, "target: expected at most ", FUSELET_MAX_DIMS,
-                      " dimensions, got ", target.dim());
-  FUSELET_CHECK_VALUE(target.numel() == r.rows, "target: expected ", r.rows,
-                      " elements (the rows of logits), got shape ", shape_str(target));
-  FUSELET_CHECK_VALUE(o.label_smoothing >= 0.f && o.label_smoothing <= 1.f,
-                      "label_smoothing: expected a number in [0, 1], got ", o.label_smoothing);
-  FUSELET_CHECK_VALUE(std::isfinite(o.z_loss) && o.z_loss >= 0.f, "z_loss: expected a finite number >= 0, got ",
-                      o.z_loss);
-  FUSELET_CHECK_VALUE(o.softcap == 0.f || (std::isfinite(o.softcap) && o.softcap > 0.f),
-                      "softcap: expected a finite number > 0, or 0 for none, got ", o.softcap);
-  if (!std::isnan(grad_scale))
-    FUSELET_CHECK_VALUE(std::isfinite(static_cast<float>(grad_scale)), "grad_scale: expected a finite number, got ",
-                        static_cast<float>(grad_scale));
-  for (const auto& [name, t] : tokens) vector_of(*t, name, r.rows);
-}
-
 std::tuple<Tensor, Tensor, Tensor> cross_entropy_fwd(const Tensor& logits_in, const Tensor& target_in,
                                                      int64_t ignore_index, double label_smoothing, double z_loss,
                                                      double softcap) {
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
-  check_args(logits_in, target_in, o, {});
-  const Tensor logits = make_contiguous(logits_in), target = make_contiguous(target_in);
-  fuselet_tensor vx = view(logits, "logits"), vt = index_view(target, "target");
-  Tensor loss = row_stats(logits), z = row_stats(logits), lse = row_stats(logits);
+  check_devices(logits_in, "logits", {{"target", &target_in}});
+  Arg logits(logits_in, "logits"), target(target_in, "target", index_view);
+  check_args(fuselet_cross_entropy_fwd_check(&logits.v, &target.v, &o));
+  logits.contiguous();
+  target.contiguous();
+  Tensor loss = row_stats(logits.t), z = row_stats(logits.t), lse = row_stats(logits.t);
   fuselet_tensor vl = view(loss, "loss"), vz = view(z, "z"), vlse = view(lse, "lse");
   run_on(
-      logits, [&] { return fuselet_cross_entropy_fwd(&vx, &vt, &o, &vl, &vz, &vlse); },
-      [&](void* stream) { return fuselet_cross_entropy_fwd_cuda(&vx, &vt, &o, &vl, &vz, &vlse, stream); });
+      logits.t, [&] { return fuselet_cross_entropy_fwd(&logits.v, &target.v, &o, &vl, &vz, &vlse); },
+      [&](void* stream) { return fuselet_cross_entropy_fwd_cuda(&logits.v, &target.v, &o, &vl, &vz, &vlse, stream); });
   return {loss, z, lse};
 }
 
-// The backward into `dlogits` (contiguous, logits' shape and dtype; may be `logits` itself), of
-// checked arguments.
-void backward_into(const Tensor& dloss_in, const Tensor& logits, const Tensor& target_in, const Tensor& lse_in,
-                   const fuselet_cross_entropy_options& o, Tensor& dlogits) {
-  const Tensor dloss = make_contiguous(dloss_in), target = make_contiguous(target_in), lse = make_contiguous(lse_in);
-  fuselet_tensor vg = view(dloss, "dloss"), vx = view(logits, "logits"), vt = index_view(target, "target"),
-                 vlse = view(lse, "lse"), vdx = view(dlogits, "dlogits");
-  run_on(
-      logits, [&] { return fuselet_cross_entropy_bwd(&vg, &vx, &vt, &vlse, &o, &vdx); },
-      [&](void* stream) { return fuselet_cross_entropy_bwd_cuda(&vg, &vx, &vt, &vlse, &o, &vdx, stream); });
-}
+// The arguments of a backward (their devices checked), checked by the core before any copy; then
+// made contiguous but for logits, which the caller makes contiguous or not (in place).
+struct Backward {
+  Arg dloss, logits, target, lse;
+  Backward(const Tensor& dloss_in, const Tensor& logits_in, const Tensor& target_in, const Tensor& lse_in,
+           const fuselet_cross_entropy_options& o)
+      : dloss(dloss_in, "dloss"),
+        logits(logits_in, "logits"),
+        target(target_in, "target", index_view),
+        lse(lse_in, "lse") {
+    check_args(fuselet_cross_entropy_bwd_check(&dloss.v, &logits.v, &target.v, &lse.v, &o));
+    dloss.contiguous();
+    target.contiguous();
+    lse.contiguous();
+  }
+  // The backward into `dlogits` (contiguous, logits' shape and dtype; may be logits itself), of a
+  // contiguous logits.
+  void into(const fuselet_cross_entropy_options& o, const Tensor& dlogits) {
+    fuselet_tensor vdx = view(dlogits, "dlogits");
+    run_on(
+        logits.t, [&] { return fuselet_cross_entropy_bwd(&dloss.v, &logits.v, &target.v, &lse.v, &o, &vdx); },
+        [&](void* stream) {
+          return fuselet_cross_entropy_bwd_cuda(&dloss.v, &logits.v, &target.v, &lse.v, &o, &vdx, stream);
+        });
+  }
+};
 
-Tensor cross_entropy_bwd(const Tensor& dloss, const Tensor& logits_in, const Tensor& target, const Tensor& lse,
+Tensor cross_entropy_bwd(const Tensor& dloss, const Tensor& logits, const Tensor& target, const Tensor& lse,
                          int64_t ignore_index, double label_smoothing, double z_loss, double softcap) {
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
-  check_args(logits_in, target, o, {{"dloss", &dloss}, {"lse", &lse}});
-  const Tensor logits = make_contiguous(logits_in);
-  Tensor dlogits = alloc_like(logits);
-  backward_into(dloss, logits, target, lse, o, dlogits);
+  check_devices(logits, "logits", {{"dloss", &dloss}, {"target", &target}, {"lse", &lse}});
+  Backward b(dloss, logits, target, lse, o);
+  b.logits.contiguous();
+  Tensor dlogits = alloc_like(b.logits.t);
+  b.into(o, dlogits);
   return dlogits;
 }
 
 void cross_entropy_bwd_(const Tensor& dloss, const Tensor& logits, const Tensor& target, const Tensor& lse,
                         int64_t ignore_index, double label_smoothing, double z_loss, double softcap) {
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
-  check_args(logits, target, o, {{"dloss", &dloss}, {"lse", &lse}});
+  check_devices(logits, "logits", {{"dloss", &dloss}, {"target", &target}, {"lse", &lse}});
+  Backward b(dloss, logits, target, lse, o);
   if (logits.is_contiguous()) {
-    Tensor inplace = logits;
-    backward_into(dloss, logits, target, lse, o, inplace);
+    b.logits.contiguous();  // the same tensor: its view for the kernel
+    b.into(o, logits);
     return;
   }
   // Rows the core cannot view in place: through a contiguous copy.
-  const Tensor c = make_contiguous(logits);
-  Tensor out = alloc_like(c);
-  backward_into(dloss, c, target, lse, o, out);
+  b.logits.contiguous();
+  Tensor out = alloc_like(b.logits.t);
+  b.into(o, out);
   copy_into(logits, out);
 }
 
-// Forward and backward in one pass into `dlogits` (may be `logits` itself), of checked arguments.
-std::tuple<Tensor, Tensor> fwd_bwd_into(const Tensor& logits, const Tensor& target_in,
-                                        const fuselet_cross_entropy_options& o, double grad_scale, Tensor& dlogits) {
-  const Tensor target = make_contiguous(target_in);
-  fuselet_tensor vx = view(logits, "logits"), vt = index_view(target, "target"), vdx = view(dlogits, "dlogits");
-  Tensor loss = row_stats(logits), z = row_stats(logits);
+// Forward and backward in one pass into `dlogits` (may be logits itself) of a contiguous logits.
+std::tuple<Tensor, Tensor> fwd_bwd_into(Arg& logits, Arg& target, const fuselet_cross_entropy_options& o,
+                                        float grad_scale, const Tensor& dlogits) {
+  fuselet_tensor vdx = view(dlogits, "dlogits");
+  Tensor loss = row_stats(logits.t), z = row_stats(logits.t);
   fuselet_tensor vl = view(loss, "loss"), vz = view(z, "z");
-  const float g = static_cast<float>(grad_scale);
   run_on(
-      logits, [&] { return fuselet_cross_entropy_fwd_bwd(&vx, &vt, &o, g, &vl, &vz, &vdx); },
-      [&](void* stream) { return fuselet_cross_entropy_fwd_bwd_cuda(&vx, &vt, &o, g, &vl, &vz, &vdx, stream); });
+      logits.t, [&] { return fuselet_cross_entropy_fwd_bwd(&logits.v, &target.v, &o, grad_scale, &vl, &vz, &vdx); },
+      [&](void* stream) {
+        return fuselet_cross_entropy_fwd_bwd_cuda(&logits.v, &target.v, &o, grad_scale, &vl, &vz, &vdx, stream);
+      });
   return {loss, z};
 }
 
-std::tuple<Tensor, Tensor, Tensor> cross_entropy_fwd_bwd(const Tensor& logits_in, const Tensor& target,
+std::tuple<Tensor, Tensor, Tensor> cross_entropy_fwd_bwd(const Tensor& logits_in, const Tensor& target_in,
                                                          int64_t ignore_index, double label_smoothing, double z_loss,
                                                          double softcap, double grad_scale) {
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
-  check_args(logits_in, target, o, {}, grad_scale);
-  const Tensor logits = make_contiguous(logits_in);
-  Tensor dlogits = alloc_like(logits);
-  auto [loss, z] = fwd_bwd_into(logits, target, o, grad_scale, dlogits);
+  const float g = static_cast<float>(grad_scale);
+  check_devices(logits_in, "logits", {{"target", &target_in}});
+  Arg logits(logits_in, "logits"), target(target_in, "target", index_view);
+  check_args(fuselet_cross_entropy_fwd_bwd_check(&logits.v, &target.v, &o, g));
+  logits.contiguous();
+  target.contiguous();
+  Tensor dlogits = alloc_like(logits.t);
+  auto [loss, z] = fwd_bwd_into(logits, target, o, g, dlogits);
   return {loss, z, dlogits};
 }
 
-std::tuple<Tensor, Tensor> cross_entropy_fwd_bwd_(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                                                  double label_smoothing, double z_loss, double softcap,
-                                                  double grad_scale) {
+std::tuple<Tensor, Tensor> cross_entropy_fwd_bwd_(const Tensor& logits_in, const Tensor& target_in,
+                                                  int64_t ignore_index, double label_smoothing, double z_loss,
+                                                  double softcap, double grad_scale) {
   const fuselet_cross_entropy_options o = options(ignore_index, label_smoothing, z_loss, softcap);
-  check_args(logits, target, o, {}, grad_scale);
-  if (logits.is_contiguous()) {
-    Tensor inplace = logits;
-    return fwd_bwd_into(logits, target, o, grad_scale, inplace);
-  }
-  const Tensor c = make_contiguous(logits);
-  Tensor out = alloc_like(c);
-  auto result = fwd_bwd_into(c, target, o, grad_scale, out);
-  copy_into(logits, out);
+  const float g = static_cast<float>(grad_scale);
+  check_devices(logits_in, "logits", {{"target", &target_in}});
+  Arg logits(logits_in, "logits"), target(target_in, "target", index_view);
+  check_args(fuselet_cross_entropy_fwd_bwd_check(&logits.v, &target.v, &o, g));
+  target.contiguous();
+  logits.contiguous();
+  if (logits_in.is_contiguous()) return fwd_bwd_into(logits, target, o, g, logits_in);
+  Tensor out = alloc_like(logits.t);
+  auto result = fwd_bwd_into(logits, target, o, g, out);
+  copy_into(logits_in, out);
   return result;
 }
 

@@ -186,6 +186,29 @@ void errors() {
                "dlogits: expected dtype float32 (the dtype of logits)", "dlogits dtype");
   expect_error(fuselet_cross_entropy_fwd_bwd(&tx, &tt, &o, INFINITY, &tl, nullptr, &tdx),
                "grad_scale: expected a finite", "grad_scale");
+  {  // the `_check` functions: stride-0 and strided views with no data, the entry points' messages
+    const int64_t N = int64_t{1} << 40;
+    const fuselet_tensor big = view(nullptr, {N, 8}, {0, 1}), t = view(nullptr, {N}, {0}, FUSELET_INT64),
+                         g = view(nullptr, {N}, {0});
+    const fuselet_tensor cols = view(nullptr, {8, 3}, {1, 8}), t8 = view(nullptr, {8}, {2}, FUSELET_INT32),
+                         g8 = view(nullptr, {8}, {3});
+    expect(fuselet_cross_entropy_fwd_check(&big, &t, &o) == FUSELET_OK, "fwd_check: stride-0 views");
+    expect(fuselet_cross_entropy_bwd_check(&g, &big, &t, &g, &o) == FUSELET_OK, "bwd_check: stride-0 views");
+    expect(fuselet_cross_entropy_bwd_check(&g8, &cols, &t8, &g8, &o) == FUSELET_OK, "bwd_check: strided views");
+    expect(fuselet_cross_entropy_fwd_bwd_check(&cols, &t8, &o, 0.5f) == FUSELET_OK, "fwd_bwd_check: strided views");
+    expect_error(fuselet_cross_entropy_fwd_bwd_check(&big, &t, &o, NAN), "grad_scale: expected a finite",
+                 "fwd_bwd_check: grad_scale");
+    expect_error(fuselet_cross_entropy_fwd_check(&big, &t8, &o), "target: expected 1099511627776 elements",
+                 "fwd_check: target size");
+    expect_error(fuselet_cross_entropy_fwd_check(&big, &g, &o), "target: expected dtype int32 or int64",
+                 "fwd_check: target dtype");
+    fuselet_cross_entropy_options bad = o;
+    bad.softcap = -1.f;
+    expect_error(fuselet_cross_entropy_bwd_check(&g, &big, &t, &g, &bad), "softcap: expected a finite number > 0",
+                 "bwd_check: softcap");
+    expect_error(fuselet_cross_entropy_bwd_check(&g, &big, &t, &g8, &o), "lse: expected 1099511627776 elements",
+                 "bwd_check: lse size");
+  }
   if (!fuselet_has_cuda())
     expect(fuselet_cross_entropy_fwd_cuda(&tx, &tt, &o, &tl, nullptr, &tlse, nullptr) == FUSELET_ERR_UNSUPPORTED,
            "CPU-only build");

@@ -30,7 +30,8 @@ void op_cross_entropy(Ctx& c, int which, bool cuda) {  // 0: fwd, 1: bwd, 2: fwd
     fuselet_tensor* lse = c.tensor(n, FUSELET_FLOAT32);
     if (c.too_large) return;
     if (cuda) return check_cuda(fuselet_cross_entropy_fwd_cuda(tlogits, target, popts, loss, z, lse, stream));
-    check(fuselet_cross_entropy_fwd(tlogits, target, popts, loss, z, lse));
+    check_then(fuselet_cross_entropy_fwd_check(c.no_data(tlogits), c.no_data(target), popts),
+               [&] { return fuselet_cross_entropy_fwd(tlogits, target, popts, loss, z, lse); });
     return;
   }
   const bool in_place = c.in.u8() & 1;
@@ -40,7 +41,9 @@ void op_cross_entropy(Ctx& c, int which, bool cuda) {  // 0: fwd, 1: bwd, 2: fwd
     fuselet_tensor* dlogits = in_place ? tlogits : c.tensor(logits, dtype);
     if (c.too_large) return;
     if (cuda) return check_cuda(fuselet_cross_entropy_bwd_cuda(dloss, tlogits, target, lse, popts, dlogits, stream));
-    check(fuselet_cross_entropy_bwd(dloss, tlogits, target, lse, popts, dlogits));
+    check_then(fuselet_cross_entropy_bwd_check(c.no_data(dloss), c.no_data(tlogits), c.no_data(target), c.no_data(lse),
+                                               popts),
+               [&] { return fuselet_cross_entropy_bwd(dloss, tlogits, target, lse, popts, dlogits); });
     return;
   }
   fuselet_tensor* loss = c.tensor(n, FUSELET_FLOAT32);
@@ -50,7 +53,8 @@ void op_cross_entropy(Ctx& c, int which, bool cuda) {  // 0: fwd, 1: bwd, 2: fwd
   if (cuda)
     return check_cuda(
         fuselet_cross_entropy_fwd_bwd_cuda(tlogits, target, popts, grad_scale, loss, z, dlogits, stream));
-  check(fuselet_cross_entropy_fwd_bwd(tlogits, target, popts, grad_scale, loss, z, dlogits));
+  check_then(fuselet_cross_entropy_fwd_bwd_check(c.no_data(tlogits), c.no_data(target), popts, grad_scale),
+             [&] { return fuselet_cross_entropy_fwd_bwd(tlogits, target, popts, grad_scale, loss, z, dlogits); });
 }
 
 }  // namespace fuselet_fuzz

@@ -72,6 +72,19 @@ FUSELET_API fuselet_status fuselet_cross_entropy_fwd_bwd(const fuselet_tensor* l
                                                          fuselet_tensor* loss, fuselet_tensor* z,
                                                          fuselet_tensor* dlogits);
 
+/* The checks of the inputs and options of the entry points above, host and `_cuda` alike, on
+ * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions): the targets'
+ * values (in [0, V) or ignore_index) are data, which the entry points check. */
+FUSELET_API fuselet_status fuselet_cross_entropy_fwd_check(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                           const fuselet_cross_entropy_options* opts);
+FUSELET_API fuselet_status fuselet_cross_entropy_bwd_check(const fuselet_tensor* dloss, const fuselet_tensor* logits,
+                                                           const fuselet_tensor* target, const fuselet_tensor* lse,
+                                                           const fuselet_cross_entropy_options* opts);
+FUSELET_API fuselet_status fuselet_cross_entropy_fwd_bwd_check(const fuselet_tensor* logits,
+                                                               const fuselet_tensor* target,
+                                                               const fuselet_cross_entropy_options* opts,
+                                                               float grad_scale);
+
 FUSELET_API fuselet_status fuselet_cross_entropy_fwd_cuda(const fuselet_tensor* logits, const fuselet_tensor* target,
                                                           const fuselet_cross_entropy_options* opts,
                                                           fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* lse,

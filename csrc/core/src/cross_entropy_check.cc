@@ -1,0 +1,195 @@
+// Argument checking shared by the CPU and CUDA cross-entropy entry points, and the
+// fuselet_cross_entropy_*_check functions of the C ABI (the same checks of the inputs and options).
+// The class ids' values are checked by the entry points (they read the data).
+#include "cross_entropy_check.h"
+
+#include <cinttypes>
+#include <cmath>
+
+namespace fuselet {
+
+namespace {
+
+fuselet_status check_options(const fuselet_cross_entropy_options* opts, CrossEntropyProblem* p) {
+  if (opts == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "opts: expected the options, got NULL");
+  if (!(opts->label_smoothing >= 0.f && opts->label_smoothing <= 1.f))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "label_smoothing: expected a number in [0, 1], got %g",
+                static_cast<double>(opts->label_smoothing));
+  if (!(std::isfinite(opts->z_loss) && opts->z_loss >= 0.f))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "z_loss: expected a finite number >= 0, got %g",
+                static_cast<double>(opts->z_loss));
+  if (!(opts->softcap == 0.f || (std::isfinite(opts->softcap) && opts->softcap > 0.f)))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "softcap: expected a finite number > 0, or 0 for none, got %g",
+                static_cast<double>(opts->softcap));
+  p->ignore_index = opts->ignore_index;
+  p->label_smoothing = opts->label_smoothing;
+  p->z_loss = opts->z_loss;
+  p->softcap = opts->softcap;
+  return FUSELET_OK;
+}
+
+fuselet_status check_logits(const fuselet_tensor* logits, Layout layout, CrossEntropyProblem* p, Rows* r) {
+  if (fuselet_status s = as_rows(logits, "logits", r, layout)) return s;
+  if (r->hidden == 0)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: the last dimension (classes) must be > 0, got 0");
+  p->dtype = logits->dtype;
+  p->rows = r->rows;
+  p->vocab = r->hidden;
+  p->logits = r->data;
+  p->logits_stride = r->row_stride;
+  return FUSELET_OK;
+}
+
+// target: `n` int32 or int64 class ids, any shape (with Layout::kKernel contiguous, data non-null).
+fuselet_status check_target(const fuselet_tensor* t, int64_t n, Layout layout, CrossEntropyProblem* p) {
+  if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected a tensor, got NULL");
+  if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected 0..%d dimensions, got %d", FUSELET_MAX_DIMS,
+                static_cast<int>(t->ndim));
+  const int code = dtype_code(t);
+  if (code != FUSELET_INT32 && code != FUSELET_INT64) {
+    if (is_float_dtype(code))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got %s",
+                  dtype_name(t->dtype));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got code %d", code);
+  }
+  int64_t numel = 0;
+  if (fuselet_status s = check_extent(t, "target", &numel)) return s;
+  char buf[160];
+  if (numel != n)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "target: expected %" PRId64 " elements (the rows of logits), got shape %s", n,
+                shape_string(t, buf, sizeof(buf)));
+  p->target = t->data;
+  p->target64 = code == FUSELET_INT64;
+  if (layout == Layout::kAny) return FUSELET_OK;
+  int64_t expect = 1;
+  for (int32_t d = t->ndim - 1; d >= 0 && n > 0; --d) {
+    if (t->shape[d] != 1 && t->strides[d] != expect)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected a contiguous tensor");
+    expect *= t->shape[d];
+  }
+  if (n > 0 && t->data == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: data pointer is NULL");
+  return FUSELET_OK;
+}
+
+fuselet_status float_vector(const fuselet_tensor* t, const char* name, int64_t n, float** out,
+                            Layout layout = Layout::kKernel) {
+  void* data = nullptr;
+  if (fuselet_status s = as_vector(t, name, FUSELET_FLOAT32, n, &data, layout)) return s;
+  *out = static_cast<float*>(data);
+  return FUSELET_OK;
+}
+
+fuselet_status check_dlogits(fuselet_tensor* dlogits, CrossEntropyProblem* p) {
+  Rows r;
+  if (dlogits != nullptr && is_float_dtype(dtype_code(dlogits)) && dlogits->dtype != p->dtype)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "dlogits: expected dtype %s (the dtype of logits), got %s",
+                dtype_name(p->dtype), dtype_name(dlogits->dtype));
+  if (fuselet_status s = rows_like_x(dlogits, "dlogits", p->dtype, p->rows, p->vocab, &r)) return s;
+  p->dlogits = r.data;
+  p->dlogits_stride = r.row_stride;
+  return FUSELET_OK;
+}
+
+// loss and z (z may be NULL).
+fuselet_status check_loss(fuselet_tensor* loss, fuselet_tensor* z, CrossEntropyProblem* p) {
+  if (fuselet_status s = float_vector(loss, "loss", p->rows, &p->loss)) return s;
+  if (z != nullptr)
+    if (fuselet_status s = float_vector(z, "z", p->rows, &p->z)) return s;
+  return FUSELET_OK;
+}
+
+// The inputs and options of each entry point: logits, target, the options, then the forward
+// and backward's own (grad_scale: NaN for none; dloss and lse: NULL for none).
+enum class Kind { kFwd, kBwd, kFwdBwd };
+
+fuselet_status inputs(Kind kind, const fuselet_tensor* dloss, const fuselet_tensor* logits,
+                      const fuselet_tensor* target, const fuselet_tensor* lse,
+                      const fuselet_cross_entropy_options* opts, float grad_scale, Layout layout,
+                      CrossEntropyProblem* p) {
+  Rows r;
+  if (fuselet_status s = check_logits(logits, layout, p, &r)) return s;
+  if (fuselet_status s = check_target(target, p->rows, layout, p)) return s;
+  if (fuselet_status s = check_options(opts, p)) return s;
+  if (kind == Kind::kFwdBwd) {
+    if (!std::isfinite(grad_scale))
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "grad_scale: expected a finite number, got %g",
+                  static_cast<double>(grad_scale));
+    p->grad_scale = grad_scale;
+  }
+  if (kind == Kind::kBwd) {
+    float* g = nullptr;
+    if (fuselet_status s = float_vector(dloss, "dloss", p->rows, &g, layout)) return s;
+    p->dloss = g;
+    if (fuselet_status s = float_vector(lse, "lse", p->rows, &p->lse, layout)) return s;
+  }
+  return FUSELET_OK;
+}
+
+// The checks of the inputs and options alone (the `_check` functions).
+fuselet_status check_inputs(const char* entry, Kind kind, const fuselet_tensor* dloss, const fuselet_tensor* logits,
+                            const fuselet_tensor* target, const fuselet_tensor* lse,
+                            const fuselet_cross_entropy_options* opts, float grad_scale) {
+  return guarded(entry, [&] {
+    CrossEntropyProblem p;
+    if (fuselet_status s = inputs(kind, dloss, logits, target, lse, opts, grad_scale, Layout::kAny, &p)) return s;
+    return ok();
+  });
+}
+
+}  // namespace
+
+fuselet_status check_cross_entropy_fwd(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                       const fuselet_cross_entropy_options* opts, fuselet_tensor* loss,
+                                       fuselet_tensor* z, fuselet_tensor* lse, CrossEntropyProblem* p) {
+  if (fuselet_status s = inputs(Kind::kFwd, nullptr, logits, target, nullptr, opts, 0.f, Layout::kKernel, p)) return s;
+  if (fuselet_status s = check_loss(loss, z, p)) return s;
+  if (fuselet_status s = float_vector(lse, "lse", p->rows, &p->lse)) return s;
+  return ok();
+}
+
+fuselet_status check_cross_entropy_bwd(const fuselet_tensor* dloss, const fuselet_tensor* logits,
+                                       const fuselet_tensor* target, const fuselet_tensor* lse,
+                                       const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits,
+                                       CrossEntropyProblem* p) {
+  if (fuselet_status s = inputs(Kind::kBwd, dloss, logits, target, lse, opts, 0.f, Layout::kKernel, p)) return s;
+  if (fuselet_status s = check_dlogits(dlogits, p)) return s;
+  return ok();
+}
+
+fuselet_status check_cross_entropy_fwd_bwd(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                           const fuselet_cross_entropy_options* opts, float grad_scale,
+                                           fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* dlogits,
+                                           CrossEntropyProblem* p) {
+  if (fuselet_status s = inputs(Kind::kFwdBwd, nullptr, logits, target, nullptr, opts, grad_scale, Layout::kKernel, p))
+    return s;
+  if (fuselet_status s = check_loss(loss, z, p)) return s;
+  if (fuselet_status s = check_dlogits(dlogits, p)) return s;
+  return ok();
+}
+
+}  // namespace fuselet
+
+extern "C" {
+
+fuselet_status fuselet_cross_entropy_fwd_check(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                               const fuselet_cross_entropy_options* opts) {
+  return fuselet::check_inputs("fuselet_cross_entropy_fwd_check", fuselet::Kind::kFwd, nullptr, logits, target,
+                               nullptr, opts, 0.f);
+}
+
+fuselet_status fuselet_cross_entropy_bwd_check(const fuselet_tensor* dloss, const fuselet_tensor* logits,
+                                               const fuselet_tensor* target, const fuselet_tensor* lse,
+                                               const fuselet_cross_entropy_options* opts) {
+  return fuselet::check_inputs("fuselet_cross_entropy_bwd_check", fuselet::Kind::kBwd, dloss, logits, target, lse,
+                               opts, 0.f);
+}
+
+fuselet_status fuselet_cross_entropy_fwd_bwd_check(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                   const fuselet_cross_entropy_options* opts, float grad_scale) {
+  return fuselet::check_inputs("fuselet_cross_entropy_fwd_bwd_check", fuselet::Kind::kFwdBwd, nullptr, logits, target,
+                               nullptr, opts, grad_scale);
+}
+
+}  // extern "C"
