@@ -175,5 +175,23 @@ int main() {
   if (!fuselet_has_cuda())
     expect(fuselet_divergence_fwd_cuda(&vx, &vl, &kl_log, &vloss, nullptr) == FUSELET_ERR_UNSUPPORTED,
            "CPU-only build");
+  {  // the `_check` functions: stride-0 and transposed views with no data, the entry points' messages
+    const int64_t N = int64_t{1} << 40;
+    const fuselet_tensor big = fuselet_test::view(nullptr, {N, 8}, {0, 1}), g = fuselet_test::view(nullptr, {N}, {0});
+    const fuselet_tensor cols = fuselet_test::view(nullptr, {8, 3}, {1, 8}),
+                         g8 = fuselet_test::view(nullptr, {8}, {2});
+    expect(fuselet_divergence_fwd_check(&big, &big, &jsd) == FUSELET_OK, "fwd_check: stride-0 views");
+    expect(fuselet_divergence_bwd_check(&g8, &cols, &cols, &kl_log) == FUSELET_OK, "bwd_check: strided views");
+    expect(fuselet_divergence_bwd_check(&g, &big, &big, &kl_log) == FUSELET_OK, "bwd_check: stride-0 views");
+    bad = jsd;
+    bad.beta = 2.f;
+    expect_error(fuselet_divergence_fwd_check(&big, &big, &bad), "beta: expected a number in [0, 1]",
+                 "fwd_check: beta");
+    const fuselet_tensor bh = fuselet_test::view(nullptr, {N, 8}, {0, 1}, FUSELET_BFLOAT16);
+    expect_error(fuselet_divergence_fwd_check(&big, &bh, &kl_log),
+                 "target: expected dtype float32 (the dtype of input), got bfloat16", "fwd_check: target dtype");
+    expect_error(fuselet_divergence_bwd_check(&g8, &big, &big, &kl_log), "dloss: expected 1099511627776 elements",
+                 "bwd_check: dloss size");
+  }
   return fuselet_test::report();
 }

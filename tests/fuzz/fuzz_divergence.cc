@@ -28,7 +28,8 @@ void op_divergence(Ctx& c, bool cuda) {
     fuselet_tensor* loss = c.tensor(n, FUSELET_FLOAT32);
     if (c.too_large) return;
     if (cuda) return check_cuda(fuselet_divergence_fwd_cuda(tx, tt, popts, loss, stream));
-    check(fuselet_divergence_fwd(tx, tt, popts, loss));
+    check_then(fuselet_divergence_fwd_check(c.no_data(tx), c.no_data(tt), popts),
+               [&] { return fuselet_divergence_fwd(tx, tt, popts, loss); });
     return;
   }
   fuselet_tensor* dloss = c.tensor(n, FUSELET_FLOAT32);
@@ -36,7 +37,8 @@ void op_divergence(Ctx& c, bool cuda) {
   fuselet_tensor* dt = c.optional(false, t, dtype);
   if (c.too_large) return;
   if (cuda) return check_cuda(fuselet_divergence_bwd_cuda(dloss, tx, tt, popts, dx, dt, stream));
-  check(fuselet_divergence_bwd(dloss, tx, tt, popts, dx, dt));
+  check_then(fuselet_divergence_bwd_check(c.no_data(dloss), c.no_data(tx), c.no_data(tt), popts),
+             [&] { return fuselet_divergence_bwd(dloss, tx, tt, popts, dx, dt); });
 }
 
 }  // namespace fuselet_fuzz

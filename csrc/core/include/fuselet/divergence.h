@@ -65,6 +65,14 @@ FUSELET_API fuselet_status fuselet_divergence_bwd(const fuselet_tensor* dloss, c
                                                   const fuselet_tensor* target, const fuselet_divergence_options* opts,
                                                   fuselet_tensor* dinput, fuselet_tensor* dtarget);
 
+/* The checks of the inputs and options of the entry points above, host and `_cuda` alike, on
+ * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions). */
+FUSELET_API fuselet_status fuselet_divergence_fwd_check(const fuselet_tensor* input, const fuselet_tensor* target,
+                                                        const fuselet_divergence_options* opts);
+FUSELET_API fuselet_status fuselet_divergence_bwd_check(const fuselet_tensor* dloss, const fuselet_tensor* input,
+                                                        const fuselet_tensor* target,
+                                                        const fuselet_divergence_options* opts);
+
 FUSELET_API fuselet_status fuselet_divergence_fwd_cuda(const fuselet_tensor* input, const fuselet_tensor* target,
                                                        const fuselet_divergence_options* opts, fuselet_tensor* loss,
                                                        void* stream);
