@@ -1,14 +1,12 @@
-// Checks of the ops' arguments that need no data, run before any argument is made contiguous:
-// a call that the core would refuse is refused before a copy of its tensors (a stride-0 or
-// strided view of billions of elements would otherwise be copied first). The rules and words
-// are the core's (csrc/core/src/*check*), with a dtype mismatch a TypeError; the fake impls of
+// The torch layer's own checks of the ops' arguments: a tensor given for a required argument,
+// every tensor on the device of the op's first one. Every other rule is the core's: each op
+// calls its `_check` (fuselet/<op>.h) on views of its tensors as given, before any of them is
+// made contiguous (a stride-0 or strided view of billions of elements is refused before it is
+// copied), and check_args raises the refusal with the core's message. The fake impls of
 // python/fuselet/torch/*.py check the same for meta tensors and torch.compile.
 #pragma once
 
-#include <cmath>
 #include <initializer_list>
-#include <optional>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -16,54 +14,16 @@
 
 namespace fuselet_torch {
 
-inline std::string shape_str(const Tensor& t) {
-  std::ostringstream s;
-  s << "[";
-  for (int64_t d = 0; d < t.dim(); ++d) s << (d ? ", " : "") << t.size(d);
-  s << "]";
-  return s.str();
+// A required tensor argument: None reaches the op as an undefined tensor.
+inline void check_defined(const Tensor& t, const char* name) {
+  FUSELET_CHECK_TYPE(t.defined(), name, ": expected a tensor, got None");
 }
 
-inline bool is_float(const Tensor& t) {
-  const auto d = t.scalar_type();
-  return d == ScalarType::Float || d == ScalarType::Half || d == ScalarType::BFloat16;
-}
-
-// A tensor read as rows [..., last]: defined, float32 / float16 / bfloat16, 1..MAX_DIMS dims.
-struct Rows {
-  int64_t rows = 0, cols = 0;
-  bool operator==(const Rows& o) const { return rows == o.rows && cols == o.cols; }
-};
-
-inline Rows rows_of(const Tensor& t, const char* name, const char* last = "H") {
+// Every tensor on the device of the reference argument `ref` (named `ref_name`).
+inline void check_same_device(const Tensor& ref, const Tensor& t, const char* name, const char* ref_name = "x") {
   check_defined(t, name);
-  FUSELET_CHECK_TYPE(is_float(t), name, ": expected dtype float32, float16 or bfloat16, got ",
-                     dtype_name(t.scalar_type()));
-  FUSELET_CHECK_VALUE(t.dim() <= FUSELET_MAX_DIMS, name, ": expected at most ", FUSELET_MAX_DIMS, " dimensions, got ",
-                      t.dim());
-  FUSELET_CHECK_VALUE(t.dim() >= 1, name, ": expected a tensor of shape [..., ", last, "], got a 0-d tensor");
-  Rows r{1, t.size(-1)};
-  for (int64_t d = 0; d + 1 < t.dim(); ++d) r.rows *= t.size(d);
-  return r;
-}
-
-// `t` in the dtype of `ref` (named `ref_name`), read as `want` rows (any leading shape).
-inline void rows_like(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name, Rows want,
-                      const char* suffix = "") {
-  check_defined(t, name);
-  FUSELET_CHECK_TYPE(t.scalar_type() == ref.scalar_type(), name, ": expected dtype ", dtype_name(ref.scalar_type()),
-                     " (the dtype of ", ref_name, "), got ", dtype_name(t.scalar_type()));
-  const Rows got = rows_of(t, name);
-  FUSELET_CHECK_VALUE(got == want, name, ": expected ", want.rows, " rows of ", want.cols, " elements", suffix,
-                      ", got ", got.rows, " rows of ", got.cols);
-}
-
-// `n` elements of `dtype` (per-row statistics, per-token losses), any shape.
-inline void vector_of(const Tensor& t, const char* name, int64_t n, ScalarType dtype = ScalarType::Float) {
-  check_defined(t, name);
-  FUSELET_CHECK_TYPE(t.scalar_type() == dtype, name, ": expected dtype ", dtype_name(dtype), ", got ",
-                     dtype_name(t.scalar_type()));
-  FUSELET_CHECK_VALUE(t.numel() == n, name, ": expected ", n, " elements, got shape ", shape_str(t));
+  FUSELET_CHECK_VALUE(same_device(t, ref), name, ": expected a tensor on ", device_name(ref), " (the device of ",
+                      ref_name, "), got ", device_name(t));
 }
 
 // `ref` (named `ref_name`) given, and every tensor of `others` (name, tensor) on its device.

@@ -72,16 +72,4 @@ inline void check(fuselet_status status) {
   fail(Error::Runtime, concat("fuselet (", fuselet_status_string(status), "): ", msg));
 }
 
-// A required tensor argument: None reaches the op as an undefined tensor.
-inline void check_defined(const Tensor& t, const char* name) {
-  FUSELET_CHECK_TYPE(t.defined(), name, ": expected a tensor, got None");
-}
-
-// Every tensor on the device of the reference argument `ref` (named `ref_name`).
-inline void check_same_device(const Tensor& ref, const Tensor& t, const char* name, const char* ref_name = "x") {
-  check_defined(t, name);
-  FUSELET_CHECK_VALUE(same_device(t, ref), name, ": expected a tensor on ", device_name(ref), " (the device of ",
-                      ref_name, "), got ", device_name(t));
-}
-
 }  // namespace fuselet_torch
