@@ -351,9 +351,9 @@ def test_torch_op_direct_names_the_argument(torch):
         ops.rope_fwd(torch.ones(2, 3, 4, 8), torch.ones(3, 8), None)
     with raises(ValueError, "bias: expected"):
         ops.layer_norm_bwd(x, x, w, torch.ones(3), r, r)
-    with raises(ValueError, "y: expected at least 1 dimension [..., H], got a scalar"):
+    with raises(ValueError, "y: expected a tensor of shape [..., K], got a 0-d tensor"):
         ops.softmax_bwd(torch.ones(()), torch.ones(()))
-    with raises(ValueError, "residual_out: expected at least 1 dimension [..., H], got a scalar"):
+    with raises(ValueError, "residual_out: expected a tensor of shape [..., H], got a 0-d tensor"):
         ops.add_rms_norm_bwd(torch.ones(()), torch.ones(()), torch.ones(()), None, torch.ones(()))
     with raises(ValueError, "dy: expected a tensor on cpu (the device of residual_out), got meta"):
         ops.add_rms_norm_bwd(x.to("meta"), x, x, w, r)

@@ -85,10 +85,11 @@ fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* 
 // read (it may be NULL).
 enum class Layout { kKernel, kAny };
 
-// Checks `t` (named `name` in messages): non-null, float dtype, check_extent, at least 1 dim;
-// with Layout::kKernel also a last dim of stride 1, leading dims collapsible into one row
-// stride and non-null data when non-empty.
-fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout = Layout::kKernel);
+// Checks `t` (named `name` in messages): non-null, float dtype, check_extent, at least 1 dim
+// (its last named `last` in the message: [..., H]); with Layout::kKernel also a last dim of
+// stride 1, leading dims collapsible into one row stride and non-null data when non-empty.
+fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout = Layout::kKernel,
+                       const char* last = "H");
 
 // as_rows, plus: dtype `dtype` (named as x's in messages) and exactly `rows` rows of `cols`.
 fuselet_status rows_like_x(const fuselet_tensor* t, const char* name, fuselet_dtype dtype, int64_t rows, int64_t cols,

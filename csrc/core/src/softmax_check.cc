@@ -10,7 +10,7 @@ namespace {
 // x (y in the backward: `name`) and scale.
 fuselet_status check_rows(const fuselet_tensor* x, const char* name, float scale, Layout layout, Rows* rx,
                           SoftmaxProblem* p) {
-  if (fuselet_status s = as_rows(x, name, rx, layout)) return s;
+  if (fuselet_status s = as_rows(x, name, rx, layout, "K")) return s;
   if (rx->hidden == 0)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension (keys) must be > 0, got 0", name);
   if (!std::isfinite(scale))

@@ -119,11 +119,12 @@ fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* 
   return check_extent(t, name, numel);
 }
 
-fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout) {
+fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout, const char* last_name) {
   int64_t numel = 0;
   if (fuselet_status s = check_header(t, name, &numel)) return s;
   if (t->ndim < 1)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected at least 1 dimension [..., H], got a scalar", name);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor of shape [..., %s], got a 0-d tensor", name,
+                last_name);
   const int32_t last = t->ndim - 1;
   const int64_t hidden = t->shape[last];
   int64_t rows = 1;
