@@ -231,6 +231,111 @@ void check_stats(fuselet_dtype dtype, float center, float spread, float eps) {
   }
 }
 
+// Gated RMSNorm on R x H float32 rows in groups of S (0: the row), gate first or after: y,
+// rstd, dx, dz, dweight against float64.
+void check_gated(int64_t R, int64_t H, int64_t S, bool gate_first, bool has_w = true) {
+  std::mt19937 rng(static_cast<unsigned>(R * 31 + H * 7 + S + gate_first));
+  std::normal_distribution<float> dist(0.3f, 1.5f);
+  std::vector<float> x(R * H), z(R * H), w(H), dy(R * H);
+  for (auto* v : {&x, &z, &w, &dy})
+    for (auto& e : *v) e = dist(rng);
+  const float eps = 1e-6f;
+  const int64_t gs = S > 0 ? S : H, G = H / gs;
+  const auto silu = [](double t) { return t / (1.0 + std::exp(-t)); };
+  const auto dsilu = [](double t) {
+    const double s = 1.0 / (1.0 + std::exp(-t));
+    return s * (1.0 + t * (1.0 - s));
+  };
+  std::vector<double> yr(R * H), dxr(R * H), dzr(R * H), dwr(H, 0.0), rr(R * G), h(H), gy(H);
+  for (int64_t r = 0; r < R; ++r) {
+    const int64_t o = r * H;
+    for (int64_t i = 0; i < H; ++i) {
+      const double we = has_w ? w[i] : 1.0, sz = silu(z[o + i]);
+      h[i] = gate_first ? x[o + i] * sz : x[o + i];
+      gy[i] = gate_first ? dy[o + i] : dy[o + i] * sz;
+      (void)we;
+    }
+    for (int64_t g = 0; g < G; ++g) {
+      double ss = 0, c2 = 0;
+      for (int64_t i = g * gs; i < (g + 1) * gs; ++i) ss += h[i] * h[i];
+      const double rstd = 1.0 / std::sqrt(ss / gs + eps);
+      rr[r * G + g] = rstd;
+      for (int64_t i = g * gs; i < (g + 1) * gs; ++i) c2 += gy[i] * (has_w ? w[i] : 1.0) * h[i] * rstd;
+      c2 /= gs;
+      for (int64_t i = g * gs; i < (g + 1) * gs; ++i) {
+        const double we = has_w ? w[i] : 1.0, xhat = h[i] * rstd, dh = rstd * (gy[i] * we - xhat * c2);
+        yr[o + i] = xhat * we * (gate_first ? 1.0 : silu(z[o + i]));
+        dwr[i] += gy[i] * xhat;
+        dxr[o + i] = gate_first ? dh * silu(z[o + i]) : dh;
+        dzr[o + i] = gate_first ? dh * x[o + i] * dsilu(z[o + i]) : dy[o + i] * xhat * we * dsilu(z[o + i]);
+      }
+    }
+  }
+  std::vector<float> y(R * H), rstd(R * G), dx(R * H), dz(R * H), dw(H);
+  fuselet_tensor tx = view(x.data(), {R, H}), tz = view(z.data(), {R, H}), tw = view(w.data(), {H}),
+                 ty = view(y.data(), {R, H}), tr = view(rstd.data(), {R, G}), tdy = view(dy.data(), {R, H}),
+                 tdx = view(dx.data(), {R, H}), tdz = view(dz.data(), {R, H}), tdw = view(dw.data(), {H});
+  const uint32_t flags = gate_first ? FUSELET_NORM_GATE_FIRST : 0;
+  const fuselet_status s1 = fuselet_gated_rms_norm_fwd(&tx, &tz, has_w ? &tw : nullptr, eps, S, flags, &ty, &tr);
+  const fuselet_status s2 = fuselet_gated_rms_norm_bwd(&tdy, &tx, &tz, has_w ? &tw : nullptr, &tr, S, flags, &tdx,
+                                                       &tdz, has_w ? &tdw : nullptr);
+  char name[128];
+  std::snprintf(name, sizeof(name), "gated_rms_norm R=%lld H=%lld S=%lld gate_first=%d w=%d",
+                static_cast<long long>(R), static_cast<long long>(H), static_cast<long long>(S), gate_first, has_w);
+  expect(s1 == FUSELET_OK && s2 == FUSELET_OK, std::string(name) + " status: " + fuselet_last_error());
+  const double tol_rows = 1e-4, tol_sum = 1e-4 * std::sqrt(double(R) + 1.0);
+  expect(max_err(y, yr) < tol_rows, std::string(name) + " y");
+  expect(max_err(rstd, rr) < tol_rows, std::string(name) + " rstd");
+  expect(max_err(dx, dxr) < tol_rows, std::string(name) + " dx");
+  expect(max_err(dz, dzr) < tol_rows, std::string(name) + " dz");
+  if (has_w) expect(max_err(dw, dwr) < tol_sum, std::string(name) + " dweight");
+}
+
+void check_gated_errors() {
+  float x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, w[4] = {1, 1, 1, 1}, y[8], r[4];
+  fuselet_tensor tx = view(x, {2, 4}), tw = view(w, {4}), ty = view(y, {2, 4}), tr = view(r, {2});
+  expect_error(fuselet_gated_rms_norm_fwd(&tx, &tx, &tw, 1e-6f, 3, 0, &ty, &tr),
+               "group_size: expected 0 (the whole row) or a divisor of 4 (the hidden size of x), got 3",
+               "gated: group_size 3 of 4");
+  expect_error(fuselet_gated_rms_norm_fwd(&tx, &tx, &tw, 1e-6f, -1, 0, &ty, &tr), "group_size: expected 0",
+               "gated: group_size -1");
+  fuselet_tensor tr4 = view(r, {4});
+  expect_error(fuselet_gated_rms_norm_fwd(&tx, &tx, &tw, 1e-6f, 0, 0, &ty, &tr4), "rstd: expected 2 elements",
+               "gated: rstd of one group per row");
+  expect(fuselet_gated_rms_norm_fwd(&tx, &tx, &tw, 1e-6f, 2, 0, &ty, &tr4) == FUSELET_OK,
+         "gated: rstd of two groups per row");
+  fuselet_tensor tz = view(x, {2, 2});
+  expect_error(fuselet_gated_rms_norm_fwd(&tx, &tz, &tw, 1e-6f, 0, 0, &ty, &tr), "z: expected 2 rows of 4 elements",
+               "gated: z shape");
+  expect_error(fuselet_gated_rms_norm_fwd(&tx, nullptr, &tw, 1e-6f, 0, 0, &ty, &tr), "z: expected a tensor",
+               "gated: NULL z");
+  expect_error(fuselet_rms_norm_fwd(&tx, &tw, 1e-5f, FUSELET_NORM_GATE_FIRST, &ty, &tr), "flags: unknown bits 0x2",
+               "rms_norm: FUSELET_NORM_GATE_FIRST is the gated norm's");
+  expect_error(fuselet_gated_rms_norm_fwd(&tx, &tx, &tw, 1e-6f, 0, 4, &ty, &tr),
+               "flags: unknown bits 0x4 (known: FUSELET_NORM_ZERO_CENTERED_GAMMA, FUSELET_NORM_GATE_FIRST)",
+               "gated: unknown flag");
+  float dx[8], dw[4];
+  fuselet_tensor tdx = view(dx, {2, 4}), tdw = view(dw, {4});
+  expect_error(fuselet_gated_rms_norm_bwd(&tx, &tx, &tx, &tw, &tr, 0, 0, &tdx, nullptr, &tdw), "dz: expected a tensor",
+               "gated bwd: NULL dz");
+  expect_error(fuselet_gated_rms_norm_bwd_check(&tx, &tx, &tx, &tw, &tr, 3, 0), "group_size: expected 0",
+               "gated bwd check: group_size");
+  fuselet_tensor nul = view(nullptr, {int64_t{1} << 40, 4}, {0, 1}), rn = view(nullptr, {int64_t{1} << 41}, {0});
+  expect(fuselet_gated_rms_norm_fwd_check(&nul, &nul, nullptr, 1e-6f, 2, FUSELET_NORM_GATE_FIRST) == FUSELET_OK,
+         "gated fwd check: stride-0 views");
+  expect(fuselet_gated_rms_norm_bwd_check(&nul, &nul, &nul, nullptr, &rn, 2, 0) == FUSELET_OK,
+         "gated bwd check: stride-0 views, two groups per row");
+  {  // 0 rows: the backward zeroes dweight
+    float dw0[4] = {9, 9, 9, 9};
+    fuselet_tensor e = view(nullptr, {0, 4}), er = view(nullptr, {0}), tdw0 = view(dw0, {4});
+    expect(fuselet_gated_rms_norm_bwd(&e, &e, &e, &tw, &er, 0, 0, &e, &e, &tdw0) == FUSELET_OK && dw0[3] == 0.f,
+           "gated: 0-row backward zeroes dweight");
+  }
+  if (!fuselet_has_cuda())
+    expect(fuselet_gated_rms_norm_fwd_cuda(&tx, &tx, &tw, 1e-6f, 0, 0, &ty, &tr, nullptr) == FUSELET_ERR_UNSUPPORTED,
+           "gated: CUDA entry point of a CPU-only build");
+}
+
 void check_errors() {
   float x[6] = {1, 2, 3, 4, 5, 6}, w[3] = {1, 1, 1}, y[6], r[2];
   fuselet_tensor tx = view(x, {2, 3}), tw = view(w, {3}), ty = view(y, {2, 3}), tr = view(r, {2});
@@ -418,7 +523,18 @@ int main() {
     expect_error(fuselet_add_rms_norm_fwd(&ta, &ta, &tw, 1e-5f, 0, &to, nullptr, &tr),
                  "residual_out: expected a tensor", "add_rms_norm NULL residual_out");
   }
+  for (bool gate_first : {false, true})
+    for (int64_t H : {1, 7, 128, 4097}) {
+      check_gated(1, H, 0, gate_first);
+      check_gated(37, H, 0, gate_first);
+    }
+  for (bool gate_first : {false, true}) {
+    check_gated(37, 256, 64, gate_first);  // Qwen3-Next's shape: groups of the head dim
+    check_gated(5, 12, 1, gate_first);     // one element per group
+    check_gated(19, 96, 32, gate_first, /*has_w=*/false);
+  }
   check_errors();
+  check_gated_errors();
   check_empty_batch();
   check_arg_checks();
   return fuselet_test::report();

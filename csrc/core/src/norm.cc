@@ -5,13 +5,14 @@
 #include <type_traits>
 
 #include "cpu_common.h"
+#include "cpu_math.h"
 #include "norm_check.h"
 #include "parallel.h"
 
 namespace fuselet {
 namespace {
 
-using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h)
+using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h, cpu_math.h)
 
 FUSELET_INLINE float sum_squares(const float* x, int64_t n) {
   return lane_reduce(n, [=](int64_t i) { return x[i] * x[i]; });
@@ -121,6 +122,7 @@ struct FwdRows {
 // dweight and dbias partial sums).
 template <typename T>
 struct BwdRows {
+  static constexpr int64_t kAcc = 3;
   static FUSELET_INLINE void run(const NormProblem* pp, float* task, int64_t r0, int64_t r1) {
     const NormProblem& p = *pp;
     const int64_t H = p.hidden;
@@ -162,6 +164,104 @@ struct BwdRows {
   }
 };
 
+// Gated RMSNorm: silu(z) and its derivative.
+FUSELET_INLINE float silu(float z) { return z * sigmoid_approx(z); }
+FUSELET_INLINE float dsilu(float z) {
+  const float s = sigmoid_approx(z);
+  return s * (1.f + z * (1.f - s));
+}
+
+// Rows [r0, r1) of the gated RMSNorm forward; task: 4H floats of scratch (x, z, the norm's
+// input h, weight). Each group of p.group elements has its own rstd.
+template <typename T>
+struct GatedFwdRows {
+  static FUSELET_INLINE void run(const NormProblem* pp, float* task, int64_t r0, int64_t r1) {
+    const NormProblem& p = *pp;
+    const int64_t H = p.hidden, S = p.group, G = H / S;
+    float* xbuf = task;
+    float* zbuf = xbuf + H;
+    float* hbuf = zbuf + H;
+    float* w = hbuf + H;
+    load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
+      const float* z = row_as_float(static_cast<const T*>(p.z) + r * p.z_stride, zbuf, H);
+      const float* h = x;
+      if (p.gate_first) {
+        for (int64_t i = 0; i < H; ++i) hbuf[i] = x[i] * silu(z[i]);
+        h = hbuf;
+      }
+      T* y = static_cast<T*>(p.y) + r * p.y_stride;
+      for (int64_t g = 0; g < G; ++g) {
+        const float* hg = h + g * S;
+        const float rstd = rstd_of(sum_squares(hg, S) / static_cast<float>(S), hg, S, 0.f, p.eps);
+        p.rstd[r * G + g] = rstd;
+        if (p.gate_first) {
+          for (int64_t i = g * S; i < (g + 1) * S; ++i) y[i] = from_float<T>(h[i] * rstd * w[i]);
+        } else {
+          for (int64_t i = g * S; i < (g + 1) * S; ++i) y[i] = from_float<T>(h[i] * rstd * w[i] * silu(z[i]));
+        }
+      }
+    }
+  }
+};
+
+// Rows [r0, r1) of the gated RMSNorm backward; task: 7H floats of scratch (x, z, dy, weight,
+// the norm's input h, its upstream gradient gy, and this task's dweight partial sums, at kAcc).
+template <typename T>
+struct GatedBwdRows {
+  static constexpr int64_t kAcc = 6;
+  static FUSELET_INLINE void run(const NormProblem* pp, float* task, int64_t r0, int64_t r1) {
+    const NormProblem& p = *pp;
+    const int64_t H = p.hidden, S = p.group, G = H / S;
+    const float inv_s = 1.f / static_cast<float>(S);
+    float* xbuf = task;
+    float* zbuf = xbuf + H;
+    float* dybuf = zbuf + H;
+    float* w = dybuf + H;
+    float* h = w + H;
+    float* gy = h + H;
+    float* dw = task + kAcc * H;
+    load_param(p.weight, p.param_dtype, H, p.w_offset, 1.f, w);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = row_as_float(static_cast<const T*>(p.x) + r * p.x_stride, xbuf, H);
+      const float* z = row_as_float(static_cast<const T*>(p.z) + r * p.z_stride, zbuf, H);
+      const float* dy = row_as_float(static_cast<const T*>(p.dy) + r * p.dy_stride, dybuf, H);
+      T* dx = static_cast<T*>(p.dx) + r * p.dx_stride;
+      T* dz = static_cast<T*>(p.dz) + r * p.dz_stride;
+      // The norm's input h and the gradient gy that reaches its output.
+      if (p.gate_first) {
+        for (int64_t i = 0; i < H; ++i) {
+          h[i] = x[i] * silu(z[i]);
+          gy[i] = dy[i];
+        }
+      } else {
+        for (int64_t i = 0; i < H; ++i) {
+          h[i] = x[i];
+          gy[i] = dy[i] * silu(z[i]);
+        }
+      }
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t i0 = g * S, i1 = i0 + S;
+        const float rstd = p.rstd[r * G + g];
+        const float c2 = sum_products(gy + i0, w + i0, h + i0, S, 0.f) * rstd * inv_s;
+        for (int64_t i = i0; i < i1; ++i) {
+          const float xhat = h[i] * rstd;
+          const float dh = rstd * (gy[i] * w[i] - xhat * c2);
+          dw[i] += gy[i] * xhat;
+          if (p.gate_first) {
+            dx[i] = from_float<T>(dh * silu(z[i]));
+            dz[i] = from_float<T>(dh * x[i] * dsilu(z[i]));
+          } else {
+            dx[i] = from_float<T>(dh);
+            dz[i] = from_float<T>(dy[i] * xhat * w[i] * dsilu(z[i]));
+          }
+        }
+      }
+    }
+  }
+};
+
 template <typename T>
 void norm_fwd(const NormProblem& p, Scratch& s) {
   const OutRows y{p.y, p.y_stride, p.hidden}, hout{p.res ? p.hout : nullptr, p.hout_stride, p.hidden};
@@ -169,21 +269,24 @@ void norm_fwd(const NormProblem& p, Scratch& s) {
                    [&](int64_t c, int64_t r0, int64_t r1) { run_best<FwdRows<T>>(&p, s.task(c), r0, r1); });
 }
 
-template <typename T>
+// The backward over the rows of Rows<T> (BwdRows, GatedBwdRows), whose tasks keep their dweight
+// and dbias partial sums at Rows<T>::kAcc * H and (kAcc + 1) * H of their scratch.
+template <template <typename> class Rows, typename T>
 void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
-  const int64_t H = p.hidden;
-  for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + 3 * H, s.task(c) + 5 * H, 0.f);
-  parallel_rows<T>(p.rows, row_grain(H), s.tasks, {{p.dx, p.dx_stride, H}},
-                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<BwdRows<T>>(&p, s.task(c), r0, r1); });
+  const int64_t H = p.hidden, acc = Rows<T>::kAcc * H;
+  for (int64_t c = 0; c < tasks; ++c) std::fill(s.task(c) + acc, s.task(c) + acc + 2 * H, 0.f);
+  const OutRows dx{p.dx, p.dx_stride, H}, dz{p.dz, p.dz_stride, H};
+  parallel_rows<T>(p.rows, row_grain(H), s.tasks, {dx, dz},
+                   [&](int64_t c, int64_t r0, int64_t r1) { run_best<Rows<T>>(&p, s.task(c), r0, r1); });
   // Sum the partials of every task, columns split across the pool,
   // into task 0's partials (in task order), then rounded to the parameter dtype.
   parallel_for(H, 4096, [&](int64_t, int64_t i0, int64_t i1) {
-    float* dw = s.task(0) + 3 * H;
-    float* db = s.task(0) + 4 * H;
+    float* dw = s.task(0) + acc;
+    float* db = s.task(0) + acc + H;
     for (int64_t i = i0; i < i1; ++i)
       for (int64_t c = 1; c < tasks; ++c) {
-        dw[i] += s.task(c)[3 * H + i];
-        db[i] += s.task(c)[4 * H + i];
+        dw[i] += s.task(c)[acc + i];
+        db[i] += s.task(c)[acc + H + i];
       }
     if (p.dweight) store_param(dw, p.param_dtype, i0, i1, p.dweight);
     if (p.dbias) store_param(db, p.param_dtype, i0, i1, p.dbias);
@@ -192,14 +295,27 @@ void norm_bwd(const NormProblem& p, Scratch& s, int64_t tasks) {
 
 fuselet_status run_fwd(const NormProblem& p) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
+  if (p.z != nullptr)
+    return with_scratch("x", tasks, 4, p.hidden, [&](Scratch& s) {
+      dispatch(p.dtype, [&](auto tag) {
+        using T = decltype(tag);
+        parallel_rows<T>(p.rows, row_grain(p.hidden), s.tasks, {{p.y, p.y_stride, p.hidden}},
+                         [&](int64_t c, int64_t r0, int64_t r1) { run_best<GatedFwdRows<T>>(&p, s.task(c), r0, r1); });
+      });
+    });
   return with_scratch("x", tasks, 3, p.hidden,
                       [&](Scratch& s) { dispatch(p.dtype, [&](auto tag) { norm_fwd<decltype(tag)>(p, s); }); });
 }
 
 fuselet_status run_bwd(const NormProblem& p) {
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.hidden));
-  return with_scratch("x", tasks, 5, p.hidden,
-                      [&](Scratch& s) { dispatch(p.dtype, [&](auto tag) { norm_bwd<decltype(tag)>(p, s, tasks); }); });
+  if (p.z != nullptr)
+    return with_scratch("x", tasks, GatedBwdRows<float>::kAcc + 2, p.hidden, [&](Scratch& s) {
+      dispatch(p.dtype, [&](auto tag) { norm_bwd<GatedBwdRows, decltype(tag)>(p, s, tasks); });
+    });
+  return with_scratch("x", tasks, BwdRows<float>::kAcc + 2, p.hidden, [&](Scratch& s) {
+    dispatch(p.dtype, [&](auto tag) { norm_bwd<BwdRows, decltype(tag)>(p, s, tasks); });
+  });
 }
 
 }  // namespace
@@ -276,6 +392,29 @@ fuselet_status fuselet_layer_norm_bwd(const fuselet_tensor* dy, const fuselet_te
   });
 }
 
+fuselet_status fuselet_gated_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* z,
+                                          const fuselet_tensor* weight, float eps, int64_t group_size, uint32_t flags,
+                                          fuselet_tensor* y, fuselet_tensor* rstd) {
+  return fuselet::guarded("fuselet_gated_rms_norm_fwd", [&] {
+    NormProblem p;
+    if (fuselet_status s = fuselet::check_gated_norm_fwd(x, z, weight, eps, group_size, flags, y, rstd, &p)) return s;
+    return fuselet::run_fwd(p);
+  });
+}
+
+fuselet_status fuselet_gated_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* z,
+                                          const fuselet_tensor* weight, const fuselet_tensor* rstd, int64_t group_size,
+                                          uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dz,
+                                          fuselet_tensor* dweight) {
+  return fuselet::guarded("fuselet_gated_rms_norm_bwd", [&] {
+    NormProblem p;
+    if (fuselet_status s =
+            fuselet::check_gated_norm_bwd(dy, x, z, weight, rstd, group_size, flags, dx, dz, dweight, &p))
+      return s;
+    return fuselet::run_bwd(p);
+  });
+}
+
 #ifndef FUSELET_WITH_CUDA
 // CPU-only builds: the CUDA entry points exist and say so.
 using fuselet::no_cuda;
@@ -306,6 +445,16 @@ fuselet_status fuselet_layer_norm_fwd_cuda(const fuselet_tensor*, const fuselet_
 fuselet_status fuselet_layer_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
                                            const fuselet_tensor*, const fuselet_tensor*, uint32_t, fuselet_tensor*,
                                            fuselet_tensor*, fuselet_tensor*, void*, size_t, void*) {
+  return no_cuda();
+}
+fuselet_status fuselet_gated_rms_norm_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                               float, int64_t, uint32_t, fuselet_tensor*, fuselet_tensor*, void*) {
+  return no_cuda();
+}
+fuselet_status fuselet_gated_rms_norm_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                               const fuselet_tensor*, const fuselet_tensor*, int64_t, uint32_t,
+                                               fuselet_tensor*, fuselet_tensor*, fuselet_tensor*, void*, size_t,
+                                               void*) {
   return no_cuda();
 }
 #endif

@@ -64,32 +64,50 @@ fuselet_status check_param(const fuselet_tensor* t, const char* name, const char
   return FUSELET_OK;
 }
 
-// flags: known bits only; zero-centered gamma needs a weight. Sets p->w_offset.
-fuselet_status check_flags(uint32_t flags, const fuselet_tensor* weight, NormProblem* p) {
-  if (flags & ~static_cast<uint32_t>(FUSELET_NORM_ZERO_CENTERED_GAMMA))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: unknown bits 0x%x (known: FUSELET_NORM_ZERO_CENTERED_GAMMA)",
-                static_cast<unsigned>(flags & ~static_cast<uint32_t>(FUSELET_NORM_ZERO_CENTERED_GAMMA)));
+// flags: known bits only (FUSELET_NORM_GATE_FIRST for the gated RMSNorm only); zero-centered
+// gamma needs a weight. Sets p->w_offset and p->gate_first.
+fuselet_status check_flags(uint32_t flags, const fuselet_tensor* weight, bool gated, NormProblem* p) {
+  const uint32_t known = static_cast<uint32_t>(FUSELET_NORM_ZERO_CENTERED_GAMMA) |
+                         (gated ? static_cast<uint32_t>(FUSELET_NORM_GATE_FIRST) : 0u);
+  if (flags & ~known)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: unknown bits 0x%x (known: FUSELET_NORM_ZERO_CENTERED_GAMMA%s)",
+                static_cast<unsigned>(flags & ~known), gated ? ", FUSELET_NORM_GATE_FIRST" : "");
   const bool zero_centered = flags & FUSELET_NORM_ZERO_CENTERED_GAMMA;
   if (zero_centered && weight == nullptr)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
   p->w_offset = zero_centered ? 1.f : 0.f;
+  p->gate_first = flags & FUSELET_NORM_GATE_FIRST;
   return FUSELET_OK;
 }
+
+// group_size: 0 (the whole row) or a divisor of the hidden size. Sets p->group.
+fuselet_status check_group(int64_t group_size, const char* xn, NormProblem* p) {
+  if (group_size < 0 || (group_size > 0 && p->hidden % group_size != 0))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "group_size: expected 0 (the whole row) or a divisor of %" PRId64
+                " (the hidden size of %s), got %" PRId64,
+                p->hidden, xn, group_size);
+  p->group = group_size > 0 ? group_size : p->hidden;
+  return FUSELET_OK;
+}
+
+// rstd: one float32 per group of each row.
+int64_t stat_count(const NormProblem& p) { return p.rows * (p.hidden / p.group); }
 
 // The inputs and options of a forward: x, weight, bias (NULL for RMSNorm), flags, eps. Sets
 // *pdtype as check_param does (-1: no parameter).
 fuselet_status fwd_inputs(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias, float eps,
-                          uint32_t flags, Layout layout, NormProblem* p, Rows* rx) {
+                          uint32_t flags, Layout layout, NormProblem* p, Rows* rx, bool gated = false) {
   if (fuselet_status s = check_x(x, "x", rx, layout)) return s;
   p->dtype = x->dtype;
   p->rows = rx->rows;
-  p->hidden = rx->hidden;
+  p->hidden = p->group = rx->hidden;
   int pdtype = -1;
   void* w = nullptr;
   if (fuselet_status s = check_param(weight, "weight", "x", x->dtype, rx->hidden, &pdtype, "", &w, layout)) return s;
   void* b = nullptr;
   if (fuselet_status s = check_param(bias, "bias", "x", x->dtype, rx->hidden, &pdtype, "weight", &b, layout)) return s;
-  if (fuselet_status s = check_flags(flags, weight, p)) return s;
+  if (fuselet_status s = check_flags(flags, weight, gated, p)) return s;
   p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
   if (!(std::isfinite(eps) && eps > 0.f))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "eps: expected a finite number > 0, got %g", static_cast<double>(eps));
@@ -110,7 +128,7 @@ fuselet_status fwd_outputs(const fuselet_tensor* x, const Rows& rx, fuselet_tens
   if (layer_norm)
     if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx.rows, &m)) return s;
   void* r = nullptr;
-  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx.rows, &r)) return s;
+  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, stat_count(*p), &r)) return s;
   p->y = ry.data;
   p->y_stride = ry.row_stride;
   p->mean = static_cast<float*>(m);
@@ -123,24 +141,26 @@ fuselet_status fwd_outputs(const fuselet_tensor* x, const Rows& rx, fuselet_tens
 fuselet_status bwd_inputs(const fuselet_tensor* dy, const fuselet_tensor* x, const char* xn,
                           const fuselet_tensor* weight, const fuselet_tensor* bias, const fuselet_tensor* mean,
                           const fuselet_tensor* rstd, uint32_t flags, bool layer_norm, Layout layout, NormProblem* p,
-                          Rows* rx, int* pdtype) {
+                          Rows* rx, int* pdtype, bool gated = false, int64_t group_size = 0) {
   Rows rdy;
   if (fuselet_status s = check_x(x, xn, rx, layout)) return s;
   p->dtype = x->dtype;
   p->rows = rx->rows;
-  p->hidden = rx->hidden;
+  p->hidden = p->group = rx->hidden;
   if (fuselet_status s = same_rows(dy, "dy", xn, *rx, x->dtype, &rdy, layout)) return s;
   *pdtype = -1;
   void* w = nullptr;
   if (fuselet_status s = check_param(weight, "weight", xn, x->dtype, rx->hidden, pdtype, "", &w, layout)) return s;
   void* b = nullptr;
   if (fuselet_status s = check_param(bias, "bias", xn, x->dtype, rx->hidden, pdtype, "weight", &b, layout)) return s;
-  if (fuselet_status s = check_flags(flags, weight, p)) return s;
+  if (fuselet_status s = check_flags(flags, weight, gated, p)) return s;
+  if (gated)
+    if (fuselet_status s = check_group(group_size, xn, p)) return s;
   void* m = nullptr;
   if (layer_norm)
     if (fuselet_status s = as_vector(mean, "mean", FUSELET_FLOAT32, rx->rows, &m, layout)) return s;
   void* r = nullptr;
-  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, rx->rows, &r, layout)) return s;
+  if (fuselet_status s = as_vector(rstd, "rstd", FUSELET_FLOAT32, stat_count(*p), &r, layout)) return s;
   p->param_dtype = *pdtype >= 0 ? static_cast<fuselet_dtype>(*pdtype) : x->dtype;
   p->x = rx->data;
   p->x_stride = rx->row_stride;
@@ -202,6 +222,33 @@ fuselet_status add_bwd_inputs(const fuselet_tensor* dy, const fuselet_tensor* dr
   return FUSELET_OK;
 }
 
+// The inputs and options of a gated RMSNorm forward.
+fuselet_status gated_fwd_inputs(const fuselet_tensor* x, const fuselet_tensor* z, const fuselet_tensor* weight,
+                                float eps, int64_t group_size, uint32_t flags, Layout layout, NormProblem* p,
+                                Rows* rx) {
+  if (fuselet_status s = fwd_inputs(x, weight, nullptr, eps, flags, layout, p, rx, true)) return s;
+  Rows rz;
+  if (fuselet_status s = same_rows(z, "z", "x", *rx, x->dtype, &rz, layout)) return s;
+  if (fuselet_status s = check_group(group_size, "x", p)) return s;
+  p->z = rz.data;
+  p->z_stride = rz.row_stride;
+  return FUSELET_OK;
+}
+
+// The inputs and options of a gated RMSNorm backward.
+fuselet_status gated_bwd_inputs(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* z,
+                                const fuselet_tensor* weight, const fuselet_tensor* rstd, int64_t group_size,
+                                uint32_t flags, Layout layout, NormProblem* p, Rows* rx, int* pdtype) {
+  if (fuselet_status s = bwd_inputs(dy, x, "x", weight, nullptr, nullptr, rstd, flags, false, layout, p, rx, pdtype,
+                                    true, group_size))
+    return s;
+  Rows rz;
+  if (fuselet_status s = same_rows(z, "z", "x", *rx, x->dtype, &rz, layout)) return s;
+  p->z = rz.data;
+  p->z_stride = rz.row_stride;
+  return FUSELET_OK;
+}
+
 }  // namespace
 
 fuselet_status check_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* weight, const fuselet_tensor* bias,
@@ -250,6 +297,30 @@ fuselet_status check_add_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor
     return s;
   if (fuselet_status s = bwd_outputs(residual_out, "residual_out", rx, weight, dx, dweight, nullptr, false, pdtype, p))
     return s;
+  return ok();
+}
+
+fuselet_status check_gated_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* z, const fuselet_tensor* weight,
+                                    float eps, int64_t group_size, uint32_t flags, fuselet_tensor* y,
+                                    fuselet_tensor* rstd, NormProblem* p) {
+  Rows rx;
+  if (fuselet_status s = gated_fwd_inputs(x, z, weight, eps, group_size, flags, Layout::kKernel, p, &rx)) return s;
+  if (fuselet_status s = fwd_outputs(x, rx, y, nullptr, rstd, false, p)) return s;
+  return ok();
+}
+
+fuselet_status check_gated_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* z,
+                                    const fuselet_tensor* weight, const fuselet_tensor* rstd, int64_t group_size,
+                                    uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dz, fuselet_tensor* dweight,
+                                    NormProblem* p) {
+  Rows rx, rdz;
+  int pdtype = -1;
+  if (fuselet_status s = gated_bwd_inputs(dy, x, z, weight, rstd, group_size, flags, Layout::kKernel, p, &rx, &pdtype))
+    return s;
+  if (fuselet_status s = bwd_outputs(x, "x", rx, weight, dx, dweight, nullptr, false, pdtype, p)) return s;
+  if (fuselet_status s = same_rows(dz, "dz", "x", rx, x->dtype, &rdz)) return s;
+  p->dz = rdz.data;
+  p->dz_stride = rdz.row_stride;
   return ok();
 }
 
@@ -327,6 +398,32 @@ fuselet_status fuselet_add_rms_norm_bwd_check(const fuselet_tensor* dy, const fu
     int pdtype;
     if (fuselet_status s = fuselet::add_bwd_inputs(dy, dresidual_out, residual_out, weight, rstd, flags, Layout::kAny,
                                                    &p, &rx, &pdtype))
+      return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_gated_rms_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* z,
+                                                const fuselet_tensor* weight, float eps, int64_t group_size,
+                                                uint32_t flags) {
+  return fuselet::guarded("fuselet_gated_rms_norm_fwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    if (fuselet_status s = fuselet::gated_fwd_inputs(x, z, weight, eps, group_size, flags, Layout::kAny, &p, &rx))
+      return s;
+    return fuselet::ok();
+  });
+}
+
+fuselet_status fuselet_gated_rms_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                const fuselet_tensor* z, const fuselet_tensor* weight,
+                                                const fuselet_tensor* rstd, int64_t group_size, uint32_t flags) {
+  return fuselet::guarded("fuselet_gated_rms_norm_bwd_check", [&] {
+    NormProblem p;
+    Rows rx;
+    int pdtype;
+    if (fuselet_status s =
+            fuselet::gated_bwd_inputs(dy, x, z, weight, rstd, group_size, flags, Layout::kAny, &p, &rx, &pdtype))
       return s;
     return fuselet::ok();
   });

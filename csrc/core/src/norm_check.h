@@ -32,6 +32,15 @@ struct NormProblem {
   void* hout = nullptr;       int64_t hout_stride = 0;
   const void* dres = nullptr; int64_t dres_stride = 0;
   // clang-format on
+  // Gated RMSNorm: the gate z (and its gradient dz in the backward), rows normalized in groups
+  // of `group` elements (rstd: one per group), the gate applied first (FUSELET_NORM_GATE_FIRST).
+  // z and dz are null otherwise, and `group` is the hidden size.
+  // clang-format off: each data pointer beside its strides
+  const void* z = nullptr;  int64_t z_stride = 0;
+  void* dz = nullptr;       int64_t dz_stride = 0;
+  // clang-format on
+  int64_t group = 0;
+  bool gate_first = false;
 };
 
 // Checks a forward call. bias and mean are null for RMSNorm.
@@ -55,5 +64,16 @@ fuselet_status check_add_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor
                                   const fuselet_tensor* residual_out, const fuselet_tensor* weight,
                                   const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                   fuselet_tensor* dweight, NormProblem* p);
+
+// Checks a gated RMSNorm forward (z: rows like x; rstd: rows * hidden / group elements).
+fuselet_status check_gated_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* z, const fuselet_tensor* weight,
+                                    float eps, int64_t group_size, uint32_t flags, fuselet_tensor* y,
+                                    fuselet_tensor* rstd, NormProblem* p);
+
+// Checks a gated RMSNorm backward.
+fuselet_status check_gated_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_tensor* z,
+                                    const fuselet_tensor* weight, const fuselet_tensor* rstd, int64_t group_size,
+                                    uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dz, fuselet_tensor* dweight,
+                                    NormProblem* p);
 
 }  // namespace fuselet

@@ -34,6 +34,19 @@
  * Backward, with dh_out = d(residual_out) from whatever consumes the residual stream:
  *   dx_r = RMSNorm backward of dy_r at h_r  +  dh_out_r   (= d(residual)_r: both inputs get it)
  *   dweight = sum_r dy_r * h_r * rstd_r
+ * Gated RMSNorm (Qwen3-Next's and Qwen3.5's RMSNormGated, Mamba2's, FLA's FusedRMSNormGated),
+ * with a gate z of x's shape and dtype, each row normalized in groups of S = group_size
+ * elements (0: one group of H; S must divide H; G = H / S groups per row), s = silu(z):
+ *   y_r = RMSNorm_groups(x_r) * s_r                    (default: normalize, then gate)
+ *   y_r = RMSNorm_groups(x_r * s_r)                    (FUSELET_NORM_GATE_FIRST: Mamba2's
+ *                                                      norm_before_gate=False)
+ * where RMSNorm_groups scales each group of a row by its own rstd (over its S elements) and then
+ * by w, as RMSNorm above. rstd is float32 with R * G elements: row r's groups at r * G.
+ * Backward: the RMSNorm backward per group (mean over the group's S elements) of
+ * dn = dy * s (normalize then gate; dz = dy * n * silu'(z), n the normalized, weighted x)
+ * or of dy at h = x * s (gate first; dx = dh * s, dz = dh * x * silu'(z)); dweight sums
+ * dn * xhat (or dy * xhat) over the rows.
+ *
  * With R == 0 the forward writes nothing and the backward writes zeros to dweight/dbias.
  *
  * Host entry points take host pointers and run on the calling thread plus fuselet's own
@@ -51,7 +64,8 @@ extern "C" {
 
 /* Options of the normalization entry points, combined with bitwise OR. */
 typedef enum fuselet_norm_flags {
-  FUSELET_NORM_ZERO_CENTERED_GAMMA = 1 /* scale by (1 + weight) (needs a weight) */
+  FUSELET_NORM_ZERO_CENTERED_GAMMA = 1, /* scale by (1 + weight) (needs a weight) */
+  FUSELET_NORM_GATE_FIRST = 2           /* gated RMSNorm only: normalize x * silu(z) */
 } fuselet_norm_flags;
 
 /* RMSNorm forward. In: x [..., H], weight [H] or NULL, eps, flags.
@@ -94,6 +108,19 @@ FUSELET_API fuselet_status fuselet_add_rms_norm_bwd(const fuselet_tensor* dy, co
                                                     const fuselet_tensor* rstd, uint32_t flags, fuselet_tensor* dx,
                                                     fuselet_tensor* dweight);
 
+/* Gated RMSNorm forward. In: x [..., H], z [..., H] (the gate), weight [H] or NULL, eps,
+ * group_size (0 or a divisor of H), flags. Out: y [..., H], rstd [R * G] (float32). */
+FUSELET_API fuselet_status fuselet_gated_rms_norm_fwd(const fuselet_tensor* x, const fuselet_tensor* z,
+                                                      const fuselet_tensor* weight, float eps, int64_t group_size,
+                                                      uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd);
+
+/* Gated RMSNorm backward. In: dy, x, z [..., H], weight [H] or NULL, rstd [R * G] from the
+ * forward, group_size, flags. Out: dx, dz [..., H], dweight [H] (NULL exactly when weight is). */
+FUSELET_API fuselet_status fuselet_gated_rms_norm_bwd(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                      const fuselet_tensor* z, const fuselet_tensor* weight,
+                                                      const fuselet_tensor* rstd, int64_t group_size, uint32_t flags,
+                                                      fuselet_tensor* dx, fuselet_tensor* dz, fuselet_tensor* dweight);
+
 /*
  * The checks of the inputs and options of each entry point above, host and `_cuda` alike, on
  * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions). The
@@ -118,6 +145,13 @@ FUSELET_API fuselet_status fuselet_add_rms_norm_bwd_check(const fuselet_tensor* 
                                                           const fuselet_tensor* residual_out,
                                                           const fuselet_tensor* weight, const fuselet_tensor* rstd,
                                                           uint32_t flags);
+FUSELET_API fuselet_status fuselet_gated_rms_norm_fwd_check(const fuselet_tensor* x, const fuselet_tensor* z,
+                                                            const fuselet_tensor* weight, float eps,
+                                                            int64_t group_size, uint32_t flags);
+FUSELET_API fuselet_status fuselet_gated_rms_norm_bwd_check(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                            const fuselet_tensor* z, const fuselet_tensor* weight,
+                                                            const fuselet_tensor* rstd, int64_t group_size,
+                                                            uint32_t flags);
 
 /*
  * Bytes of device workspace the `_cuda` backward entry points need for R rows of H
@@ -154,6 +188,17 @@ FUSELET_API fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* d
                                                          const fuselet_tensor* weight, const fuselet_tensor* rstd,
                                                          uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dweight,
                                                          void* workspace, size_t workspace_bytes, void* stream);
+
+FUSELET_API fuselet_status fuselet_gated_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* z,
+                                                           const fuselet_tensor* weight, float eps, int64_t group_size,
+                                                           uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd,
+                                                           void* stream);
+FUSELET_API fuselet_status fuselet_gated_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                                           const fuselet_tensor* z, const fuselet_tensor* weight,
+                                                           const fuselet_tensor* rstd, int64_t group_size,
+                                                           uint32_t flags, fuselet_tensor* dx, fuselet_tensor* dz,
+                                                           fuselet_tensor* dweight, void* workspace,
+                                                           size_t workspace_bytes, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */
