@@ -166,6 +166,9 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
         out = x + residual
         return F.rms_norm(out, (H,), weight, 1e-6), out
 
+    def gated_unfused(x, z, weight):  # Qwen3-Next's RMSNormGated, as transformers writes it
+        return (F.rms_norm(x, (H,), weight, 1e-6) * F.silu(z.float())).to(x.dtype)
+
     def glu(act):
         def f(x):
             g, u = x.chunk(2, -1)
@@ -214,6 +217,14 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
             lambda: dict(x=t(ROWS, H), residual=t(ROWS, H), weight=t(H)),
             lambda x, residual, weight: ft.add_rms_norm(x, residual, weight),
             add_rms_unfused,
+        ),
+        (
+            "gated_rms_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), z=t(ROWS, H), weight=t(H)),
+            lambda x, z, weight: ft.gated_rms_norm(x, z, weight),
+            gated_unfused,
         ),
         ("swiglu", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)), ft.swiglu, glu(F.silu)),
         (
@@ -325,6 +336,9 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
         out = x + residual
         return rms(out, weight), out
 
+    def gated_unfused(x, z, weight):
+        return (rms(x, weight) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
+
     def glu(act):
         def f(x):
             g, u = jnp.split(x, 2, axis=-1)
@@ -388,6 +402,15 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
             ("x", "residual", "weight"),
             fj.add_rms_norm,
             add_rms_unfused,
+        ),
+        (
+            "gated_rms_norm",
+            _shape(ROWS, H),
+            "elem",
+            lambda: dict(x=t(ROWS, H), z=t(ROWS, H), weight=t(H)),
+            ("x", "z", "weight"),
+            fj.gated_rms_norm,
+            gated_unfused,
         ),
         ("swiglu", _shape(ROWS, 2 * H), "elem", lambda: dict(x=t(ROWS, 2 * H)), ("x",), fj.swiglu, glu(jax.nn.silu)),
         (

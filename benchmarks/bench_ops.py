@@ -28,18 +28,20 @@ from bench_norm import median_seconds
 SHAPES_CPU = [(1024, 1024), (4096, 4096)]
 SHAPES_GPU = [(8192, 4096), (16384, 8192)]
 FAMILIES = {
-    "add_norm": ("add_rms_norm",),
+    "add_norm": ("add_rms_norm", "gated_rms_norm"),
     "glu": ("swiglu", "geglu", "clamped_swiglu"),
     "softmax": ("softmax", "softmax_causal"),
     "divergence": ("kl_div", "jsd", "tvd"),
 }
 # Bytes each pass reads and writes, in tensors of the size of x (fwd, fwd+bwd); x.clone() moves 2.
 # add_rms_norm: x, residual -> y, residual_out; then dy, d(residual_out), residual_out -> dx (= dresidual).
+# gated_rms_norm: x, z -> y; then dy, x, z -> dx, dz.
 # GLUs: x -> y (half of x); then x, dy -> dx. softmax: x -> y; then y, dy -> dx. cross_entropy: the logits
 # -> a loss per row; then the logits -> dlogits. Divergences: input, target -> a loss per row; then input,
 # target -> dinput.
 TRAFFIC = {
     "add_rms_norm": (4, 8),
+    "gated_rms_norm": (3, 8),
     "swiglu": (1.5, 4),
     "geglu": (1.5, 4),
     "clamped_swiglu": (1.5, 4),
@@ -110,6 +112,15 @@ def torch_cases(ops, shape, dtype, device):
             return F.rms_norm(res, (h,), w, 1e-6), res
 
         out["add_rms_norm"] = ((x, r, w), lambda x=x, r=r, w=w: ft.add_rms_norm(x, r, w, 1e-6), unfused)
+    if "gated_rms_norm" in ops:  # Qwen3-Next's gated norm over groups of 128 (its head dim)
+        x, z, w = t(rows, h), t(rows, h), t(h)
+
+        def unfused_gated(x=x, z=z, w=w):
+            g = x.float().unflatten(-1, (-1, 128))
+            n = (g * torch.rsqrt(g.square().mean(-1, keepdim=True) + 1e-6)).flatten(-2)
+            return (w * n.to(x.dtype) * F.silu(z.float())).to(x.dtype)
+
+        out["gated_rms_norm"] = ((x, z, w), lambda x=x, z=z, w=w: ft.gated_rms_norm(x, z, w, 1e-6, 128), unfused_gated)
     for op, fused, act in (("swiglu", ft.swiglu, F.silu), ("geglu", ft.geglu, F.gelu)):
         if op in ops:
             x = t(rows, h)
@@ -265,6 +276,19 @@ def jax_cases(ops, shape, dtype, dev):
             (t(0, rows, h), t(1, rows, h), t(2, h)),
             lambda x, r, w: fj.add_rms_norm(x, r, w, 1e-6),
             unfused_add,
+        )
+
+    if "gated_rms_norm" in ops:
+
+        def unfused_gated(x, z, w):
+            g = x.astype(jnp.float32).reshape(*x.shape[:-1], -1, 128)
+            n = (g * jax.lax.rsqrt(jnp.mean(g * g, -1, keepdims=True) + 1e-6)).reshape(x.shape)
+            return (w * n.astype(x.dtype) * jax.nn.silu(z.astype(jnp.float32))).astype(x.dtype)
+
+        out["gated_rms_norm"] = (
+            (t(0, rows, h), t(1, rows, h), t(2, h)),
+            lambda x, z, w: fj.gated_rms_norm(x, z, w, 1e-6, 128),
+            unfused_gated,
         )
 
     def glu(act):

@@ -132,6 +132,41 @@ def add_rms_norm_bwd(dy, dresidual_out, residual_out, weight, eps, zero_centered
     return dx + to_float64(dresidual_out), dweight
 
 
+def _groups(a, group_size):
+    """[..., H] -> [..., G, S] (group_size None or 0: one group)."""
+    size = group_size or a.shape[-1]
+    return a.reshape(*a.shape[:-1], a.shape[-1] // size, size)
+
+
+def gated_rms_norm_fwd(x, z, weight, eps, group_size=None, norm_before_gate=True, zero_centered=False):
+    """-> y [..., H], rstd [..., G]: rms_norm per group of x (or of x * silu(z)) times silu(z)."""
+    x, z = to_float64(x), to_float64(z)
+    gate = z / (1.0 + np.exp(-z))
+    h = _groups(x if norm_before_gate else x * gate, group_size)
+    rstd = 1.0 / np.sqrt(np.mean(h * h, axis=-1) + _eps(eps))
+    y = (h * rstd[..., None]).reshape(x.shape) * _scale(weight, x.shape, zero_centered)
+    return (y * gate if norm_before_gate else y), rstd
+
+
+def gated_rms_norm_bwd(dy, x, z, weight, eps, group_size=None, norm_before_gate=True, zero_centered=False):
+    """-> dx, dz [..., H], dweight [H] (None without weight)."""
+    dy, x, z = to_float64(dy), to_float64(x), to_float64(z)
+    sig = 1.0 / (1.0 + np.exp(-z))
+    gate, dgate = z * sig, sig * (1.0 + z * (1.0 - sig))
+    h = x if norm_before_gate else x * gate
+    _, rstd = gated_rms_norm_fwd(x, z, None, eps, group_size, norm_before_gate)
+    scale = _scale(weight, x.shape, zero_centered)
+    xhat = (_groups(h, group_size) * rstd[..., None]).reshape(x.shape)
+    gy = dy * gate if norm_before_gate else dy
+    g = _groups(gy * scale, group_size)
+    xg = _groups(xhat, group_size)
+    dh = (rstd[..., None] * (g - xg * np.mean(g * xg, axis=-1, keepdims=True))).reshape(x.shape)
+    dweight = None if weight is None else (gy * xhat).reshape(-1, x.shape[-1]).sum(axis=0)
+    if norm_before_gate:
+        return dh, dy * xhat * scale * dgate, dweight
+    return dh * gate, dh * x * dgate, dweight
+
+
 _ERF = np.vectorize(math.erf, otypes=[np.float64])
 GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 

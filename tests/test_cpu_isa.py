@@ -51,6 +51,10 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
     elif op == "add_rms_norm":
         y, h = ft.add_rms_norm(x, t["bias"].detach().expand_as(x).contiguous().requires_grad_(True), w, 1e-6)
         y = y + h
+    elif op.startswith("gated_rms_norm"):  # the gate: the bias values broadcast over the rows; groups of half a row
+        z = t["bias"].detach().expand_as(x).contiguous().requires_grad_(True)
+        y = ft.gated_rms_norm(x, z, w, 1e-6, shape[-1] // 2, norm_before_gate=op == "gated_rms_norm")
+        b = z
     elif op.startswith("rope"):  # x [1, S = rows, 1, H], tables [S, H - 2] in float32: partial rotary
         rng = np.random.default_rng(2)
         cos, sin = (torch.from_numpy(rng.uniform(-1, 1, (shape[0], shape[1] - 2)).astype(np.float32)) for _ in range(2))
@@ -96,6 +100,8 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
         "rms_norm",
         "layer_norm",
         "add_rms_norm",
+        "gated_rms_norm",
+        "gated_rms_norm_gate_first",
         "swiglu",
         "clamped_swiglu",
         "softmax",

@@ -63,6 +63,7 @@ RAW = {
     "rms_norm": ("rms_norm_fwd", None),
     "layer_norm": ("layer_norm_fwd", None),
     "add_rms_norm": ("add_rms_norm_fwd", None),
+    "gated_rms_norm": ("gated_rms_norm_fwd", lambda args: {**args, "group_size": args.get("group_size") or 0}),
     "cross_entropy": ("cross_entropy_fwd", _softcap_as_op),
     "cross_entropy.fwd_bwd": ("cross_entropy_fwd_bwd", _softcap_as_op),
     "swiglu": ("swiglu_fwd", None),

@@ -112,6 +112,42 @@ Error AddRmsNormBwd(Where at, AnyBuffer dy, AnyBuffer dresidual_out, AnyBuffer r
       });
 }
 
+Error GatedRmsNormFwd(Where at, AnyBuffer x, AnyBuffer z, AnyBuffer weight, float eps, int64_t group_size,
+                      int32_t flags, Result<AnyBuffer> y, Result<AnyBuffer> rstd) {
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vz, z, "z");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vy, *y, "y");
+  FUSELET_JAX_VIEW(vr, *rstd, "rstd");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  return run_on(
+      at, [&] { return fuselet_gated_rms_norm_fwd(&vx, &vz, param(&vw), eps, group_size, f, &vy, &vr); },
+      [&](void* s) { return fuselet_gated_rms_norm_fwd_cuda(&vx, &vz, param(&vw), eps, group_size, f, &vy, &vr, s); });
+}
+
+Error GatedRmsNormBwd(Where at, AnyBuffer dy, AnyBuffer x, AnyBuffer z, AnyBuffer weight, AnyBuffer rstd,
+                      int64_t group_size, int32_t flags, Result<AnyBuffer> dx, Result<AnyBuffer> dz,
+                      Result<AnyBuffer> dweight, Result<AnyBuffer> ws) {
+  FUSELET_JAX_VIEW(vdy, dy, "dy");
+  FUSELET_JAX_VIEW(vx, x, "x");
+  FUSELET_JAX_VIEW(vz, z, "z");
+  FUSELET_JAX_VIEW(vw, weight, "weight");
+  FUSELET_JAX_VIEW(vr, rstd, "rstd");
+  FUSELET_JAX_VIEW(vdx, *dx, "dx");
+  FUSELET_JAX_VIEW(vdz, *dz, "dz");
+  FUSELET_JAX_VIEW(vdw, *dweight, "dweight");
+  const uint32_t f = static_cast<uint32_t>(flags);
+  return run_on(
+      at,
+      [&] {
+        return fuselet_gated_rms_norm_bwd(&vdy, &vx, &vz, param(&vw), &vr, group_size, f, &vdx, &vdz, param(&vdw));
+      },
+      [&](void* s) {
+        return fuselet_gated_rms_norm_bwd_cuda(&vdy, &vx, &vz, param(&vw), &vr, group_size, f, &vdx, &vdz, param(&vdw),
+                                               ws->untyped_data(), ws->size_bytes(), s);
+      });
+}
+
 }  // namespace
 }  // namespace fuselet_jax
 
@@ -122,3 +158,5 @@ FUSELET_JAX_HANDLERS(layer_norm_fwd, fuselet_jax::LayerNormFwd, "eps", "flags")
 FUSELET_JAX_HANDLERS(layer_norm_bwd, fuselet_jax::LayerNormBwd, "flags")
 FUSELET_JAX_HANDLERS(add_rms_norm_fwd, fuselet_jax::AddRmsNormFwd, "eps", "flags")
 FUSELET_JAX_HANDLERS(add_rms_norm_bwd, fuselet_jax::AddRmsNormBwd, "flags")
+FUSELET_JAX_HANDLERS(gated_rms_norm_fwd, fuselet_jax::GatedRmsNormFwd, "eps", "group_size", "flags")
+FUSELET_JAX_HANDLERS(gated_rms_norm_bwd, fuselet_jax::GatedRmsNormBwd, "group_size", "flags")

@@ -26,6 +26,14 @@ FUSELET_TORCH_LIBRARY(m) {
   m.def(
       "add_rms_norm_bwd(Tensor dy, Tensor dresidual_out, Tensor residual_out, Tensor? weight, Tensor rstd,"
       " bool zero_centered_gamma=False) -> (Tensor dx, Tensor dweight)");
+  // Gated RMSNorm: y = rms_norm(x) * silu(z) per group of group_size elements (0: the row), or
+  // rms_norm(x * silu(z)) when not norm_before_gate (Mamba2's); rstd [..., H / group_size].
+  m.def(
+      "gated_rms_norm_fwd(Tensor x, Tensor z, Tensor? weight, float eps, int group_size=0, bool norm_before_gate=True,"
+      " bool zero_centered_gamma=False) -> (Tensor y, Tensor rstd)");
+  m.def(
+      "gated_rms_norm_bwd(Tensor dy, Tensor x, Tensor z, Tensor? weight, Tensor rstd, int group_size=0,"
+      " bool norm_before_gate=True, bool zero_centered_gamma=False) -> (Tensor dx, Tensor dz, Tensor dweight)");
   // Gated linear units (glu.cpp): math in csrc/core/include/fuselet/glu.h. x [..., 2F] = [gate, up],
   // y [..., F]; approximate: "none" (erf) or "tanh"; clamped_swiglu: GPT-OSS's (alpha, limit; x
   // interleaved [g0, u0, g1, u1, ...] when asked).

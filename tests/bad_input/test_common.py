@@ -38,6 +38,7 @@ def test_more_dimensions_than_the_kernels_take(api, op):
 JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
     "rms_norm": (lambda fj, a: fj.rms_norm(a["x"], a["weight"]), {"x": (2, 4), "weight": (4,)}),
     "add_rms_norm": (lambda fj, a: fj.add_rms_norm(a["x"], a["residual"]), {"x": (2, 4), "residual": (2, 4)}),
+    "gated_rms_norm": (lambda fj, a: fj.gated_rms_norm(a["x"], a["z"], a["weight"]), {"x": (2, 4), "z": (2, 4), "weight": (4,)}),
     "swiglu": (lambda fj, a: fj.swiglu(a["x"]), {"x": (2, 4)}),
     "clamped_swiglu": (lambda fj, a: fj.clamped_swiglu(a["x"], interleaved=True), {"x": (2, 4)}),
     "softmax": (lambda fj, a: fj.softmax(a["x"]), {"x": (2, 4)}),
@@ -84,7 +85,7 @@ def test_jax_given_a_torch_tensor(op, argument):
     arrays = {n: api.array(s, dtypes[n]) for n, s in shapes.items()}
     torch_dtype = {"int32": torch.int64, "bool": torch.bool, "float32": torch.float32}[dtypes[argument]]
     arrays[argument] = torch.zeros(shapes[argument], dtype=torch_dtype)
-    optional = " or None" if (op, argument) in (("rms_norm", "weight"), ("jsd", "labels")) else ""
+    optional = " or None" if (op, argument) in (("rms_norm", "weight"), ("gated_rms_norm", "weight"), ("jsd", "labels")) else ""
     with raises(TypeError, f"{argument}: expected a jax.Array{optional}, got torch.Tensor"):
         call(fj, arrays)
 
@@ -110,6 +111,9 @@ def _bad_op_calls(torch):
         (ValueError, "mean: expected", "layer_norm_bwd", (x, x, w, w, f(3), r)),
         (ValueError, "residual: expected", "add_rms_norm_fwd", (x, f(2, 3), w, 1e-6)),
         (ValueError, "dresidual_out: expected", "add_rms_norm_bwd", (x, f(2, 3), x, w, r)),
+        (ValueError, "z: expected 2 rows of 4", "gated_rms_norm_fwd", (x, f(2, 3), w, 1e-6)),
+        (ValueError, "group_size: expected 0 (the whole row) or a divisor of 4", "gated_rms_norm_fwd", (x, x, w, 1e-6, 3)),
+        (ValueError, "rstd: expected 4 elements", "gated_rms_norm_bwd", (x, x, x, w, r, 2)),
         (ValueError, "x: expected an even last dimension > 0", "swiglu_fwd", (f(2, 5),)),
         (ValueError, "dy: expected", "swiglu_bwd", (x, x)),
         (ValueError, "approximate: expected 'none' or 'tanh'", "geglu_fwd", (x, "fast")),
@@ -203,6 +207,8 @@ def _mixed_calls(torch):
         ("bias", "x", "layer_norm_bwd", (x, x, w, w, r, r)),
         ("residual", "x", "add_rms_norm_fwd", (x, x, w, 1e-6)),
         ("weight", "residual_out", "add_rms_norm_bwd", (x, x, x, w, r)),
+        ("z", "x", "gated_rms_norm_fwd", (x, x, w, 1e-6)),
+        ("rstd", "x", "gated_rms_norm_bwd", (x, x, x, w, r)),
         ("dy", "x", "swiglu_bwd", (f(2, 2), x)),
         ("dy", "x", "geglu_bwd", (f(2, 2), x, "none")),
         ("dy", "x", "clamped_swiglu_bwd", (f(2, 2), x, 1.702, 7.0, True)),

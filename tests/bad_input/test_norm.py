@@ -1,5 +1,5 @@
-"""Bad input to the norms (rms_norm, layer_norm, add_rms_norm): both layers' entry points and
-the registered torch ops."""
+"""Bad input to the norms (rms_norm, layer_norm, add_rms_norm, gated_rms_norm): both layers'
+entry points and the registered torch ops."""
 
 from __future__ import annotations
 
@@ -202,3 +202,26 @@ def test_torch_op_direct_add_rms_norm(torch):
         torch.ops.fuselet.add_rms_norm_bwd(
             torch.ones(2, 4), torch.ones(2, 4, dtype=torch.bfloat16), torch.ones(2, 4), torch.ones(4), torch.ones(2)
         )
+
+
+@pytest.mark.parametrize("group_size", [3, 0, -4, 8])
+def test_gated_group_size_not_a_divisor(api, group_size):
+    """None is the whole row; 0 is the raw ops' word for it, not the public functions'."""
+    message = f"group_size: expected None (the whole row) or a divisor of 4 (the hidden size of x), got {group_size}"
+    with raises(ValueError, message):
+        api.module.gated_rms_norm(api.array((2, 4)), api.array((2, 4)), group_size=group_size)
+
+
+def test_gated_gate_shape(api):
+    with raises(ValueError, "z: expected shape (2, 4) (the shape of x), got (4,)"):
+        api.module.gated_rms_norm(api.array((2, 4)), api.array((4,)))
+
+
+def test_gated_gate_dtype(api):
+    with raises(TypeError, "z: expected dtype bfloat16 (the dtype of x), got float32"):
+        api.module.gated_rms_norm(api.array((2, 4), "bfloat16"), api.array((2, 4)))
+
+
+def test_gated_norm_before_gate_not_bool(api):
+    with raises(TypeError, "norm_before_gate: expected a bool, got str"):
+        api.module.gated_rms_norm(api.array((2, 4)), api.array((2, 4)), norm_before_gate="after")

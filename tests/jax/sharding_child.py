@@ -102,16 +102,21 @@ def add_rms_fn(x, r, w):
     return y + h
 
 
-def add_rms_case(mesh, spec, shape, shard_map=False) -> dict:
-    """fj.add_rms_norm with x and residual sharded alike (jit, or shard_map over the rows)."""
+def gated_fn(x, z, w):
+    return fj.gated_rms_norm(x, z, w, group_size=16)
+
+
+def pair_case(fn, mesh, spec, shape, shard_map=False) -> dict:
+    """fn(x, r, w) (fj.add_rms_norm: r the residual; fj.gated_rms_norm: r the gate) with x and r
+    sharded alike (jit, or shard_map over the rows)."""
     x, w, _, dy = inputs(shape, "float32", "float32")
     r = x[::-1] * 0.5
-    g = jax.grad(lambda x, r, w, dy: jnp.sum(add_rms_fn(x, r, w) * dy), argnums=(0, 1, 2))
-    expected = add_rms_fn(x, r, w), g(x, r, w, dy)
+    g = jax.grad(lambda x, r, w, dy: jnp.sum(fn(x, r, w) * dy), argnums=(0, 1, 2))
+    expected = fn(x, r, w), g(x, r, w, dy)
     sharded = NamedSharding(mesh, spec)
-    f = add_rms_fn
+    f = fn
     if shard_map:
-        f = jax.shard_map(add_rms_fn, mesh=mesh, in_specs=(spec, spec, P()), out_specs=spec)
+        f = jax.shard_map(fn, mesh=mesh, in_specs=(spec, spec, P()), out_specs=spec)
         g = jax.grad(lambda x, r, w, dy: jnp.sum(f(x, r, w) * dy), argnums=(0, 1, 2))
     args = (jax.device_put(x, sharded), jax.device_put(r, sharded), jax.device_put(w, NamedSharding(mesh, P())))
     return measure(f, g, args, jax.device_put(dy, sharded), sharded, expected)
@@ -270,9 +275,10 @@ def main():
         out[f"{norm}/rows_and_hidden"] = jit_case(norm, mesh2, P("a", "b"), (16, 64))
         out[f"{norm}/shard_map"] = shard_map_case(norm, mesh, (16, 64))
         out[f"{norm}/eager_uncommitted_params"] = eager_case(norm, mesh, (16, 64))
-    out["add_rms_norm/rows"] = add_rms_case(mesh, P("data", None), (16, 64))
-    out["add_rms_norm/rows_2d_mesh"] = add_rms_case(mesh2, P("a", "b", None), (4, 8, 64))
-    out["add_rms_norm/shard_map"] = add_rms_case(mesh, P("data", None), (16, 64), shard_map=True)
+    for name, fn in (("add_rms_norm", add_rms_fn), ("gated_rms_norm", gated_fn)):
+        out[f"{name}/rows"] = pair_case(fn, mesh, P("data", None), (16, 64))
+        out[f"{name}/rows_2d_mesh"] = pair_case(fn, mesh2, P("a", "b", None), (4, 8, 64))
+        out[f"{name}/shard_map"] = pair_case(fn, mesh, P("data", None), (16, 64), shard_map=True)
     out["swiglu/rows"] = glu_case(mesh, P("data", None), (16, 64))
     out["swiglu/rows_2d_mesh"] = glu_case(mesh2, P("a", "b", None), (4, 8, 64))
     out["swiglu/shard_map"] = glu_case(mesh, P("data", None), (16, 64), shard_map=True)

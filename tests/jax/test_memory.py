@@ -37,6 +37,8 @@ def expected(dt: str) -> dict:
         ],  # + mean, rstd
         # weight, residual_out (its own second output), rstd
         "add_rms_norm": [("weight", (H,), dt), ("output", (ROWS, H), dt), ("new", (ROWS,), F32)],
+        # x, z and weight (the callers' tensors) and a float32 rstd per group: y is recomputed
+        "gated_rms_norm": [("x", (ROWS, H), dt), ("z", (ROWS, H), dt), ("weight", (H,), dt), ("new", (ROWS, 1), F32)],
         "swiglu": [("x", (ROWS, 2 * H), dt)],
         "geglu tanh": [("x", (ROWS, 2 * H), dt)],
         "clamped_swiglu": [("x", (ROWS, 2 * H), dt)],  # x only: the clamps are recomputed

@@ -61,10 +61,12 @@ def test_eager_call_with_uncommitted_parameters(results, norm):
     assert r["y_sharding_is_x"] and r["max_diff"] < 1e-4, r
 
 
+@pytest.mark.parametrize("op", ["add_rms_norm", "gated_rms_norm"])
 @pytest.mark.parametrize("case", ["rows", "rows_2d_mesh", "shard_map"])
-def test_add_rms_norm_row_sharding(results, case):
-    """x and residual row-sharded: no collective in the forward, one all-reduce (dweight) in the grad."""
-    r = results[f"add_rms_norm/{case}"]
+def test_add_and_gated_rms_norm_row_sharding(results, op, case):
+    """x and residual (the gate) row-sharded: no collective in the forward, one all-reduce
+    (dweight) in the grad; the gated norm's per-group rstd sharded like the rows."""
+    r = results[f"{op}/{case}"]
     assert others(r["fwd"]) == {}, r["fwd"]
     assert others(r["grad"], "all-reduce") == {} and 1 <= r["grad"]["all-reduce"] <= 2, r["grad"]
     assert r["y_sharding_is_x"] and r["dx_sharding_is_x"] and r["max_diff"] < 1e-4, r

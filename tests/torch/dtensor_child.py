@@ -142,6 +142,16 @@ def add_rms_norm_sequence_sharded(mesh):
 
 
 @check
+def gated_rms_norm_sequence_sharded(mesh):
+    """Qwen3-Next's gated norm per head group, x and the gate z sharded on the sequence."""
+    torch.manual_seed(4)
+    x, z, w, g = torch.randn(2, 8, 16), torch.randn(2, 8, 16), torch.rand(16) + 0.5, torch.randn(2, 8, 16)
+    args = [leaf(x), leaf(z), leaf(w)]
+    dargs = [dleaf(x, mesh, [Shard(1)]), dleaf(z, mesh, [Shard(1)]), dleaf(w, mesh, [Replicate()])]
+    return forward_backward(lambda a, b, c: ft.gated_rms_norm(a, b, c, group_size=4), args, dargs, g)
+
+
+@check
 def rms_norm_hidden_sharded(mesh):
     """x sharded on H (the normalized dim): redistributed, same values."""
     torch.manual_seed(3)

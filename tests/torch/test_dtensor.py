@@ -91,6 +91,12 @@ def test_add_rms_norm_sequence_sharded(results):
     assert r["out"] == ["S(1)"] and r["grads"] == [["S(1)"], ["S(1)"], ["P(sum)"]], r
 
 
+def test_gated_rms_norm_sequence_sharded(results):
+    r = _get(results, "gated_rms_norm_sequence_sharded")
+    assert r["fwd"] == {} and r["bwd"] == {}, r
+    assert r["out"] == ["S(1)"] and r["grads"] == [["S(1)"], ["S(1)"], ["P(sum)"]], r
+
+
 @pytest.mark.parametrize("name", ["rms_norm_hidden_sharded", "geglu_gated_dim_sharded"])
 def test_sharded_last_dim_is_gathered(results, name):
     """x sharded on its last dim: gathered once in forward, dy once in backward; same values."""

@@ -47,6 +47,9 @@ class Norms(torch.nn.Module):
             ft.layer_norm(x, self.b, zero_centered_gamma=True),
             y,
             residual_out,
+            ft.gated_rms_norm(x, residual, self.w, group_size=4),
+            ft.gated_rms_norm(x, residual, self.b, eps=1e-5, norm_before_gate=False, zero_centered_gamma=True),
+            ft.gated_rms_norm(x, residual),
         )
 
 

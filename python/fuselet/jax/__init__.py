@@ -17,7 +17,7 @@ from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy  #
 from fuselet.jax.fused_linear_jsd import fused_linear_jsd  # noqa: E402
 from fuselet.jax.glu import clamped_swiglu, geglu, swiglu  # noqa: E402
 from fuselet.jax.losses import fused_linear_grpo_loss, fused_linear_kto_loss, fused_linear_preference_loss  # noqa: E402
-from fuselet.jax.norm import add_rms_norm, layer_norm, rms_norm  # noqa: E402
+from fuselet.jax.norm import add_rms_norm, gated_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.jax.rope import rope  # noqa: E402
 from fuselet.jax.softmax import softmax  # noqa: E402
 
@@ -35,6 +35,7 @@ __all__ = [
     "geglu",
     "jsd",
     "kl_div",
+    "gated_rms_norm",
     "layer_norm",
     "rms_norm",
     "rope",

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from fuselet import _core
 from fuselet.jax import _load, _sharding
-from fuselet.jax._sharding import HALF, ROWS, STATS
+from fuselet.jax._sharding import GROUPS, HALF, ROWS, STATS
 
 
 def _call(op: str, outs, *args, aliases=(), **attrs):
@@ -41,7 +41,7 @@ def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tupl
     aliases: see _call."""
 
     def call(*args):
-        outs = _sharding.out_types(args, in_kinds, out_kinds)
+        outs = _sharding.out_types(args, in_kinds, out_kinds, dict(attrs))
         if workspace:
             outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
         return tuple(_call(op, outs, *args, aliases=aliases, **dict(attrs)))[: len(out_kinds)]
@@ -54,7 +54,7 @@ def row_op(op, in_kinds, out_kinds, args, fold, workspace=False, core_dims=1, al
     axes = _sharding.varying_axes(*args)
     fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())), core_dims, tuple(aliases))
     call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
-    return _batched(call, tuple(k in (ROWS, HALF, STATS) for k in in_kinds), fold)(*args)
+    return _batched(call, tuple(k in (ROWS, HALF, STATS, GROUPS) for k in in_kinds), fold)(*args)
 
 
 def _batched(fn, row_args: tuple[bool, ...], fold: bool):

@@ -24,6 +24,8 @@ OPS = (
     "layer_norm_bwd",
     "add_rms_norm_fwd",
     "add_rms_norm_bwd",
+    "gated_rms_norm_fwd",
+    "gated_rms_norm_bwd",
     "glu_fwd",
     "glu_bwd",
     "softmax_fwd",

@@ -6,6 +6,8 @@ jax.experimental.custom_partitioning. Each array is one of:
                        gathered when sharded (the kernels need whole rows)
   HALF       [..., H/2] rows of half the width (y and dy of a gated linear unit): like ROWS
   STATS      [...]     one value per row (mean, rstd): sharded like the rows
+  GROUPS     [..., G]  one value per group of each row (the gated norm's rstd, G = H / the
+                       call's group_size attribute, 1 when it is 0): like STATS, G whole
   PARAM      [H] / [0] a per-column parameter (weight, bias; [0] = absent): replicated
   PARAM_SUM  [H] / [0] an output summed over rows (dweight, dbias): each shard sums its
                        rows, then one all-reduce (psum) over the mesh axes of the rows
@@ -21,18 +23,21 @@ from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-ROWS, HALF, STATS, PARAM, PARAM_SUM = "rows", "half", "stats", "param", "param_sum"
+ROWS, HALF, STATS, GROUPS, PARAM, PARAM_SUM = "rows", "half", "stats", "groups", "param", "param_sum"
 
 
-def out_types(args, in_kinds, out_kinds) -> tuple:
+def out_types(args, in_kinds, out_kinds, attrs: dict | None = None) -> tuple:
     """ShapeDtypeStructs of the outputs: ROWS like the first ROWS input, STATS float32 per row,
-    the k-th PARAM_SUM like the k-th PARAM input."""
+    GROUPS float32 per group of group_size (attrs) elements, the k-th PARAM_SUM like the k-th
+    PARAM input."""
     x = args[in_kinds.index(ROWS)]
+    group_size = int((attrs or {}).get("group_size", 0))
     params = iter([a for a, k in zip(args, in_kinds) if k == PARAM])
     types = {
         ROWS: lambda: jax.ShapeDtypeStruct(x.shape, x.dtype),
         HALF: lambda: jax.ShapeDtypeStruct((*x.shape[:-1], x.shape[-1] // 2), x.dtype),
         STATS: lambda: jax.ShapeDtypeStruct(x.shape[:-1], jax.numpy.float32),
+        GROUPS: lambda: jax.ShapeDtypeStruct((*x.shape[:-1], x.shape[-1] // group_size if group_size else 1), jax.numpy.float32),
     }
     out = []
     for kind in out_kinds:
@@ -53,7 +58,7 @@ def _row_spec(sharding, ndim: int, core_dims: int = 1) -> tuple:
 
 def _spec(kind: str, rows: tuple, core_dims: int = 1) -> P:
     inner = (None,) * core_dims
-    return {ROWS: P(*rows, *inner), HALF: P(*rows, *inner), STATS: P(*rows)}.get(kind, P(None))
+    return {ROWS: P(*rows, *inner), HALF: P(*rows, *inner), STATS: P(*rows), GROUPS: P(*rows, None)}.get(kind, P(None))
 
 
 def _mesh_axes(rows: tuple) -> tuple:
@@ -65,8 +70,8 @@ def _mesh_axes(rows: tuple) -> tuple:
 
 
 def _rule(in_kinds, out_kinds, core_dims=1):
-    """The Shardy rule: row factors r0.. pass through, H ("h"), the half width ("f"), a core
-    query dim ("q", core_dims=2) and absent parameters ("z") need replication. PARAM_SUM
+    """The Shardy rule: row factors r0.. pass through, H ("h"), the half width ("f"), the groups
+    ("g"), a core query dim ("q", core_dims=2) and absent parameters ("z") need replication. PARAM_SUM
     results drop the row factors (their psum is in partition)."""
 
     def rule(mesh, value_types, result_types):
@@ -82,6 +87,8 @@ def _rule(in_kinds, out_kinds, core_dims=1):
                 return f"{rows}{q} f".strip()
             if kind == STATS:
                 return rows
+            if kind == GROUPS:
+                return f"{rows} g".strip()
             return "h" if t.shape[0] == hidden else "z"
 
         ins = ", ".join(factors(k, t) for k, t in zip(in_kinds, value_types))
@@ -89,7 +96,7 @@ def _rule(in_kinds, out_kinds, core_dims=1):
         rule = f"{ins} -> {outs}"
         used = rule.replace(",", " ").split()
         # In order of first appearance: Shardy wants them sorted by factor index.
-        return rule, {"need_replication_factors": tuple(f for f in dict.fromkeys(used) if f in ("h", "f", "q", "z"))}
+        return rule, {"need_replication_factors": tuple(f for f in dict.fromkeys(used) if f in ("h", "f", "g", "q", "z"))}
 
     return rule
 

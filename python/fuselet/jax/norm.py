@@ -1,4 +1,4 @@
-"""RMSNorm, LayerNorm and residual add + RMSNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
+"""RMSNorm, LayerNorm, residual add + RMSNorm and gated RMSNorm for JAX: FFI calls wrapped in custom_vjp (and custom_vmap).
 
 Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
 float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
@@ -19,10 +19,11 @@ import numpy as np
 from fuselet.jax import _sharding
 from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op as _row_op
-from fuselet.jax._sharding import PARAM, PARAM_SUM, ROWS, STATS
+from fuselet.jax._sharding import GROUPS, PARAM, PARAM_SUM, ROWS, STATS
 from fuselet.spec import norm as spec
 
 ZERO_CENTERED_GAMMA = 1  # FUSELET_NORM_ZERO_CENTERED_GAMMA of fuselet/norm.h
+GATE_FIRST = 2  # FUSELET_NORM_GATE_FIRST
 
 
 def _param(p, x):
@@ -199,6 +200,71 @@ def add_rms_norm(x, residual, weight=None, eps: float = 1e-6, zero_centered_gamm
     return _add_rms_norm_jit(x, residual, _sharding.vary_like(axes, weight), *_scalars(options))
 
 
+# --- gated RMSNorm -----------------------------------------------------------------------
+
+
+def _gated_fwd_call(x, z, weight, eps, group_size, flags):
+    return _row_op(
+        "gated_rms_norm_fwd",
+        (ROWS, ROWS, PARAM),
+        (ROWS, GROUPS),
+        (x, z, _param(weight, x)),
+        True,
+        eps=np.float32(eps),
+        group_size=np.int64(group_size),
+        flags=flags,
+    )
+
+
+def _gated_bwd_call(dy, x, z, weight, rstd, group_size, flags):
+    return _row_op(
+        "gated_rms_norm_bwd",
+        (ROWS, ROWS, ROWS, PARAM, GROUPS),
+        (ROWS, ROWS, PARAM_SUM),
+        (dy, x, z, _param(weight, x), rstd),
+        False,
+        workspace=True,
+        group_size=np.int64(group_size),
+        flags=flags,
+    )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _gated_rms_norm(x, z, weight, eps, group_size, flags):
+    return _gated_fwd_call(x, z, weight, eps, group_size, flags)[0]
+
+
+def _gated_rms_norm_fwd(x, z, weight, eps, group_size, flags):
+    y, rstd = _gated_fwd_call(x, z, weight, eps, group_size, flags)
+    return y, (x, z, weight, rstd)
+
+
+def _gated_rms_norm_bwd(eps, group_size, flags, res, dy):
+    x, z, weight, rstd = res
+    dx, dz, dweight = _gated_bwd_call(dy, x, z, weight, rstd, group_size, flags)
+    return dx, dz, None if weight is None else dweight
+
+
+_gated_rms_norm.defvjp(_gated_rms_norm_fwd, _gated_rms_norm_bwd)
+_gated_rms_norm_jit = jax.jit(_gated_rms_norm, static_argnums=(3, 4, 5))
+
+
+def gated_rms_norm(
+    x, z, weight=None, eps: float = 1e-6, group_size=None, norm_before_gate: bool = True, zero_centered_gamma: bool = False
+):
+    """y = rms_norm(x) * weight * silu(z), or rms_norm(x * silu(z)) * weight with
+    norm_before_gate=False (Mamba2's), each row of x [..., H] normalized in groups of group_size
+    elements (None: the whole row). z (the gate) has x's shape and dtype."""
+    x_facts = array_facts("x", x)
+    params = {"weight": array_facts("weight", weight, optional=True)}
+    options = spec.gated(x_facts, array_facts("z", z), params, eps, group_size, norm_before_gate, zero_centered_gamma)
+    _devices(x=x, z=z, weight=weight)
+    eps, group_size, norm_before_gate, zero_centered_gamma = options.op_args()
+    flags = np.int32((ZERO_CENTERED_GAMMA if zero_centered_gamma else 0) | (0 if norm_before_gate else GATE_FIRST))
+    axes = _sharding.varying_axes(x, z)
+    return _gated_rms_norm_jit(x, z, _sharding.vary_like(axes, weight), eps, group_size, flags)
+
+
 def _scalars(options: spec.NormOptions) -> tuple:
     """The jitted functions' static (eps, flags)."""
     eps, zero_centered_gamma = options.op_args()
@@ -210,6 +276,13 @@ def _check(x, eps, zero_centered_gamma, **params) -> tuple[tuple, spec.NormOptio
     arrays = {"x": x, **{n: a for n, a in params.items() if a is not None}}
     x_facts = array_facts("x", x)
     options = spec.norm(x_facts, {n: array_facts(n, a, optional=True) for n, a in params.items()}, eps, zero_centered_gamma)
+    _devices(**arrays)
+    return x_facts, options
+
+
+def _devices(**arrays) -> None:
+    """Every committed array of `arrays` (None: absent) on the devices of x."""
+    arrays = {n: a for n, a in arrays.items() if a is not None}
     # Committed arrays only: JAX places uncommitted ones (jnp.ones(H)) where the others are, as
     # for its own ops; a weight on one device with x sharded over eight is the common case.
     devices = {
@@ -224,4 +297,3 @@ def _check(x, eps, zero_centered_gamma, **params) -> tuple[tuple, spec.NormOptio
                     f"{name}: expected an array on {sorted(map(str, devices['x']))} (the devices of x), "
                     f"got {sorted(map(str, devs))}"
                 )
-    return x_facts, options

@@ -1,7 +1,8 @@
-"""rms_norm, layer_norm, add_rms_norm (fuselet/norm.h): x [..., H] of a float dtype, H > 0;
-weight and bias [H] or None, in x's dtype or float32 (one dtype for both); eps a finite number
-> 0, also in float32; zero_centered_gamma a bool, which needs a weight; add_rms_norm's residual
-of x's shape and dtype."""
+"""rms_norm, layer_norm, add_rms_norm, gated_rms_norm (fuselet/norm.h): x [..., H] of a float
+dtype, H > 0; weight and bias [H] or None, in x's dtype or float32 (one dtype for both); eps a
+finite number > 0, also in float32; zero_centered_gamma a bool, which needs a weight;
+add_rms_norm's residual and gated_rms_norm's gate z of x's shape and dtype; gated_rms_norm's
+group_size None or a divisor of H, norm_before_gate a bool."""
 
 from __future__ import annotations
 
@@ -20,6 +21,18 @@ class NormOptions:
     def op_args(self) -> tuple:
         """The raw ops' scalar arguments: (eps, zero_centered_gamma)."""
         return float(self.eps), self.zero_centered_gamma
+
+
+@dataclass(frozen=True)
+class GatedNormOptions:
+    eps: float
+    group_size: int = 0  # 0: the whole row
+    norm_before_gate: bool = True
+    zero_centered_gamma: bool = False
+
+    def op_args(self) -> tuple:
+        """The raw ops' scalar arguments: (eps, group_size, norm_before_gate, zero_centered_gamma)."""
+        return float(self.eps), self.group_size, self.norm_before_gate, self.zero_centered_gamma
 
 
 def _arrays(x: tuple, params: dict, x_name: str = "x") -> None:
@@ -64,6 +77,37 @@ def residual(residual: tuple, x: tuple) -> None:
     r.same_shape("residual", residual[0], x[0], "the shape of x")
 
 
+def _group_size(group_size, hidden, raw: bool = False) -> int:
+    """None (the public functions) or 0 (the raw ops): the whole row; else a divisor of H."""
+    whole = "0" if raw else "None"
+    if group_size is None and not raw:
+        return 0
+    r.int64("group_size", group_size)
+    if raw and group_size == 0:
+        return 0
+    if group_size < 1 or hidden % group_size != 0:
+        raise ValueError(
+            f"group_size: expected {whole} (the whole row) or a divisor of {hidden} (the hidden size of x), got {group_size}"
+        )
+    return group_size
+
+
+def gated(x: tuple, z: tuple, params: dict, eps, group_size=None, norm_before_gate=True, zero_centered_gamma=False):
+    """gated_rms_norm's arguments: the norm's, the gate z (x's shape and dtype), group_size,
+    norm_before_gate."""
+    options = norm(x, params, eps, zero_centered_gamma)
+    r.float_dtype("z", z[1], ("x", x[1]))
+    r.same_shape("z", z[0], x[0], "the shape of x")
+    size = _group_size(group_size, x[0][-1])
+    r.a_bool("norm_before_gate", norm_before_gate)
+    return GatedNormOptions(options.eps, size, norm_before_gate, zero_centered_gamma)
+
+
+def groups(x_shape, group_size: int) -> int:
+    """The groups per row of the gated norm (its rstd's last dim)."""
+    return x_shape[-1] // group_size if group_size else 1
+
+
 # --- the raw ops (torch.ops.fuselet.*_norm_*: the fake impls) -----------------------------------
 
 
@@ -87,6 +131,21 @@ def bwd_op(x: tuple, params: dict, zero_centered_gamma, grads: dict, stats: dict
         r.op_vector(name, *stat, n_rows)
 
 
+def gated_fwd_op(x: tuple, z: tuple, params: dict, eps, group_size, zero_centered_gamma) -> int:
+    """gated_rms_norm_fwd: the number of groups per row."""
+    norm(x, params, eps, zero_centered_gamma)
+    n_rows, hidden = math.prod(x[0][:-1]), x[0][-1]
+    r.op_rows_like("z", *z, ("x", x[1]), n_rows, hidden, " like x")
+    return groups(x[0], _group_size(group_size, hidden, raw=True))
+
+
+def gated_bwd_op(x: tuple, z: tuple, params: dict, group_size, zero_centered_gamma, dy: tuple, rstd: tuple) -> None:
+    """gated_rms_norm_bwd: dy and z rows like x, rstd one float32 per group."""
+    bwd_op(x, params, zero_centered_gamma, {"dy": dy, "z": z}, {})
+    size = _group_size(group_size, x[0][-1], raw=True)
+    r.op_vector("rstd", *rstd, math.prod(x[0][:-1]) * groups(x[0], size))
+
+
 # --- the table of bad values (tests/test_spec.py) -----------------------------------------------
 
 X, H4 = Array((2, 4)), Array((4,))
@@ -94,6 +153,15 @@ EXAMPLES = {
     "rms_norm": {"x": X, "weight": H4, "eps": 1e-6, "zero_centered_gamma": False},
     "layer_norm": {"x": X, "weight": H4, "bias": H4, "eps": 1e-5, "zero_centered_gamma": False},
     "add_rms_norm": {"x": X, "residual": X, "weight": H4, "eps": 1e-6, "zero_centered_gamma": False},
+    "gated_rms_norm": {
+        "x": X,
+        "z": X,
+        "weight": H4,
+        "eps": 1e-6,
+        "group_size": 2,
+        "norm_before_gate": True,
+        "zero_centered_gamma": False,
+    },
 }
 ALL = tuple(EXAMPLES)
 REFUSALS = [
@@ -132,6 +200,25 @@ REFUSALS = [
     Refusal(
         ("add_rms_norm",), {"residual": Array((2, 4), "bfloat16")}, TypeError, "residual: expected dtype float32 (the dtype of x)"
     ),
+    Refusal(
+        ("gated_rms_norm",),
+        {"z": Array((2, 5))},
+        ValueError,
+        "z: expected shape (2, 4) (the shape of x), got (2, 5)",
+        raw="z: expected 2 rows of 4 elements like x, got 2 rows of 5",
+    ),
+    Refusal(
+        ("gated_rms_norm",), {"z": Array((2, 4), "float16")}, TypeError, "z: expected dtype float32 (the dtype of x), got float16"
+    ),
+    Refusal(
+        ("gated_rms_norm",),
+        {"group_size": 3},
+        ValueError,
+        "group_size: expected None (the whole row) or a divisor of 4 (the hidden size of x), got 3",
+        raw="group_size: expected 0 (the whole row) or a divisor of 4 (the hidden size of x), got 3",
+    ),
+    Refusal(("gated_rms_norm",), {"group_size": 2.0}, TypeError, "group_size: expected a Python int, got float"),
+    Refusal(("gated_rms_norm",), {"norm_before_gate": 1}, TypeError, "norm_before_gate: expected a bool, got int"),
 ]
 R2 = Array((2,))
 OP_REFUSALS = [
@@ -160,5 +247,17 @@ OP_REFUSALS = [
         {"dy": X, "x": X, "weight": None, "bias": None, "mean": R2, "rstd": R2, "zero_centered_gamma": True},
         ValueError,
         "zero_centered_gamma: scales by (1 + weight) and needs a weight",
+    ),
+    Refusal(
+        ("gated_rms_norm_bwd",),
+        {"dy": X, "x": X, "z": X, "weight": H4, "rstd": R2, "group_size": 2},
+        ValueError,
+        "rstd: expected 4 elements",
+    ),
+    Refusal(
+        ("gated_rms_norm_bwd",),
+        {"dy": X, "x": X, "z": Array((2, 3)), "weight": H4, "rstd": R2},
+        ValueError,
+        "z: expected 2 rows of 4 elements like x, got 2 rows of 3",
     ),
 ]

@@ -24,7 +24,7 @@ from fuselet.torch.losses import (  # noqa: E402
     fused_linear_kto_loss,
     fused_linear_preference_loss,
 )
-from fuselet.torch.norm import LayerNorm, RMSNorm, add_rms_norm, layer_norm, rms_norm  # noqa: E402
+from fuselet.torch.norm import GatedRMSNorm, LayerNorm, RMSNorm, add_rms_norm, gated_rms_norm, layer_norm, rms_norm  # noqa: E402
 from fuselet.torch.rope import rope  # noqa: E402
 from fuselet.torch.softmax import softmax  # noqa: E402
 
@@ -38,6 +38,7 @@ __all__ = [
     "FusedLinearPreferenceLoss",
     "LayerNorm",
     "RMSNorm",
+    "GatedRMSNorm",
     "add_rms_norm",
     "clamped_swiglu",
     "cross_entropy",
@@ -51,6 +52,7 @@ __all__ = [
     "kl_div",
     "layer_norm",
     "rms_norm",
+    "gated_rms_norm",
     "rope",
     "softmax",
     "swiglu",

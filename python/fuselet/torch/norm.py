@@ -1,4 +1,5 @@
-"""RMSNorm, LayerNorm and residual add + RMSNorm for PyTorch: checked wrappers, fake impls, autograd, modules.
+"""RMSNorm, LayerNorm, residual add + RMSNorm and gated RMSNorm for PyTorch: checked wrappers, fake impls,
+autograd, modules.
 
 Math and shapes: csrc/core/include/fuselet/norm.h. Statistics are float32; x is float32,
 float16 or bfloat16; weight and bias are optional (None) and in x's dtype or float32 (the
@@ -68,6 +69,29 @@ def add_rms_norm(
     return y, residual_out
 
 
+def gated_rms_norm(
+    x: torch.Tensor,
+    z: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    eps: float = 1e-6,
+    group_size: int | None = None,
+    norm_before_gate: bool = True,
+    zero_centered_gamma: bool = False,
+) -> torch.Tensor:
+    """y = rms_norm(x) * weight * silu(z), or rms_norm(x * silu(z)) * weight with
+    norm_before_gate=False (Mamba2's), each row of x [..., H] normalized in groups of group_size
+    elements (None: the whole row).
+
+    The gated norm of Qwen3-Next and Qwen3.5 (RMSNormGated), Mamba2, Bamba, FalconH1 and FLA;
+    z (the gate) has x's shape and dtype."""
+    check_dense("x", x)
+    check_dense("z", z)
+    check_dense("weight", weight, optional=True)
+    options = spec.gated(facts(x), facts(z), {"weight": facts(weight)}, eps, group_size, norm_before_gate, zero_centered_gamma)
+    check_same_device("x", x, z=z, weight=weight)
+    return ops.gated_rms_norm_fwd(x, z, weight, *options.op_args())[0]
+
+
 def _extra_repr(module) -> str:
     """What print(module) shows, in torch.nn's words: `1024, eps=1e-06, elementwise_affine=True, ...`."""
     parts = [str(module.hidden), f"eps={module.eps}", f"elementwise_affine={module.weight is not None}"]
@@ -134,6 +158,33 @@ class LayerNorm(torch.nn.Module):
         return _extra_repr(self)
 
 
+class GatedRMSNorm(torch.nn.Module):
+    """gated_rms_norm as a module, forward(x, z): weight of `hidden` ones (zeros with
+    zero_centered_gamma), groups of group_size elements (None: the row), norm_before_gate."""
+
+    def __init__(
+        self,
+        hidden: int,
+        eps: float = 1e-6,
+        group_size: int | None = None,
+        norm_before_gate: bool = True,
+        elementwise_affine: bool = True,
+        zero_centered_gamma: bool = False,
+        device=None,
+        dtype=None,
+    ):
+        super().__init__()
+        self.hidden, self.eps, self.zero_centered_gamma = hidden, eps, zero_centered_gamma
+        self.group_size, self.norm_before_gate = group_size, norm_before_gate
+        _add_parameter(self, "weight", elementwise_affine, hidden, 0.0 if zero_centered_gamma else 1.0, device, dtype)
+
+    def forward(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return gated_rms_norm(x, z, self.weight, self.eps, self.group_size, self.norm_before_gate, self.zero_centered_gamma)
+
+    def extra_repr(self) -> str:
+        return f"{_extra_repr(self)}, group_size={self.group_size}, norm_before_gate={self.norm_before_gate}"
+
+
 # --- fake (meta) implementations: shapes only, for torch.compile and FakeTensor ---------
 
 
@@ -189,6 +240,21 @@ def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
     params = {"weight": facts(weight), "bias": facts(bias)}
     spec.bwd_op(facts(x), params, zero_centered_gamma, {"dy": facts(dy)}, {"mean": facts(mean), "rstd": facts(rstd)})
     return torch.empty_like(x, memory_format=torch.contiguous_format), _grad_of(weight, x), _grad_of(bias, x)
+
+
+@torch.library.register_fake("fuselet::gated_rms_norm_fwd")
+def _(x, z, weight, eps, group_size=0, norm_before_gate=True, zero_centered_gamma=False):
+    op_tensors(("weight",), x=x, z=z, weight=weight)
+    groups = spec.gated_fwd_op(facts(x), facts(z), {"weight": facts(weight)}, eps, group_size, zero_centered_gamma)
+    return torch.empty_like(x, memory_format=torch.contiguous_format), x.new_empty((*x.shape[:-1], groups), dtype=torch.float32)
+
+
+@torch.library.register_fake("fuselet::gated_rms_norm_bwd")
+def _(dy, x, z, weight, rstd, group_size=0, norm_before_gate=True, zero_centered_gamma=False):
+    op_tensors(("weight",), x=x, dy=dy, z=z, weight=weight, rstd=rstd)
+    spec.gated_bwd_op(facts(x), facts(z), {"weight": facts(weight)}, group_size, zero_centered_gamma, facts(dy), facts(rstd))
+    like = torch.empty_like(x, memory_format=torch.contiguous_format)
+    return like, torch.empty_like(like), _grad_of(weight, x)
 
 
 # --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding, H is whole --------
@@ -252,6 +318,20 @@ def _(dy, x, weight, bias, mean, rstd, zero_centered_gamma=False):
     )
 
 
+@sharding("gated_rms_norm_fwd")
+def _(x, z, weight, eps, group_size=0, norm_before_gate=True, zero_centered_gamma=False):
+    scalars = [(eps, None), (group_size, None), (norm_before_gate, None), (zero_centered_gamma, None)]
+    return rowwise([(x, "rows"), (z, "rows"), (weight, "param"), *scalars], ["rows", "rows"])
+
+
+@sharding("gated_rms_norm_bwd")
+def _(dy, x, z, weight, rstd, group_size=0, norm_before_gate=True, zero_centered_gamma=False):
+    scalars = [(group_size, None), (norm_before_gate, None), (zero_centered_gamma, None)]
+    return rowwise(
+        [(dy, "rows"), (x, "rows"), (z, "rows"), (weight, "param"), (rstd, "rows"), *scalars], ["rows", "rows", ("sum", weight)]
+    )
+
+
 # --- autograd: the backward of each forward op is itself a registered op ----------------
 
 
@@ -295,6 +375,20 @@ def _add_rms_backward(ctx, dy, dresidual_out, _drstd):
     return dx, dx, None if weight is None else dweight, None, None
 
 
+def _gated_setup(ctx, inputs, output):
+    x, z, weight, _, ctx.group_size, ctx.norm_before_gate, ctx.zero_centered_gamma = inputs
+    ctx.save_for_backward(x, z, weight, output[1])
+
+
+def _gated_backward(ctx, dy, _drstd):
+    x, z, weight, rstd = ctx.saved_tensors
+    dy = torch.zeros_like(x) if dy is None else dy
+    options = (ctx.group_size, ctx.norm_before_gate, ctx.zero_centered_gamma)
+    dx, dz, dweight = ops.gated_rms_norm_bwd(dy, x, z, weight, rstd, *options)
+    return dx, dz, None if weight is None else dweight, None, None, None, None
+
+
+torch.library.register_autograd("fuselet::gated_rms_norm_fwd", _gated_backward, setup_context=_gated_setup)
 torch.library.register_autograd("fuselet::add_rms_norm_fwd", _add_rms_backward, setup_context=_add_rms_setup)
 torch.library.register_autograd("fuselet::rms_norm_fwd", _rms_backward, setup_context=_rms_setup)
 torch.library.register_autograd("fuselet::layer_norm_fwd", _layer_backward, setup_context=_layer_setup)

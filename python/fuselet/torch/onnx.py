@@ -98,6 +98,23 @@ def add_rms_norm_fwd(b, x, residual, weight, eps, zero_centered_gamma=False):
     return y, residual_out, rstd
 
 
+def gated_rms_norm_fwd(b, x, z, weight, eps, group_size=0, norm_before_gate=True, zero_centered_gamma=False):
+    xf, zf = _f32(b, x), _f32(b, z)
+    gate = b.op("Mul", zf, b.op("Sigmoid", zf))
+    h = xf if norm_before_gate else b.op("Mul", xf, gate)
+    if group_size:  # [..., H] -> [..., G, S]
+        groups = b.op("Reshape", h, b.op("Concat", b.op("Shape", h, end=-1), b.const([-1, int(group_size)], _INT64), axis=0))
+    else:  # one group: [..., 1, H]
+        groups = b.op("Unsqueeze", h, _axes(b, -2))
+    mean_sq = b.op("ReduceMean", b.op("Mul", groups, groups), _axes(b, -1), keepdims=1)
+    rstd = b.op("Reciprocal", b.op("Sqrt", b.op("Add", mean_sq, b.const(float(eps), _FLOAT))))
+    y = b.op("Reshape", b.op("Mul", groups, rstd), b.op("Shape", h))
+    scale = _scale(b, weight, zero_centered_gamma)
+    y = y if scale is None else b.op("Mul", y, scale)
+    y = b.op("Mul", y, gate) if norm_before_gate else y
+    return _like(b, y, x), b.op("Squeeze", rstd, _axes(b, -1))
+
+
 def layer_norm_fwd(b, x, weight, bias, eps, zero_centered_gamma=False):
     xf = _f32(b, x)
     scale = _scale(b, weight, zero_centered_gamma)
@@ -309,6 +326,7 @@ _OPS = {
     for fn in (
         rms_norm_fwd,
         add_rms_norm_fwd,
+        gated_rms_norm_fwd,
         layer_norm_fwd,
         swiglu_fwd,
         geglu_fwd,
@@ -333,6 +351,7 @@ _UNSUPPORTED = {
             "rms_norm",
             "layer_norm",
             "add_rms_norm",
+            "gated_rms_norm",
             "swiglu",
             "geglu",
             "clamped_swiglu",

@@ -17,6 +17,9 @@ How each kind is found and what it runs:
   one form whose output equals the module's on two inputs (unit scale, and small enough that
   eps matters): ft.rms_norm or ft.layer_norm. Covers the block norms, the post-norms (OLMo2,
   Gemma2/3) and the per-head q/k norms (Qwen3, OLMo2, Gemma3: an RMSNorm over the head dim).
+  A norm whose forward takes a `gate` (Qwen3-Next's and Qwen3.5's RMSNormGated, Mamba2's,
+  Bamba's, FalconH1's, NemotronH's, Zamba2's) is probed against ft.gated_rms_norm's forms
+  (the gate before or after the norm, the module's group size or the whole row).
 - mlp: a module with gate_proj / up_proj / down_proj (or w1 / w3 / w2, or Phi3's fused
   gate_up_proj / down_proj), plain torch.nn.Linear, and a SiLU or GELU activation: down(glu(x))
   with ft.swiglu or ft.geglu (exact or tanh), gate and up in one matmul. MoE experts under
@@ -52,7 +55,7 @@ the `kernels` package, which `use_kernels=True` has swap into the layers a model
 across train() / eval(); kernel_config() on a GPU);
 each checks the class it replaces with the probes above (fuselet.torch.transformers.hub).
 
-The package: fuse() here, over detect (which kind of layer a module is), norms, mlp (gated MLPs
+The package: fuse() here, over detect (which kind of layer a module is), norms, gated_norms, mlp (gated MLPs
 and MoE experts' gates), rotary and complex_rotary (the rotary calls; shadow copies a class's
 forward with one global swapped), loss (the LM head), probe (what the checks share), report
 (fuse_report's FuseReport) and hub (transformers' own door).
@@ -65,6 +68,7 @@ import importlib
 import torch
 
 from fuselet.torch.transformers.detect import _kind_of, _left_reason
+from fuselet.torch.transformers.gated_norms import _fuse_gated_norm, _is_gated
 from fuselet.torch.transformers.hub import (
     HUB_LAYERS,
     HUB_REPOSITORY,
@@ -159,7 +163,7 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
                 continue
             try:
                 if kind == "norm":
-                    detail = _fuse_norm(module)
+                    detail = _fuse_gated_norm(module) if _is_gated(module) else _fuse_norm(module)
                 elif kind == "mlp":
                     if arg == "experts":
                         detail = _fuse_experts(module)
