@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_test.h"
@@ -365,6 +366,171 @@ void run_error_checks(cudaStream_t stream) {
   check(fuselet_norm_bwd_workspace_bytes_cuda(0, H) == 0, "workspace bytes for 0 rows must be 0");
 }
 
+// ---- gated RMSNorm ----
+
+struct GatedCase {
+  fuselet_dtype dt;
+  int64_t rows, hidden, group_size;  // group_size 0: one group per row
+  bool gate_first = false;
+  int pdt = -1;  // the weight's dtype (-1: x's)
+  bool has_w = true;
+  uint32_t flags = 0;                       // fuselet_norm_flags besides FUSELET_NORM_GATE_FIRST
+  int64_t x_pad = 0, y_pad = 0, z_pad = 0;  // row strides hidden + pad: of x and dy, y and dx, z and dz
+  float scale = 1.f;                        // x = scale * (0.3 + N(0, 1)): 1e30 overflows the float32 sums
+  fuselet_dtype param_dtype() const { return pdt < 0 ? dt : static_cast<fuselet_dtype>(pdt); }
+  uint32_t all_flags() const { return flags | (gate_first ? static_cast<uint32_t>(FUSELET_NORM_GATE_FIRST) : 0u); }
+  std::string name() const {
+    char buf[240];
+    std::snprintf(buf, sizeof(buf),
+                  "gated_rms_norm %s rows=%" PRId64 " H=%" PRId64 " group_size=%" PRId64
+                  " gate_first=%d params=%s w=%d flags=%u pads=%" PRId64 ",%" PRId64 ",%" PRId64 " scale=%g",
+                  dtype_str(dt), rows, hidden, group_size, gate_first, dtype_str(param_dtype()), has_w, flags, x_pad,
+                  y_pad, z_pad, double(scale));
+    return buf;
+  }
+};
+
+double silu_of(double z) { return z / (1.0 + std::exp(-z)); }
+
+// The CUDA gated RMSNorm, forward and backward (from the CPU's rstd), against the CPU's.
+void run_gated_case(const GatedCase& k, cudaStream_t stream) {
+  const fuselet_dtype dt = k.dt, pd = k.param_dtype();
+  const int64_t R = k.rows, H = k.hidden, S = k.group_size > 0 ? k.group_size : H, G = H / S;
+  const int64_t xs = H + k.x_pad, ys = H + k.y_pad, zs = H + k.z_pad;
+  const float eps = 1e-5f;
+  const uint32_t f = k.all_flags();
+  std::mt19937 gen(static_cast<uint32_t>(R * 7919 + H * 31 + S * 3 + dt + k.gate_first));
+  std::normal_distribution<float> normal(0.f, 1.f);
+  // R rows `stride` apart of scale * (mean + N(0, 1)); the padding between them a marker the
+  // kernels must not touch.
+  const auto rows_of = [&](int64_t stride, float scale, float mean) {
+    HostBuf b(dt, static_cast<size_t>(R > 0 ? (R - 1) * stride + H : 0));
+    for (size_t i = 0; i < b.n; ++i)
+      b.set(i, static_cast<int64_t>(i % stride) >= H ? 777.f : scale * (mean + normal(gen)));
+    return b;
+  };
+  const HostBuf x = rows_of(xs, k.scale, 0.3f), z = rows_of(zs, 2.f, 0.f), dy = rows_of(xs, 1.f, 0.f);
+  const HostBuf y0 = rows_of(ys, 0.f, 0.f), z0 = rows_of(zs, 0.f, 0.f);  // the outputs' padding
+  HostBuf w(pd, H);
+  for (int64_t i = 0; i < H; ++i) w.set(i, 1.f + 0.2f * normal(gen));
+  HostBuf y_ref = y0, dx_ref = y0, dz_ref = z0, rstd_ref(FUSELET_FLOAT32, R * G), dw_ref(pd, H);
+  HostBuf xh = x, zh = z, dyh = dy, wh = w;  // the CPU's inputs (views take non-const data)
+  fuselet_tensor tx = rows_view(xh.data(), dt, R, H, xs), tz = rows_view(zh.data(), dt, R, H, zs),
+                 tdy = rows_view(dyh.data(), dt, R, H, xs), tw = vec_view(wh.data(), pd, H);
+  fuselet_tensor ty = rows_view(y_ref.data(), dt, R, H, ys), tdx = rows_view(dx_ref.data(), dt, R, H, ys),
+                 tdz = rows_view(dz_ref.data(), dt, R, H, zs), tr = vec_view(rstd_ref.data(), FUSELET_FLOAT32, R * G),
+                 tdw = vec_view(dw_ref.data(), pd, H);
+  const std::string name = k.name();
+  fuselet_status s = fuselet_gated_rms_norm_fwd(&tx, &tz, maybe(k.has_w, &tw), eps, k.group_size, f, &ty, &tr);
+  if (s == FUSELET_OK)
+    s = fuselet_gated_rms_norm_bwd(&tdy, &tx, &tz, maybe(k.has_w, &tw), &tr, k.group_size, f, &tdx, &tdz,
+                                   maybe(k.has_w, &tdw));
+  if (s != FUSELET_OK) {
+    check(false, name + ": CPU reference failed: " + fuselet_last_error());
+    return;
+  }
+
+  DevBuf dx_in(x), dz_in(z), ddy(dy), dw_in(w), drstd_ref(rstd_ref);
+  DevBuf dy_out(y0), ddx_out(y0), ddz_out(z0);  // padding = marker; the rows get overwritten
+  DevBuf drstd(static_cast<size_t>(R * G) * 4, 0xff), ddw(H * dtype_size(pd), 0xff);
+  const size_t ws_bytes = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
+  DevBuf ws(ws_bytes, 0xff);  // contents must be ignored
+  fuselet_tensor gx = rows_view(dx_in.p, dt, R, H, xs), gz = rows_view(dz_in.p, dt, R, H, zs),
+                 gdy = rows_view(ddy.p, dt, R, H, xs), gw = vec_view(dw_in.p, pd, H);
+  fuselet_tensor gy = rows_view(dy_out.p, dt, R, H, ys), gdx = rows_view(ddx_out.p, dt, R, H, ys),
+                 gdz = rows_view(ddz_out.p, dt, R, H, zs);
+  fuselet_tensor gr = vec_view(drstd.p, FUSELET_FLOAT32, R * G), grr = vec_view(drstd_ref.p, FUSELET_FLOAT32, R * G);
+  fuselet_tensor gdw = vec_view(ddw.p, pd, H);
+  void* st = static_cast<void*>(stream);
+
+  expect_ok(fuselet_gated_rms_norm_fwd_cuda(&gx, &gz, maybe(k.has_w, &gw), eps, k.group_size, f, &gy, &gr, st),
+            name + " fwd_cuda");
+  CUDA_OK(cudaStreamSynchronize(stream));
+  compare_sums(name + " y", dy_out.download(dt), y_ref, R, H, ys, S);
+  if (R > 0) compare_sums(name + " rstd", drstd.download(FUSELET_FLOAT32), rstd_ref, 1, R * G, R * G, S);
+
+  // The sizes of the terms dx and dz are differences of: rstd * |gy * w| (gy = dy * silu(z), or
+  // dy with the gate first), times |silu(z)| (dx) or |x * silu'(z)| (dz, silu' <= 1.1) with the
+  // gate first.
+  double rstd_max = 0, g_max = 0, s_max = 0, x_max = 0;
+  for (int64_t i = 0; i < R * G; ++i) rstd_max = std::fmax(rstd_max, std::fabs(rstd_ref.get(i)));
+  for (int64_t r = 0; r < R; ++r)
+    for (int64_t c = 0; c < H; ++c) {
+      const double wc = k.has_w ? w.get(c) + (f & FUSELET_NORM_ZERO_CENTERED_GAMMA ? 1.0 : 0.0) : 1.0;
+      const double sz = silu_of(z.get(static_cast<size_t>(r * zs + c)));
+      const double dyv = dy.get(static_cast<size_t>(r * xs + c));
+      g_max = std::fmax(g_max, std::fabs((k.gate_first ? dyv : dyv * sz) * wc));
+      s_max = std::fmax(s_max, std::fabs(sz));
+      x_max = std::fmax(x_max, std::fabs(x.get(static_cast<size_t>(r * xs + c))));
+    }
+  const double dh_terms = rstd_max * g_max;
+
+  // Backward, from the reference rstd; twice, to check it is deterministic.
+  HostBuf first_dw(pd, H);
+  for (int rep = 0; rep < 2; ++rep) {
+    expect_ok(fuselet_gated_rms_norm_bwd_cuda(&gdy, &gx, &gz, maybe(k.has_w, &gw), &grr, k.group_size, f, &gdx, &gdz,
+                                              maybe(k.has_w, &gdw), ws.p, ws_bytes, st),
+              name + " bwd_cuda");
+    CUDA_OK(cudaStreamSynchronize(stream));
+    const HostBuf got_dw = ddw.download(pd);
+    if (rep == 1) {
+      check(got_dw.bytes == first_dw.bytes, name + ": dweight differs between two identical runs");
+      break;
+    }
+    first_dw = got_dw;
+    compare_sums(name + " dx", ddx_out.download(dt), dx_ref, R, H, ys, S, dh_terms * (k.gate_first ? s_max : 1.0));
+    compare_sums(name + " dz", ddz_out.download(dt), dz_ref, R, H, zs, S, k.gate_first ? dh_terms * x_max * 1.1 : 0.0);
+    if (k.has_w) compare_sums(name + " dweight", got_dw, dw_ref, 1, H, H, R);
+    CUDA_OK(cudaMemsetAsync(ws.p, 0xff, ws_bytes, stream));  // poison again for the second run
+  }
+}
+
+// Invalid gated calls are refused before anything is launched, naming the culprit.
+void run_gated_error_checks(cudaStream_t stream) {
+  const int64_t R = 4, H = 64;
+  DevBuf x(R * H * 4 + 4, 0), y(R * H * 4 + 4, 0), w(H * 4 + 4, 0), r(R * 4 + 4, 0), dw(H * 4 + 4, 0);
+  const auto odd = [](const DevBuf& b) { return static_cast<void*>(static_cast<char*>(b.p) + 2); };
+  fuselet_tensor tx = rows_view(x.p, FUSELET_FLOAT32, R, H, H), ty = rows_view(y.p, FUSELET_FLOAT32, R, H, H);
+  fuselet_tensor txo = rows_view(odd(x), FUSELET_FLOAT32, R, H, H), tyo = rows_view(odd(y), FUSELET_FLOAT32, R, H, H);
+  fuselet_tensor tw = vec_view(w.p, FUSELET_FLOAT32, H), two = vec_view(odd(w), FUSELET_FLOAT32, H);
+  fuselet_tensor tr = vec_view(r.p, FUSELET_FLOAT32, R), tro = vec_view(odd(r), FUSELET_FLOAT32, R);
+  fuselet_tensor tdw = vec_view(dw.p, FUSELET_FLOAT32, H), tdwo = vec_view(odd(dw), FUSELET_FLOAT32, H);
+  void* st = static_cast<void*>(stream);
+  auto expect_invalid = [](fuselet_status s, const char* needle, const std::string& what) {
+    const std::string msg = fuselet_last_error();
+    check(s == FUSELET_ERR_INVALID_ARGUMENT && msg.find(needle) != std::string::npos,
+          what + ": expected FUSELET_ERR_INVALID_ARGUMENT naming \"" + needle + "\", got " + fuselet_status_string(s) +
+              ": \"" + msg + "\"");
+  };
+  const float e = 1e-5f;
+  expect_invalid(fuselet_gated_rms_norm_fwd_cuda(&tx, &txo, &tw, e, 0, 0, &ty, &tr, st), "z: data pointer",
+                 "gated fwd_cuda z misaligned");
+  expect_invalid(fuselet_gated_rms_norm_fwd_cuda(&tx, &tx, &two, e, 0, 0, &ty, &tr, st), "weight: data pointer",
+                 "gated fwd_cuda weight misaligned");
+  expect_invalid(fuselet_gated_rms_norm_fwd_cuda(&tx, &tx, &tw, e, 0, 0, &ty, &tro, st), "rstd: data pointer",
+                 "gated fwd_cuda rstd misaligned");
+  expect_invalid(fuselet_gated_rms_norm_fwd_cuda(&tx, &tx, &tw, e, 3, 0, &ty, &tr, st), "group_size",
+                 "gated fwd_cuda group_size 3 of 64");
+  DevBuf r2(2 * R * 4, 0);
+  fuselet_tensor tr2 = vec_view(r2.p, FUSELET_FLOAT32, 2 * R);  // rstd of groups of 32: 8 elements
+  const size_t need = fuselet_norm_bwd_workspace_bytes_cuda(R, H);
+  DevBuf ws(need, 0);
+  expect_invalid(fuselet_gated_rms_norm_bwd_cuda(&tx, &tx, &tx, &tw, &tr, 0, 0, &ty, &tyo, &tdw, ws.p, need, st),
+                 "dz: data pointer", "gated bwd_cuda dz misaligned");
+  expect_invalid(fuselet_gated_rms_norm_bwd_cuda(&tx, &tx, &tx, &tw, &tr, 0, 0, &ty, &ty, &tdwo, ws.p, need, st),
+                 "dweight: data pointer", "gated bwd_cuda dweight misaligned");
+  expect_invalid(fuselet_gated_rms_norm_bwd_cuda(&tx, &tx, &tx, &tw, &tro, 0, 0, &ty, &ty, &tdw, ws.p, need, st),
+                 "rstd: data pointer", "gated bwd_cuda rstd misaligned");
+  expect_invalid(fuselet_gated_rms_norm_bwd_cuda(&tx, &tx, &tx, &tw, &tr2, 32, 0, &ty, &ty, &tdw, nullptr, need, st),
+                 "workspace", "gated bwd_cuda workspace=NULL");
+  expect_invalid(fuselet_gated_rms_norm_bwd_cuda(&tx, &tx, &tx, &tw, &tr, 32, 0, &ty, &ty, &tdw, ws.p, need, st),
+                 "rstd: expected 8 elements", "gated bwd_cuda rstd of one group per row with group_size 32");
+  expect_invalid(fuselet_gated_rms_norm_bwd_cuda(&tx, &tx, &tx, &tw, &tr, 0, 0, &ty, nullptr, &tdw, ws.p, need, st),
+                 "dz: expected a tensor", "gated bwd_cuda without dz");
+  expect_invalid(fuselet_gated_rms_norm_fwd_cuda(&tx, &tx, &tw, e, 0, 4, &ty, &tr, st), "flags",
+                 "gated fwd_cuda unknown flag");
+}
+
 }  // namespace
 
 // test_norm_cuda [DTYPE]: every case, or those of one dtype (float32, float16, bfloat16; the
@@ -420,7 +586,46 @@ int main(int argc, char** argv) {
         k.scale = 1e30f;
         run_case(k, stream);
       }
+  // Gated RMSNorm: both gate orders; one group per row and groups of a divisor of H (one element
+  // each at H = 1; fewer elements than threads; more: 4097); 0 rows (dweight zeroed, or none);
+  // 1000 rows (two rows per backward block); strided rows (x and dy, y and dx, z and dz apart);
+  // no weight, float32 weight, zero-centered gamma; |x| ~ 1e30 (float32, bfloat16).
+  for (int d = 0; d < 3; ++d) {
+    const fuselet_dtype dt = dtypes[d];
+    if (!selected(dt)) continue;
+    for (bool gf : {false, true}) {
+      const auto gated = [&](int64_t rows, int64_t h, int64_t group) { return GatedCase{dt, rows, h, group, gf}; };
+      for (const auto& hs : {std::pair<int64_t, int64_t>{1, 0}, {96, 32}, {256, 64}, {256, 0}, {4097, 0}})
+        for (int64_t rows : {1, 7}) run_gated_case(gated(rows, hs.first, hs.second), stream);
+      run_gated_case(gated(0, 256, 64), stream);
+      run_gated_case(gated(1000, 96, 32), stream);
+      GatedCase k = gated(7, 256, 64);
+      k.x_pad = 3;
+      k.y_pad = 8;
+      k.z_pad = 44;
+      run_gated_case(k, stream);
+      for (int64_t rows : {0, 7}) {
+        k = gated(rows, 96, 32);
+        k.has_w = false;
+        run_gated_case(k, stream);
+      }
+      k = gated(7, 4097, 0);
+      k.pdt = FUSELET_FLOAT32;
+      run_gated_case(k, stream);
+      k = gated(19, 256, 64);
+      k.pdt = FUSELET_FLOAT32;
+      k.flags = FUSELET_NORM_ZERO_CENTERED_GAMMA;
+      run_gated_case(k, stream);
+      if (dt != FUSELET_FLOAT16)
+        for (int64_t group : {0, 64}) {
+          k = gated(7, 256, group);
+          k.scale = 1e30f;
+          run_gated_case(k, stream);
+        }
+    }
+  }
   if (selected(FUSELET_FLOAT32)) run_error_checks(stream);
+  if (selected(FUSELET_FLOAT32)) run_gated_error_checks(stream);
   CUDA_OK(cudaStreamDestroy(stream));
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;

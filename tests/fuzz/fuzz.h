@@ -455,6 +455,8 @@ void op_layer_norm(Ctx& c, bool cuda);
 void op_layer_norm_bwd(Ctx& c, bool cuda);
 void op_add_rms_norm(Ctx& c, bool cuda);
 void op_add_rms_norm_bwd(Ctx& c, bool cuda);
+void op_gated_rms_norm(Ctx& c, bool cuda);
+void op_gated_rms_norm_bwd(Ctx& c, bool cuda);
 // fuzz_glu.cc, fuzz_softmax.cc, fuzz_rope.cc
 void op_glu(Ctx& c, bool backward, bool cuda);
 void op_softmax(Ctx& c, bool backward, bool cuda);

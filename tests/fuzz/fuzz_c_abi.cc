@@ -13,7 +13,7 @@ constexpr int kThreads = 2;   // reset before every input
 constexpr int kMaxCalls = 8;  // calls per input
 
 void call(Ctx& c, uint8_t op) {
-  switch (op % 36) {
+  switch (op % 40) {
     case 0: return op_info(c);
     case 1: return op_set_num_threads(c);
     case 2: return op_set_cpu_isa(c);
@@ -49,6 +49,10 @@ void call(Ctx& c, uint8_t op) {
     case 32: return op_cross_entropy(c, 2, true);
     case 33: return op_divergence(c, false);
     case 34: return op_divergence(c, true);
+    case 35: return op_gated_rms_norm(c, false);
+    case 36: return op_gated_rms_norm_bwd(c, false);
+    case 37: return op_gated_rms_norm(c, true);
+    case 38: return op_gated_rms_norm_bwd(c, true);
     // The kernel that runs most often weighs more.
     default: return op_cross_entropy(c, 2, false);
   }

@@ -1,5 +1,5 @@
 /*
- * fuselet CUDA kernels: RMSNorm and LayerNorm, forward and backward (math in norm.h).
+ * fuselet CUDA kernels: RMSNorm, LayerNorm and gated RMSNorm, forward and backward (math in norm.h).
  *
  * Storage dtypes float32 / float16 / bfloat16; all arithmetic in float32. Parameters (weight,
  * bias and their gradients) are in x's dtype or float32, chosen at runtime (ParamRef); a missing
@@ -29,6 +29,15 @@
  * rounded to the storage dtype, writes it to residual_out and normalizes h (a chunked row
  * re-reads h from residual_out, written by the same thread). Its backward is RMSNorm's, plus
  * d(residual_out) added to dx as it is stored.
+ *
+ * Gated RMSNorm (gated_norm_*_kernel): simple rather than tuned. One block of 128..512 threads
+ * per row (forward, grid-strided) or per row group of bwd_groups (backward), scalar accesses,
+ * every value re-read from memory by each pass. A row's groups of S elements are processed one
+ * after the other, thread t taking the group's elements t, t + blockDim.x, ... (the same columns
+ * in every row), each group reduced with one block allreduce: sum(h^2) in the forward (rescaled
+ * on overflow as above), sum(gy * w * xhat) in the backward. The backward's block accumulates its
+ * dweight partials in its own row of the workspace (each thread only its own columns, so no
+ * synchronization), and norm_bwd_finalize_kernel sums them as for RMSNorm.
  *
  * All launches go on the caller's stream; every launch is followed by a cudaGetLastError() check.
  */
@@ -417,6 +426,146 @@ __global__ void __launch_bounds__(32 * kFinalizeSlices)
 }
 
 // ---------------------------------------------------------------------------------------------
+// Gated RMSNorm: one block per row (forward) or per row group (backward), scalar accesses.
+
+constexpr int kGatedThreads = 512;  // the most threads of a gated block (128 at least)
+
+// The arguments of both gated kernels; the forward leaves dy, dz and part_w null, and writes y
+// and rstd; the backward writes dx into y.
+struct GatedArgs {
+  const void* x;
+  const void* z;
+  const void* dy;
+  ParamRef w;
+  void* y;  // the forward's y, the backward's dx
+  void* dz;
+  float* rstd;    // [rows][hidden / group]
+  float* part_w;  // backward: [row groups][hidden] dweight partials; null when dweight is not asked for
+  int64_t rows, rows_per_group, hidden, group;
+  int64_t x_stride, z_stride, dy_stride, y_stride, dz_stride;
+  float eps, inv_s;  // inv_s = 1 / group
+  bool gate_first;
+};
+
+__device__ __forceinline__ float sigmoid(float z) { return 1.f / (1.f + expf(-z)); }
+
+// One element of a gated row: its x, z, silu(z) and the norm's input h (x, or x * silu(z) with
+// the gate first).
+struct GatedElem {
+  float x, z, sig, s, h;
+};
+
+template <typename T>
+__device__ __forceinline__ GatedElem gated_elem(const T* x, const T* z, int64_t e, bool gate_first) {
+  GatedElem v;
+  v.x = to_float(x[e]);
+  v.z = to_float(z[e]);
+  v.sig = sigmoid(v.z);
+  v.s = v.z * v.sig;
+  v.h = gate_first ? v.x * v.s : v.x;
+  return v;
+}
+
+// Row r's group g: elements [g * S, (g + 1) * S); thread t handles g * S + t + k * blockDim.x,
+// the same columns in every row. Each group is reduced with a block allreduce: every thread of
+// the block takes every branch below together.
+template <typename T>
+__global__ void __launch_bounds__(kGatedThreads) gated_norm_fwd_kernel(const GatedArgs a) {
+  FUSELET_SHARED(float[33], scratch);
+  const int64_t S = a.group, G = a.hidden / a.group;
+  for (int64_t row = blockIdx.x; row < a.rows; row += gridDim.x) {
+    const T* x = static_cast<const T*>(a.x) + row * a.x_stride;
+    const T* z = static_cast<const T*>(a.z) + row * a.z_stride;
+    T* y = static_cast<T*>(a.y) + row * a.y_stride;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t e0 = g * S, e1 = e0 + S;
+      // op over f(h) of the group's elements, across the block
+      const auto reduce = [&](auto f, auto op) {
+        float acc = 0.f;  // the identity of a sum, and of a max of non-negative values
+        for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x)
+          acc = op(acc, f(gated_elem(x, z, e, a.gate_first).h));
+        return team_allreduce<false>(acc, op, scratch);
+      };
+      const float var = reduce([](float h) { return h * h; }, Add()) * a.inv_s;
+      float rs = rsqrtf(var + a.eps);
+      if (isinf(var)) {  // finite values whose float32 sum of squares overflowed: as norm_fwd_kernel
+        const float mx = reduce([](float h) { return fabsf(h); }, Max());
+        if (isfinite(mx) && mx > 0.f) {  // else the group holds an inf: inf and NaN propagate
+          const float inv = 1.f / mx;
+          const float s2 = reduce([inv](float h) { return (h * inv) * (h * inv); }, Add()) * a.inv_s;
+          rs = inv * rsqrtf(s2 + a.eps * inv * inv);
+        }
+      }
+      if (threadIdx.x == 0) a.rstd[row * G + g] = rs;
+      for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+        const GatedElem v = gated_elem(x, z, e, a.gate_first);
+        float w[1];
+        load_param<T>(a.w, e, w);
+        y[e] = from_float<T>(v.h * rs * w[0] * (a.gate_first ? 1.f : v.s));
+      }
+    }
+  }
+}
+
+// Block b handles rows [b * rows_per_group, (b + 1) * rows_per_group) and sums its dweight
+// partials into row b of part_w: each thread only ever touches its own columns there (zeroed
+// first), so no synchronization is needed.
+template <typename T>
+__global__ void __launch_bounds__(kGatedThreads) gated_norm_bwd_kernel(const GatedArgs a) {
+  FUSELET_SHARED(float[33], scratch);
+  const int64_t S = a.group, G = a.hidden / a.group;
+  float* pw = a.part_w != nullptr ? a.part_w + int64_t(blockIdx.x) * a.hidden : nullptr;
+  if (pw != nullptr)
+    for (int64_t g = 0; g < G; ++g)
+      for (int64_t e = g * S + threadIdx.x; e < (g + 1) * S; e += blockDim.x) pw[e] = 0.f;
+  const int64_t r0 = int64_t(blockIdx.x) * a.rows_per_group;
+  const int64_t r1 = min(a.rows, r0 + a.rows_per_group);
+  for (int64_t row = r0; row < r1; ++row) {
+    const T* x = static_cast<const T*>(a.x) + row * a.x_stride;
+    const T* z = static_cast<const T*>(a.z) + row * a.z_stride;
+    const T* dy = static_cast<const T*>(a.dy) + row * a.dy_stride;
+    T* dx = static_cast<T*>(a.y) + row * a.y_stride;
+    T* dz = static_cast<T*>(a.dz) + row * a.dz_stride;
+    for (int64_t g = 0; g < G; ++g) {
+      const int64_t e0 = g * S, e1 = e0 + S;
+      const float rs = a.rstd[row * G + g];
+      // Element e, its dy, its weight, xhat = h * rstd and the gradient gy reaching the norm's
+      // output (dy * silu(z), or dy with the gate first).
+      struct Grad {
+        GatedElem v;
+        float dy, w, xhat, gy;
+      };
+      const auto grad = [&](int64_t e) {
+        Grad q;
+        q.v = gated_elem(x, z, e, a.gate_first);
+        q.dy = to_float(dy[e]);
+        float w[1];
+        load_param<T>(a.w, e, w);
+        q.w = w[0];
+        q.xhat = q.v.h * rs;
+        q.gy = a.gate_first ? q.dy : q.dy * q.v.s;
+        return q;
+      };
+      float dot = 0.f;  // sum(gy * w * xhat) over the group
+      for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+        const Grad q = grad(e);
+        dot += q.gy * q.w * q.xhat;
+        if (pw != nullptr) pw[e] += q.gy * q.xhat;
+      }
+      const float c = team_allreduce<false>(dot, Add(), scratch) * a.inv_s;
+      for (int64_t e = e0 + threadIdx.x; e < e1; e += blockDim.x) {
+        const Grad q = grad(e);
+        const GatedElem& v = q.v;
+        const float dh = rs * (q.gy * q.w - q.xhat * c);        // d(the norm's input h)
+        const float ds = v.sig * (1.f + v.z * (1.f - v.sig));  // silu'(z)
+        dx[e] = from_float<T>(a.gate_first ? dh * v.s : dh);
+        dz[e] = from_float<T>(a.gate_first ? dh * v.x * ds : q.dy * q.xhat * q.w * ds);
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Host side.
 
 // Backward row groups: G = ceil(rows / rows_per_group) <= cap, where the cap (128..512) keeps
@@ -503,6 +652,20 @@ fuselet_status run_fwd(const NormProblem& p, cudaStream_t stream) {
   return vec ? launch_fwd<T, kV, kLN>(p, stream) : launch_fwd<T, 1, kLN>(p, stream);
 }
 
+// dweight and dbias (those asked for) from the groups' partial sums (norm_bwd_finalize_kernel).
+fuselet_status finalize(const NormProblem& p, const float* part_w, const float* part_b, int64_t groups,
+                        const char* name, cudaStream_t stream) {
+  if (p.dweight == nullptr && p.dbias == nullptr) return FUSELET_OK;
+  const dim3 block(32, kFinalizeSlices);
+  const unsigned grid = static_cast<unsigned>((p.hidden - 1) / 32 + 1);
+  return dispatch(p.param_dtype, [&](auto tag) {
+    using P = decltype(tag);
+    launch_kernel<norm_bwd_finalize_kernel<P>>(grid, block, 0, stream, part_w, part_b, static_cast<P*>(p.dweight),
+                                               static_cast<P*>(p.dbias), groups, p.hidden);
+    return launch_status(name);
+  });
+}
+
 template <typename T, int kVec, bool kLN>
 fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
   float* part_b = kLN ? ws + groups * p.hidden : nullptr;
@@ -553,15 +716,8 @@ fuselet_status launch_bwd(const NormProblem& p, float* ws, int64_t groups, int64
     }
   }
   if (fuselet_status s = launch_status(name)) return s;
-  if (p.dweight == nullptr && p.dbias == nullptr) return FUSELET_OK;
-  const dim3 block(32, kFinalizeSlices);
-  const unsigned grid = static_cast<unsigned>((p.hidden - 1) / 32 + 1);
-  return dispatch(p.param_dtype, [&](auto tag) {
-    using P = decltype(tag);
-    launch_kernel<norm_bwd_finalize_kernel<P>>(grid, block, 0, stream, a.part_w, a.part_b, static_cast<P*>(p.dweight),
-                                               static_cast<P*>(p.dbias), groups, p.hidden);
-    return launch_status(kLN ? "layer_norm_bwd_finalize_kernel" : "rms_norm_bwd_finalize_kernel");
-  });
+  return finalize(p, a.part_w, a.part_b, groups,
+                  kLN ? "layer_norm_bwd_finalize_kernel" : "rms_norm_bwd_finalize_kernel", stream);
 }
 
 template <typename T, bool kLN>
@@ -580,10 +736,64 @@ fuselet_status run_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t 
   return vec ? launch_bwd<T, kV, kLN>(p, ws, groups, per, stream) : launch_bwd<T, 1, kLN>(p, ws, groups, per, stream);
 }
 
+// The arguments of the gated kernels for problem `p` (the backward's: dy, dx and dz; the
+// workspace's partial sums set by the caller).
+GatedArgs gated_args(const NormProblem& p, bool backward) {
+  return GatedArgs{p.x,
+                   p.z,
+                   p.dy,
+                   param_ref(p, p.weight, p.w_offset, 1.f),
+                   backward ? p.dx : p.y,
+                   p.dz,
+                   p.rstd,
+                   nullptr,
+                   p.rows,
+                   1,
+                   p.hidden,
+                   p.group,
+                   p.x_stride,
+                   p.z_stride,
+                   p.dy_stride,
+                   backward ? p.dx_stride : p.y_stride,
+                   p.dz_stride,
+                   p.eps,
+                   static_cast<float>(1.0 / p.group),
+                   p.gate_first};
+}
+
+template <typename T>
+fuselet_status run_gated_fwd(const NormProblem& p, cudaStream_t stream) {
+  if (fuselet_status s = check_alignment({{"x", p.x}, {"z", p.z}, {"y", p.y}}, sizeof(T))) return s;
+  if (fuselet_status s = check_alignment({{"weight", p.weight}}, dtype_size(p.param_dtype))) return s;
+  if (fuselet_status s = check_alignment({{"rstd", p.rstd}}, sizeof(float))) return s;
+  const int threads = team_threads(p.group, 1, kGatedThreads);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
+  launch_kernel<gated_norm_fwd_kernel<T>>(grid, threads, 0, stream, gated_args(p, false));
+  return launch_status("gated_rms_norm_fwd_kernel");
+}
+
+template <typename T>
+fuselet_status run_gated_bwd(const NormProblem& p, float* ws, int64_t groups, int64_t per, cudaStream_t stream) {
+  if (fuselet_status s =
+          check_alignment({{"dy", p.dy}, {"x", p.x}, {"z", p.z}, {"dx", p.dx}, {"dz", p.dz}}, sizeof(T)))
+    return s;
+  if (fuselet_status s = check_alignment({{"weight", p.weight}, {"dweight", p.dweight}}, dtype_size(p.param_dtype)))
+    return s;
+  if (fuselet_status s = check_alignment({{"rstd", p.rstd}}, sizeof(float))) return s;
+  GatedArgs a = gated_args(p, true);
+  a.part_w = p.dweight != nullptr ? ws : nullptr;
+  a.rows_per_group = per;
+  const int threads = team_threads(p.group, 1, kGatedThreads);
+  launch_kernel<gated_norm_bwd_kernel<T>>(static_cast<unsigned>(groups), threads, 0, stream, a);
+  if (fuselet_status s = launch_status("gated_rms_norm_bwd_kernel")) return s;
+  return finalize(p, a.part_w, nullptr, groups, "gated_rms_norm_bwd_finalize_kernel", stream);
+}
+
 template <bool kLN>
 fuselet_status norm_fwd(const NormProblem& p, void* stream) {
   if (p.rows == 0) return FUSELET_OK;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.z != nullptr) return dispatch(p.dtype, [&](auto tag) { return run_gated_fwd<decltype(tag)>(p, s); });
   return dispatch(p.dtype, [&](auto tag) { return run_fwd<decltype(tag), kLN>(p, s); });
 }
 
@@ -611,6 +821,8 @@ fuselet_status norm_bwd(const NormProblem& p, void* workspace, size_t workspace_
   int64_t groups, per;
   bwd_groups(p.rows, p.hidden, &groups, &per);
   float* ws = static_cast<float*>(workspace);
+  if (p.z != nullptr)
+    return dispatch(p.dtype, [&](auto tag) { return run_gated_bwd<decltype(tag)>(p, ws, groups, per, s); });
   return dispatch(p.dtype, [&](auto tag) { return run_bwd<decltype(tag), kLN>(p, ws, groups, per, s); });
 }
 
@@ -667,6 +879,30 @@ fuselet_status fuselet_add_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fus
     fuselet::NormProblem p;
     if (fuselet_status s =
             fuselet::check_add_norm_bwd(dy, dresidual_out, residual_out, weight, rstd, flags, dx, dweight, &p))
+      return s;
+    return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
+  });
+}
+
+fuselet_status fuselet_gated_rms_norm_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* z,
+                                               const fuselet_tensor* weight, float eps, int64_t group_size,
+                                               uint32_t flags, fuselet_tensor* y, fuselet_tensor* rstd, void* stream) {
+  return fuselet::guarded("fuselet_gated_rms_norm_fwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s = fuselet::check_gated_norm_fwd(x, z, weight, eps, group_size, flags, y, rstd, &p)) return s;
+    return fuselet::norm_fwd<false>(p, stream);
+  });
+}
+
+fuselet_status fuselet_gated_rms_norm_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* x,
+                                               const fuselet_tensor* z, const fuselet_tensor* weight,
+                                               const fuselet_tensor* rstd, int64_t group_size, uint32_t flags,
+                                               fuselet_tensor* dx, fuselet_tensor* dz, fuselet_tensor* dweight,
+                                               void* workspace, size_t workspace_bytes, void* stream) {
+  return fuselet::guarded("fuselet_gated_rms_norm_bwd_cuda", [&] {
+    fuselet::NormProblem p;
+    if (fuselet_status s =
+            fuselet::check_gated_norm_bwd(dy, x, z, weight, rstd, group_size, flags, dx, dz, dweight, &p))
       return s;
     return fuselet::norm_bwd<false>(p, workspace, workspace_bytes, stream);
   });
