@@ -5,7 +5,9 @@
 // sets: forward (threadIdx order), reverse, or random[:SEED] (a new permutation of the threads at
 // every round, and of the blocks of each grid). A block in which no thread can move while some
 // have not returned is stuck (a barrier not every thread reaches): the launch fails.
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -363,10 +365,20 @@ void write_launches() {
   for (const auto& [name, st] : g_launches)
     text += std::to_string(st.threads) + " " + std::to_string(st.smem) + " " + std::to_string(st.count) + " " + name +
             "\n";
-  if (FILE* f = std::fopen(path, "a")) {
-    std::fwrite(text.data(), 1, text.size(), f);
-    std::fclose(f);
+  // Test processes run in parallel (ctest -j) and append to one file: each writes its lines under
+  // an exclusive lock (a stdio stream would split a record of more than its buffer into several
+  // writes, which interleave with another process's).
+  const int fd = ::open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  if (::flock(fd, LOCK_EX) == 0) {
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    ::flock(fd, LOCK_UN);
   }
+  ::close(fd);
 }
 
 void record_launch(const char* name, unsigned threads, size_t smem) {
