@@ -88,13 +88,13 @@ def test_zero_hidden_size(api):
 
 @pytest.mark.parametrize("eps", [0.0, -1e-6, -math.inf])
 def test_eps_not_positive(api, eps):
-    with raises(ValueError, f"eps: expected a finite float > 0, got {eps}"):
+    with raises(ValueError, f"eps: expected a finite number > 0, got {eps}"):
         api.rms_norm(api.array((2, 4)), api.array((4,)), eps)
 
 
 @pytest.mark.parametrize("eps", [math.nan, math.inf])
 def test_eps_not_finite(api, eps):
-    with raises(ValueError, f"eps: expected a finite float > 0, got {eps}"):
+    with raises(ValueError, f"eps: expected a finite number > 0, got {eps}"):
         api.layer_norm(api.array((2, 4)), api.array((4,)), api.array((4,)), eps)
 
 
@@ -150,7 +150,7 @@ def test_add_rms_norm_x_weight_eps(api):
         api.module.add_rms_norm(api.array((2, 4), "int32"), api.array((2, 4), "int32"), api.array((4,)))
     with raises(ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4), got (3,)"):
         api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((3,)))
-    with raises(ValueError, "eps: expected a finite float > 0, got 0.0"):
+    with raises(ValueError, "eps: expected a finite number > 0, got 0.0"):
         api.module.add_rms_norm(api.array((2, 4)), api.array((2, 4)), api.array((4,)), 0.0)
 
 
