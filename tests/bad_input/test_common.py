@@ -324,11 +324,16 @@ def test_torch_op_direct_refusals_however_reached(torch):
     from torch 2.15 on): python/fuselet/torch/_errors.py raises the one they name."""
     ops, x = torch.ops.fuselet, torch.ones(2, 4)
     calls = [
-        (ValueError, "weight: expected 4 elements (the hidden size of x), got 5", ops.rms_norm_fwd, (x, torch.ones(5), 1e-6)),
+        (
+            ValueError,
+            "weight: expected shape [4] to match the last dimension of x [2, 4], got [5]",
+            ops.rms_norm_fwd,
+            (x, torch.ones(5), 1e-6),
+        ),
         (TypeError, "x: expected dtype float32, float16 or bfloat16, got float64", ops.rms_norm_fwd, (x.double(), None, 1e-6)),
         (
             ValueError,
-            "y: expected a tensor of shape [..., K], got a 0-d tensor",
+            "y: expected shape [..., K] with at least 1 dimension, got a 0-d array",
             ops.softmax_bwd,
             (torch.ones(()), torch.ones(())),
         ),
@@ -357,9 +362,9 @@ def test_torch_op_direct_names_the_argument(torch):
         ops.rope_fwd(torch.ones(2, 3, 4, 8), torch.ones(3, 8), None)
     with raises(ValueError, "bias: expected"):
         ops.layer_norm_bwd(x, x, w, torch.ones(3), r, r)
-    with raises(ValueError, "y: expected a tensor of shape [..., K], got a 0-d tensor"):
+    with raises(ValueError, "y: expected shape [..., K] with at least 1 dimension, got a 0-d array"):
         ops.softmax_bwd(torch.ones(()), torch.ones(()))
-    with raises(ValueError, "residual_out: expected a tensor of shape [..., H], got a 0-d tensor"):
+    with raises(ValueError, "residual_out: expected shape [..., H] with at least 1 dimension, got a 0-d array"):
         ops.add_rms_norm_bwd(torch.ones(()), torch.ones(()), torch.ones(()), None, torch.ones(()))
     with raises(ValueError, "dy: expected a tensor on cpu (the device of residual_out), got meta"):
         ops.add_rms_norm_bwd(x.to("meta"), x, x, w, r)

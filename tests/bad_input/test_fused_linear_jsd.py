@@ -25,7 +25,7 @@ def test_fused_linear_jsd_rules(api):
         loss(hs, ws, api.array((2, 3, 6), "int32"), wt)
     with raises(ValueError, "labels: expected shape (2, 3) (the shape of input without its last dimension), got (2,)"):
         loss(hs, ws, ht, wt, api.array((2,), "int32"))
-    with raises(ValueError, "beta: expected a float in [0, 1], got 2.0"):
+    with raises(ValueError, "beta: expected a number in [0, 1], got 2.0"):
         loss(hs, ws, ht, wt, beta=2.0)
     with raises(ValueError, "temperature: expected a number > 0.0, got 0.0"):
         loss(hs, ws, ht, wt, temperature=0.0)

@@ -58,13 +58,13 @@ def test_clamped_swiglu_options(api, options, error, message):
 
 
 def test_torch_op_direct_glu(torch):
-    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got 5"):
+    with raises(ValueError, "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape [2, 5]"):
         torch.ops.fuselet.swiglu_fwd(torch.ones(2, 5))
     with raises(ValueError, "approximate: expected 'none' or 'tanh', got 'fast'"):
         torch.ops.fuselet.geglu_fwd(torch.ones(2, 4), "fast")
     with raises(ValueError, "dy: expected 2 rows of 2 elements, got 2 rows of 4"):
         torch.ops.fuselet.swiglu_bwd(torch.ones(2, 4), torch.ones(2, 4))
-    with raises(ValueError, "limit: expected a finite number > 0, got 0"):
+    with raises(ValueError, "limit: expected a finite number > 0, got 0.0"):
         torch.ops.fuselet.clamped_swiglu_fwd(torch.ones(2, 4), 1.702, 0.0, True)
     with raises(ValueError, "alpha: expected a finite number, got inf"):
         torch.ops.fuselet.clamped_swiglu_bwd(torch.ones(2, 2), torch.ones(2, 4), float("inf"), 7.0, False)

@@ -97,13 +97,13 @@ def test_torch_rope_mixed_devices(torch, argument):
 def test_torch_op_direct_rope(torch):
     """The core's own checks, reached through the registered ops."""
     x = torch.ones(2, 3, 4, 8)
-    with raises(ValueError, "cos: the rotary dim R (last dimension) must be even and in [2, D = 8], got shape [3, 7]"):
+    with raises(ValueError, "cos: the rotary dim R (last dimension) must be even and in [2, D=8], got shape [3, 7]"):
         torch.ops.fuselet.rope_fwd(x, torch.ones(3, 7), torch.ones(3, 7))
-    with raises(ValueError, "cos: expected 3 positions (S, dimension 1 of dy), got shape [4, 8]"):
+    with raises(ValueError, "cos: expected 3 positions (S, dim 1 of dy [2, 3, 4, 8]), got shape [4, 8]"):
         torch.ops.fuselet.rope_bwd(x, torch.ones(4, 8), torch.ones(4, 8))
     with raises(ValueError, "sin: expected shape [3, 8] (the shape of cos), got [2, 3, 8]"):
         torch.ops.fuselet.rope_fwd(x, torch.ones(3, 8), torch.ones(2, 3, 8))
-    with raises(TypeError, "cos: expected dtype float32 or bfloat16 (the dtype of x), got float16"):
+    with raises(TypeError, "cos: expected dtype bfloat16 (the dtype of x) or float32, got float16"):
         torch.ops.fuselet.rope_fwd(x.bfloat16(), torch.ones(3, 8, dtype=torch.float16), torch.ones(3, 8))
-    with raises(ValueError, "x: expected shape [B, N, S, D] or [N, S, D], got [3, 8]"):
+    with raises(ValueError, "x: expected shape [B, N, S, D] or [N, S, D] (flags with FUSELET_ROPE_BHSD), got shape [3, 8]"):
         torch.ops.fuselet.rope_fwd(torch.ones(3, 8), torch.ones(3, 8), torch.ones(3, 8), True)

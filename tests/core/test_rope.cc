@@ -102,46 +102,37 @@ int main() {
   expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 0, nullptr), "y: expected a tensor, got NULL", "NULL y");
   expect_error(fuselet_rope_bwd(&tx, &tc, &ts, 0, nullptr), "dx: expected a tensor, got NULL", "NULL dx");
   fuselet_tensor x2 = view(x, {6, 8});
-  expect_error(fuselet_rope_fwd(&x2, &tc, &ts, 0, &ty), "x: expected shape [B, S, N, D] or [S, N, D], got [6, 8]",
+  expect_error(fuselet_rope_fwd(&x2, &tc, &ts, 0, &ty),
+               "x: expected shape [B, S, N, D] or [S, N, D] (flags without FUSELET_ROPE_BHSD), got shape [6, 8]",
                "2-D x");
-  expect_error(fuselet_rope_fwd(&x2, &tc, &ts, FUSELET_ROPE_BHSD, &ty), "x: expected shape [B, N, S, D] or [N, S, D]",
-               "2-D x bhsd");
+  expect_error(fuselet_rope_fwd(&x2, &tc, &ts, FUSELET_ROPE_BHSD, &ty),
+               "x: expected shape [B, N, S, D] or [N, S, D] (flags with FUSELET_ROPE_BHSD)", "2-D x bhsd");
   fuselet_tensor x0 = view(x, {2, 3, 2, 0});
   expect_error(fuselet_rope_fwd(&x0, &tc, &ts, 0, &ty), "x: the head dim D (last dimension) must be > 0", "D = 0");
   bad = view(c, {3, 7});
   expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
                "cos: the rotary dim R (last dimension) must be even and in "
-               "[2, D = 8], got shape [3, 7]",
+               "[2, D=8], got shape [3, 7]",
                "odd R");
   bad = view(c, {3, 10});
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "must be even and in [2, D = 8]", "R > D");
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "must be even and in [2, D=8]", "R > D");
   bad = view(c, {4, 8});
   expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
-               "cos: expected 3 positions (S, dimension 1 of x), got shape "
-               "[4, 8]",
-               "cos S");
+               "cos: expected 3 positions (S, dim 1 of x [2, 3, 2, 8]), got shape [4, 8]", "cos S");
   expect_error(fuselet_rope_fwd(&tx, &bad, &bad, FUSELET_ROPE_BHSD, &ty),
-               "cos: expected 2 positions (S, dimension 2 "
-               "of x)",
-               "cos S bhsd");
+               "cos: expected 2 positions (S, dim 2 of x [2, 3, 2, 8]), got shape [4, 8]", "cos S bhsd");
   bad = view(c, {1, 3, 8});
   expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
-               "cos: expected a batch of 2 (B, dimension 0 of x), got shape "
-               "[1, 3, 8]",
-               "cos B");
+               "cos: expected a batch of 2 (B, dim 0 of x [2, 3, 2, 8]), got shape [1, 3, 8]", "cos B");
   fuselet_tensor x3 = view(x, {3, 2, 8});
   expect_error(fuselet_rope_fwd(&x3, &bad, &bad, 0, &ty),
-               "cos: expected shape [S, R] (x has no batch dim), got [1, 3, "
-               "8]",
-               "3-D cos with B-less x");
+               "cos: expected shape [S, R] (x has no batch dim), got shape [1, 3, 8]", "3-D cos with B-less x");
   bad = view(c, {24});
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected shape [S, R] or [B, S, R], got [24]",
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected shape [S, R] or [B, S, R], got shape [24]",
                "1-D cos");
   bad = tc;
   bad.dtype = FUSELET_FLOAT16;
-  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty),
-               "cos: expected dtype float32 or float32 (the dtype of x), got "
-               "float16",
+  expect_error(fuselet_rope_fwd(&tx, &bad, &bad, 0, &ty), "cos: expected dtype float32 (the dtype of x), got float16",
                "cos dtype");
   expect_error(fuselet_rope_fwd(&tx, &tc, &bad, 0, &ty), "sin: expected dtype float32 (the dtype of cos), got float16",
                "sin dtype");

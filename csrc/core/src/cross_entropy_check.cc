@@ -12,15 +12,16 @@ namespace {
 
 fuselet_status check_options(const fuselet_cross_entropy_options* opts, CrossEntropyProblem* p) {
   if (opts == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "opts: expected the options, got NULL");
+  char buf[32];
   if (!(opts->label_smoothing >= 0.f && opts->label_smoothing <= 1.f))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "label_smoothing: expected a number in [0, 1], got %g",
-                static_cast<double>(opts->label_smoothing));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "label_smoothing: expected a number in [0, 1], got %s",
+                float_string(opts->label_smoothing, buf, sizeof buf));
   if (!(std::isfinite(opts->z_loss) && opts->z_loss >= 0.f))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "z_loss: expected a finite number >= 0, got %g",
-                static_cast<double>(opts->z_loss));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "z_loss: expected a finite number >= 0, got %s",
+                float_string(opts->z_loss, buf, sizeof buf));
   if (!(opts->softcap == 0.f || (std::isfinite(opts->softcap) && opts->softcap > 0.f)))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "softcap: expected a finite number > 0, or 0 for none, got %g",
-                static_cast<double>(opts->softcap));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "softcap: expected 0 (none) or a finite number > 0, got %s",
+                float_string(opts->softcap, buf, sizeof buf));
   p->ignore_index = opts->ignore_index;
   p->label_smoothing = opts->label_smoothing;
   p->z_loss = opts->z_loss;
@@ -29,9 +30,13 @@ fuselet_status check_options(const fuselet_cross_entropy_options* opts, CrossEnt
 }
 
 fuselet_status check_logits(const fuselet_tensor* logits, Layout layout, CrossEntropyProblem* p, Rows* r) {
-  if (fuselet_status s = as_rows(logits, "logits", r, layout)) return s;
-  if (r->hidden == 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "logits: the last dimension (classes) must be > 0, got 0");
+  if (fuselet_status s = as_rows(logits, "logits", r, layout, "V")) return s;
+  if (r->hidden == 0) {
+    char buf[160];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "logits: the number of classes (last dimension) must be > 0, got shape %s",
+                shape_string(logits, buf, sizeof buf));
+  }
   p->dtype = logits->dtype;
   p->rows = r->rows;
   p->vocab = r->hidden;
@@ -43,15 +48,12 @@ fuselet_status check_logits(const fuselet_tensor* logits, Layout layout, CrossEn
 // target: `n` int32 or int64 class ids, any shape (with Layout::kKernel contiguous, data non-null).
 fuselet_status check_target(const fuselet_tensor* t, int64_t n, Layout layout, CrossEntropyProblem* p) {
   if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected a tensor, got NULL");
-  if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected 0..%d dimensions, got %d", FUSELET_MAX_DIMS,
-                static_cast<int>(t->ndim));
+  if (fuselet_status s = check_ndim(t, "target")) return s;
   const int code = dtype_code(t);
   if (code != FUSELET_INT32 && code != FUSELET_INT64) {
-    if (is_float_dtype(code))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got %s",
-                  dtype_name(t->dtype));
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got code %d", code);
+    char buf[32];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype int32 or int64 (class ids), got %s",
+                dtype_string(code, buf, sizeof buf));
   }
   int64_t numel = 0;
   if (fuselet_status s = check_extent(t, "target", &numel)) return s;
@@ -113,9 +115,10 @@ fuselet_status inputs(Kind kind, const fuselet_tensor* dloss, const fuselet_tens
   if (fuselet_status s = check_target(target, p->rows, layout, p)) return s;
   if (fuselet_status s = check_options(opts, p)) return s;
   if (kind == Kind::kFwdBwd) {
+    char buf[32];
     if (!std::isfinite(grad_scale))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "grad_scale: expected a finite number, got %g",
-                  static_cast<double>(grad_scale));
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "grad_scale: expected a finite number, got %s",
+                  float_string(grad_scale, buf, sizeof buf));
     p->grad_scale = grad_scale;
   }
   if (kind == Kind::kBwd) {

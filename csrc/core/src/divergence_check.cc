@@ -21,11 +21,12 @@ fuselet_status check_options(const fuselet_divergence_options* opts, DivergenceP
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
                 "log_target: expected 1 (target as log-probabilities) for JSD and TVD, got %d",
                 static_cast<int>(opts->log_target));
+  char buf[32];
   if (opts->kind == FUSELET_DIVERGENCE_JSD ? !(opts->beta >= 0.f && opts->beta <= 1.f) : opts->beta != 0.f)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                opts->kind == FUSELET_DIVERGENCE_JSD ? "beta: expected a number in [0, 1], got %g"
-                                                     : "beta: expected 0 (beta is JSD's), got %g",
-                static_cast<double>(opts->beta));
+                opts->kind == FUSELET_DIVERGENCE_JSD ? "beta: expected a number in [0, 1], got %s"
+                                                     : "beta: expected 0 (beta is JSD's), got %s",
+                float_string(opts->beta, buf, sizeof buf));
   p->kind = opts->kind;
   p->log_target = opts->log_target == 1;
   p->beta = opts->beta;
@@ -36,9 +37,13 @@ fuselet_status check_options(const fuselet_divergence_options* opts, DivergenceP
 fuselet_status check_pair(const fuselet_tensor* input, const fuselet_tensor* target, Layout layout,
                           DivergenceProblem* p) {
   Rows ri, rt;
-  if (fuselet_status s = as_rows(input, "input", &ri, layout)) return s;
-  if (ri.hidden == 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "input: the last dimension (classes) must be > 0, got 0");
+  if (fuselet_status s = as_rows(input, "input", &ri, layout, "V")) return s;
+  if (ri.hidden == 0) {
+    char buf[160];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "input: the number of classes (last dimension) must be > 0, got shape %s",
+                shape_string(input, buf, sizeof buf));
+  }
   if (target != nullptr && is_float_dtype(dtype_code(target)) && target->dtype != input->dtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "target: expected dtype %s (the dtype of input), got %s",
                 dtype_name(input->dtype), dtype_name(target->dtype));

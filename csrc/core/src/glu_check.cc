@@ -23,10 +23,13 @@ fuselet_status check_options(const fuselet_glu_options* opts, bool ex, GluProble
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "interleaved: expected 0 or 1, got %d",
                 static_cast<int>(opts->interleaved));
   if (activation == FUSELET_GLU_SILU_CLAMPED) {
+    char buf[32];
     if (!std::isfinite(opts->alpha))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "alpha: expected a finite number, got %g", double(opts->alpha));
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "alpha: expected a finite number, got %s",
+                  float_string(opts->alpha, buf, sizeof buf));
     if (!std::isfinite(opts->limit) || !(opts->limit > 0.f))
-      return fail(FUSELET_ERR_INVALID_ARGUMENT, "limit: expected a finite number > 0, got %g", double(opts->limit));
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "limit: expected a finite number > 0, got %s",
+                  float_string(opts->limit, buf, sizeof buf));
   }
   p->activation = activation;
   p->interleaved = opts->interleaved == 1;
@@ -38,10 +41,13 @@ fuselet_status check_options(const fuselet_glu_options* opts, bool ex, GluProble
 // The inputs and options of a forward (x, opts) or, with dy, of a backward.
 fuselet_status inputs(const fuselet_tensor* dy, const fuselet_tensor* x, const fuselet_glu_options* opts, bool ex,
                       bool backward, Layout layout, Rows* rx, GluProblem* p) {
-  if (fuselet_status s = as_rows(x, "x", rx, layout)) return s;
-  if (rx->hidden == 0 || rx->hidden % 2 != 0)
+  if (fuselet_status s = as_rows(x, "x", rx, layout, "2F")) return s;
+  if (rx->hidden == 0 || rx->hidden % 2 != 0) {
+    char buf[160];
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "x: expected an even last dimension > 0 (2F: the gate and up halves), got %" PRId64, rx->hidden);
+                "x: expected an even last dimension > 0 (2F: the gate and up halves), got shape %s",
+                shape_string(x, buf, sizeof buf));
+  }
   if (fuselet_status s = check_options(opts, ex, p)) return s;
   p->dtype = x->dtype;
   p->rows = rx->rows;

@@ -34,6 +34,10 @@ fuselet_status ok();
 
 const char* dtype_name(fuselet_dtype dtype);
 bool is_float_dtype(int dtype);
+// A dtype field's code as messages say it: its name (float32, ..., int64), else "code N".
+const char* dtype_string(int code, char* buf, size_t len);
+// A float option as messages say it, as Python prints a float: 0.0, -1.0, 1.5, 1e-06, nan, inf.
+const char* float_string(double v, char* buf, size_t len);
 
 // Runs f() (which returns a fuselet_status) for the C entry point `entry`: a C++ exception
 // that escapes it becomes FUSELET_ERR_INTERNAL, as none may cross the C ABI. Zero-cost
@@ -74,6 +78,8 @@ struct Rows {
 // its dtype, within int64 and the address space. Views of no elements take any strides.
 fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t* numel);
 
+// Checks t->ndim (`t` named `name` in messages): 0..FUSELET_MAX_DIMS.
+fuselet_status check_ndim(const fuselet_tensor* t, const char* name);
 // Checks `t` (named `name` in messages): non-null, 0..FUSELET_MAX_DIMS dims, a float dtype,
 // check_extent (the number of elements in *numel).
 fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel);
@@ -86,7 +92,7 @@ fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* 
 enum class Layout { kKernel, kAny };
 
 // Checks `t` (named `name` in messages): non-null, float dtype, check_extent, at least 1 dim
-// (its last named `last` in the message: [..., H]); with Layout::kKernel also a last dim of
+// (the shape's words [..., `last`]: [..., H]); with Layout::kKernel also a last dim of
 // stride 1, leading dims collapsible into one row stride and non-null data when non-empty.
 fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Layout layout = Layout::kKernel,
                        const char* last = "H");

@@ -27,32 +27,37 @@ fuselet_status same_rows(const fuselet_tensor* t, const char* name, const char* 
 
 fuselet_status check_x(const fuselet_tensor* x, const char* xn, Rows* rx, Layout layout) {
   if (fuselet_status s = as_rows(x, xn, rx, layout)) return s;
-  if (rx->hidden == 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the hidden size (last dimension) must be > 0, got 0", xn);
+  if (rx->hidden == 0) {
+    char buf[160];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the hidden size (last dimension) must be > 0, got shape %s", xn,
+                shape_string(x, buf, sizeof buf));
+  }
   if (rx->hidden > INT32_MAX)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the hidden size must be < 2^31, got %" PRId64, xn, rx->hidden);
   return FUSELET_OK;
 }
 
-// A parameter vector [H] (weight, bias or their gradients), NULL allowed (then *out is NULL).
-// Its dtype must be `*pdtype` when that is set (>= 0: a parameter seen before, named `like`),
-// else x's dtype or float32; it then sets `*pdtype`.
-fuselet_status check_param(const fuselet_tensor* t, const char* name, const char* xn, fuselet_dtype x_dtype,
-                           int64_t hidden, int* pdtype, const char* like, void** out,
-                           Layout layout = Layout::kKernel) {
+// A parameter vector [H] (weight, bias or their gradients) of x [..., H] (checked, named `xn`),
+// NULL allowed (then *out is NULL). Its dtype must be `*pdtype` when that is set (>= 0: a
+// parameter seen before, named `like`), else x's dtype or float32; it then sets `*pdtype`.
+fuselet_status check_param(const fuselet_tensor* t, const char* name, const fuselet_tensor* x, const char* xn,
+                           int* pdtype, const char* like, void** out, Layout layout = Layout::kKernel) {
   *out = nullptr;
   if (t == nullptr) return FUSELET_OK;
-  if (t->ndim != 1) {
-    char buf[160];
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a 1-D tensor of %" PRId64 " elements, got shape %s", name,
-                hidden, shape_string(t, buf, sizeof(buf)));
-  }
-  if (t->shape[0] != hidden)
+  const fuselet_dtype x_dtype = x->dtype;
+  const int64_t hidden = x->shape[x->ndim - 1];
+  if (fuselet_status s = check_ndim(t, name)) return s;
+  if (t->ndim != 1 || t->shape[0] != hidden) {
+    char xs[160], ts[160];
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "%s: expected %" PRId64 " elements (the hidden size of %s), got %" PRId64, name, hidden, xn,
-                t->shape[0]);
+                "%s: expected shape [%" PRId64 "] to match the last dimension of %s %s, got %s", name, hidden, xn,
+                shape_string(x, xs, sizeof xs), shape_string(t, ts, sizeof ts));
+  }
   const int code = dtype_code(t);
-  const char* got = is_float_dtype(code) ? dtype_name(static_cast<fuselet_dtype>(code)) : "an unknown dtype code";
+  char buf[32];
+  const char* got = dtype_string(code, buf, sizeof buf);
+  if (!is_float_dtype(code))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got %s", name, got);
   if (*pdtype >= 0 && code != *pdtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype %s (the dtype of %s), got %s", name,
                 dtype_name(static_cast<fuselet_dtype>(*pdtype)), like, got);
@@ -74,7 +79,8 @@ fuselet_status check_flags(uint32_t flags, const fuselet_tensor* weight, bool ga
                 static_cast<unsigned>(flags & ~known), gated ? ", FUSELET_NORM_GATE_FIRST" : "");
   const bool zero_centered = flags & FUSELET_NORM_ZERO_CENTERED_GAMMA;
   if (zero_centered && weight == nullptr)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA needs a weight, got NULL");
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA scales by (1 + weight) and needs a weight, got weight=NULL");
   p->w_offset = zero_centered ? 1.f : 0.f;
   p->gate_first = flags & FUSELET_NORM_GATE_FIRST;
   return FUSELET_OK;
@@ -104,13 +110,16 @@ fuselet_status fwd_inputs(const fuselet_tensor* x, const fuselet_tensor* weight,
   p->hidden = p->group = rx->hidden;
   int pdtype = -1;
   void* w = nullptr;
-  if (fuselet_status s = check_param(weight, "weight", "x", x->dtype, rx->hidden, &pdtype, "", &w, layout)) return s;
+  if (fuselet_status s = check_param(weight, "weight", x, "x", &pdtype, "", &w, layout)) return s;
   void* b = nullptr;
-  if (fuselet_status s = check_param(bias, "bias", "x", x->dtype, rx->hidden, &pdtype, "weight", &b, layout)) return s;
+  if (fuselet_status s = check_param(bias, "bias", x, "x", &pdtype, "weight", &b, layout)) return s;
   if (fuselet_status s = check_flags(flags, weight, gated, p)) return s;
   p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
-  if (!(std::isfinite(eps) && eps > 0.f))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "eps: expected a finite number > 0, got %g", static_cast<double>(eps));
+  if (!(std::isfinite(eps) && eps > 0.f)) {
+    char buf[32];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "eps: expected a finite number > 0, got %s",
+                float_string(eps, buf, sizeof buf));
+  }
   p->eps = eps;
   p->x = rx->data;
   p->x_stride = rx->row_stride;
@@ -150,9 +159,9 @@ fuselet_status bwd_inputs(const fuselet_tensor* dy, const fuselet_tensor* x, con
   if (fuselet_status s = same_rows(dy, "dy", xn, *rx, x->dtype, &rdy, layout)) return s;
   *pdtype = -1;
   void* w = nullptr;
-  if (fuselet_status s = check_param(weight, "weight", xn, x->dtype, rx->hidden, pdtype, "", &w, layout)) return s;
+  if (fuselet_status s = check_param(weight, "weight", x, xn, pdtype, "", &w, layout)) return s;
   void* b = nullptr;
-  if (fuselet_status s = check_param(bias, "bias", xn, x->dtype, rx->hidden, pdtype, "weight", &b, layout)) return s;
+  if (fuselet_status s = check_param(bias, "bias", x, xn, pdtype, "weight", &b, layout)) return s;
   if (fuselet_status s = check_flags(flags, weight, gated, p)) return s;
   if (gated)
     if (fuselet_status s = check_group(group_size, xn, p)) return s;
@@ -182,10 +191,10 @@ fuselet_status bwd_outputs(const fuselet_tensor* x, const char* xn, const Rows& 
     return fail(FUSELET_ERR_INVALID_ARGUMENT, weight ? "dweight: expected a tensor (weight is given), got NULL"
                                                      : "dweight: expected NULL (weight is NULL), got a tensor");
   void* dw = nullptr;
-  if (fuselet_status s = check_param(dweight, "dweight", xn, x->dtype, rx.hidden, &pdtype, "weight", &dw)) return s;
+  if (fuselet_status s = check_param(dweight, "dweight", x, xn, &pdtype, "weight", &dw)) return s;
   void* db = nullptr;
   if (layer_norm)
-    if (fuselet_status s = check_param(dbias, "dbias", xn, x->dtype, rx.hidden, &pdtype, "weight", &db)) return s;
+    if (fuselet_status s = check_param(dbias, "dbias", x, xn, &pdtype, "weight", &db)) return s;
   p->param_dtype = pdtype >= 0 ? static_cast<fuselet_dtype>(pdtype) : x->dtype;
   p->dx = rdx.data;
   p->dx_stride = rdx.row_stride;

@@ -46,8 +46,8 @@ fuselet_status inputs(const fuselet_tensor* in, const char* in_name, const fusel
                 static_cast<unsigned>(flags & ~kKnownFlags));
   const bool bhsd = flags & FUSELET_ROPE_BHSD;
   if (in->ndim != 3 && in->ndim != 4)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected shape %s or %s, got %s", in_name,
-                bhsd ? "[B, N, S, D]" : "[B, S, N, D]", bhsd ? "[N, S, D]" : "[S, N, D]",
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected shape %s (flags %s FUSELET_ROPE_BHSD), got shape %s",
+                in_name, bhsd ? "[B, N, S, D] or [N, S, D]" : "[B, S, N, D] or [S, N, D]", bhsd ? "with" : "without",
                 shape_string(in, buf, sizeof buf));
   const int32_t o = in->ndim - 3;  // offset of the (S, N) / (N, S) dims
   const int32_t ds = o + (bhsd ? 1 : 0), dn = o + (bhsd ? 0 : 1);
@@ -70,28 +70,28 @@ fuselet_status inputs(const fuselet_tensor* in, const char* in_name, const fusel
   if (fuselet_status s = check_view(cos, "cos", layout)) return s;
   if (fuselet_status s = check_view(sin, "sin", layout)) return s;
   if (cos->dtype != FUSELET_FLOAT32 && cos->dtype != in->dtype)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "cos: expected dtype float32 or %s (the dtype of %s), got %s",
-                dtype_name(in->dtype), in_name, dtype_name(cos->dtype));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "cos: expected dtype %s (the dtype of %s)%s, got %s",
+                dtype_name(in->dtype), in_name, in->dtype == FUSELET_FLOAT32 ? "" : " or float32",
+                dtype_name(cos->dtype));
   if (sin->dtype != cos->dtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "sin: expected dtype %s (the dtype of cos), got %s",
                 dtype_name(cos->dtype), dtype_name(sin->dtype));
   if (cos->ndim != 2 && !(cos->ndim == 3 && o == 1))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "cos: expected shape %s, got %s",
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "cos: expected shape %s, got shape %s",
                 o ? "[S, R] or [B, S, R]" : "[S, R] (x has no batch dim)", shape_string(cos, buf, sizeof buf));
   const int32_t co = cos->ndim - 2;
   p->R = cos->shape[co + 1];
   if (p->R < 2 || p->R > p->D || p->R % 2 != 0)
     return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "cos: the rotary dim R (last dimension) must be even and in [2, D = %" PRId64 "], got shape %s", p->D,
+                "cos: the rotary dim R (last dimension) must be even and in [2, D=%" PRId64 "], got shape %s", p->D,
                 shape_string(cos, buf, sizeof buf));
   if (cos->shape[co] != p->S)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "cos: expected %" PRId64 " positions (S, dimension %d of %s), got shape %s", p->S,
-                static_cast<int>(ds), in_name, shape_string(cos, buf, sizeof buf));
-  if (co && cos->shape[0] != p->B)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                "cos: expected a batch of %" PRId64 " (B, dimension 0 of %s), got shape %s", p->B, in_name,
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "cos: expected %" PRId64 " positions (S, dim %d of %s %s), got shape %s",
+                p->S, static_cast<int>(ds), in_name, shape_string(in, buf2, sizeof buf2),
                 shape_string(cos, buf, sizeof buf));
+  if (co && cos->shape[0] != p->B)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "cos: expected a batch of %" PRId64 " (B, dim 0 of %s %s), got shape %s",
+                p->B, in_name, shape_string(in, buf2, sizeof buf2), shape_string(cos, buf, sizeof buf));
   if (!same_shape(sin, cos))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "sin: expected shape %s (the shape of cos), got %s",
                 shape_string(cos, buf, sizeof buf), shape_string(sin, buf2, sizeof buf2));

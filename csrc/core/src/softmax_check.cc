@@ -11,10 +11,13 @@ namespace {
 fuselet_status check_rows(const fuselet_tensor* x, const char* name, float scale, Layout layout, Rows* rx,
                           SoftmaxProblem* p) {
   if (fuselet_status s = as_rows(x, name, rx, layout, "K")) return s;
+  char buf[160];
   if (rx->hidden == 0)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension (keys) must be > 0, got 0", name);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: the last dimension (keys) must be > 0, got shape %s", name,
+                shape_string(x, buf, sizeof buf));
   if (!std::isfinite(scale))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "scale: expected a finite number, got %g", static_cast<double>(scale));
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "scale: expected a finite number, got %s",
+                float_string(scale, buf, sizeof buf));
   p->dtype = x->dtype;
   p->rows = rx->rows;
   p->keys = rx->hidden;
@@ -32,10 +35,13 @@ fuselet_status fwd_inputs(const fuselet_tensor* x, float scale, uint32_t flags, 
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "flags: unknown bits 0x%x (known: FUSELET_SOFTMAX_CAUSAL)",
                 static_cast<unsigned>(flags & ~static_cast<uint32_t>(FUSELET_SOFTMAX_CAUSAL)));
   if (flags & FUSELET_SOFTMAX_CAUSAL) {
-    if (x->ndim < 2)
-      return fail(FUSELET_ERR_INVALID_ARGUMENT,
-                  "flags: FUSELET_SOFTMAX_CAUSAL needs x of shape [..., Q, K] (2 or more dimensions), got %d",
-                  static_cast<int>(x->ndim));
+    if (x->ndim < 2) {
+      char buf[160];
+      return fail(
+          FUSELET_ERR_INVALID_ARGUMENT,
+          "flags: FUSELET_SOFTMAX_CAUSAL needs x of shape [..., Q, K] with at least 2 dimensions, got shape %s",
+          shape_string(x, buf, sizeof buf));
+    }
     p->causal = true;
     p->queries = x->shape[x->ndim - 2] > 0 ? x->shape[x->ndim - 2] : 1;
     p->shift = rx->hidden - x->shape[x->ndim - 2];

@@ -3,6 +3,7 @@
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
+#include <cstring>
 
 #include "internal.h"
 
@@ -48,6 +49,20 @@ const char* dtype_name(fuselet_dtype dtype) {
 
 bool is_float_dtype(int dtype) {
   return dtype == FUSELET_FLOAT32 || dtype == FUSELET_FLOAT16 || dtype == FUSELET_BFLOAT16;
+}
+
+const char* dtype_string(int code, char* buf, size_t len) {
+  if (code >= FUSELET_FLOAT32 && code <= FUSELET_INT64) return dtype_name(static_cast<fuselet_dtype>(code));
+  std::snprintf(buf, len, "code %d", code);
+  return buf;
+}
+
+const char* float_string(double v, char* buf, size_t len) {
+  const int n = std::snprintf(buf, len, "%g", v);
+  // %g drops the point of a whole number (0, -1, 30): Python's float has it (0.0, -1.0, 30.0).
+  if (n > 0 && static_cast<size_t>(n) + 2 < len && std::strspn(buf, "-0123456789") == static_cast<size_t>(n))
+    std::memcpy(buf + n, ".0", 3);
+  return buf;
 }
 
 const char* shape_string(const fuselet_tensor* t, char* buf, size_t len) {
@@ -108,14 +123,24 @@ fuselet_status check_extent(const fuselet_tensor* t, const char* name, int64_t* 
   return FUSELET_OK;
 }
 
-fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel) {
-  if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
-  if (t->ndim < 0 || t->ndim > FUSELET_MAX_DIMS)
+fuselet_status check_ndim(const fuselet_tensor* t, const char* name) {
+  if (t->ndim > FUSELET_MAX_DIMS)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected at most %d dimensions, got %d", name, FUSELET_MAX_DIMS,
+                static_cast<int>(t->ndim));
+  if (t->ndim < 0)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected 0..%d dimensions, got %d", name, FUSELET_MAX_DIMS,
                 static_cast<int>(t->ndim));
-  if (!is_float_dtype(dtype_code(t)))
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got code %d", name,
-                dtype_code(t));
+  return FUSELET_OK;
+}
+
+fuselet_status check_header(const fuselet_tensor* t, const char* name, int64_t* numel) {
+  if (t == nullptr) return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor, got NULL", name);
+  if (fuselet_status s = check_ndim(t, name)) return s;
+  if (!is_float_dtype(dtype_code(t))) {
+    char buf[32];
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected dtype float32, float16 or bfloat16, got %s", name,
+                dtype_string(dtype_code(t), buf, sizeof buf));
+  }
   return check_extent(t, name, numel);
 }
 
@@ -123,8 +148,8 @@ fuselet_status as_rows(const fuselet_tensor* t, const char* name, Rows* out, Lay
   int64_t numel = 0;
   if (fuselet_status s = check_header(t, name, &numel)) return s;
   if (t->ndim < 1)
-    return fail(FUSELET_ERR_INVALID_ARGUMENT, "%s: expected a tensor of shape [..., %s], got a 0-d tensor", name,
-                last_name);
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "%s: expected shape [..., %s] with at least 1 dimension, got a 0-d array", name, last_name);
   const int32_t last = t->ndim - 1;
   const int64_t hidden = t->shape[last];
   int64_t rows = 1;

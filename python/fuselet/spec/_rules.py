@@ -80,13 +80,16 @@ def shown(v) -> str:
     return str(v)
 
 
-def number(name: str, v, *, low=None, high=None, low_open=False, finite_only=True, optional=False, noun="float") -> None:
-    """A Python int or float (None too where `optional`), finite where `finite_only`, in
-    [low, high] (low excluded where `low_open`). The words: "a finite float > 0", "a float in
-    [0, 1]", "None or a finite float > 0", "a number >= 0.0" (noun "number")."""
+def number(
+    name: str, v, *, low=None, high=None, low_open=False, finite_only=True, optional=False, none="None", noun="number"
+) -> None:
+    """A Python int or float (None too where `optional`: `none`, how the words name it), finite
+    where `finite_only`, in [low, high] (low excluded where `low_open`). The words, the core's
+    too (csrc/core/src/*_check.cc): "a finite number > 0", "a number in [0, 1]", "None or a
+    finite number > 0"."""
     if optional and v is None:
         return
-    none = "None or " if optional else ""
+    none = f"{none} or " if optional else ""
     if not is_number(v):
         raise TypeError(f"{name}: expected {none}a Python float, got {type(v).__name__}")
     ok = not finite_only or finite(v)
@@ -224,8 +227,7 @@ def same_shape(name: str, shape, expected, why: str) -> None:
 def op_rows(name: str, shape, dtype: str, last: str = "H"):
     """(rows, last dim) of `name` [..., last] of a float dtype, as the core reads it."""
     float_dtype(name, dtype)
-    if len(shape) == 0:
-        raise ValueError(f"{name}: expected a tensor of shape [..., {last}], got a 0-d tensor")
+    rows(name, shape, f"[..., {last}]")
     return math.prod(shape[:-1]), shape[-1]
 
 

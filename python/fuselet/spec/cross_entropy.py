@@ -78,9 +78,12 @@ def inplace_backward(value) -> bool:
 
 
 def op_options(op_args: tuple) -> CrossEntropyOptions:
-    """The options of the raw ops' scalar arguments (softcap 0.0: none): op_args() inverted."""
+    """The options of the raw ops' scalar arguments (softcap 0.0: none, as in the core's words):
+    op_args() inverted."""
     ignore_index, label_smoothing, z_loss, softcap = op_args
-    return options(ignore_index, label_smoothing, z_loss, None if softcap == 0.0 else softcap, "none")
+    softcap = None if softcap == 0.0 else softcap
+    r.number("softcap", softcap, low=0, low_open=True, optional=True, none="0 (none)")
+    return options(ignore_index, label_smoothing, z_loss, softcap, "none")
 
 
 def op(logits: tuple, target: tuple, op_args: tuple, scale=None, tokens: dict | None = None) -> CrossEntropyOptions:
@@ -112,10 +115,22 @@ BOTH = tuple(EXAMPLES)
 OPTIONS = (*BOTH, "fused_linear_cross_entropy")
 REDUCED = ("cross_entropy", "fused_linear_cross_entropy")
 REFUSALS = [
-    Refusal(BOTH, {"logits": Array((2, 4), "float64")}, TypeError, "logits: expected dtype float32, float16 or bfloat16"),
+    Refusal(
+        BOTH, {"logits": Array((2, 4), "float64")}, TypeError, "logits: expected dtype float32, float16 or bfloat16, got float64"
+    ),
     Refusal(BOTH, {"logits": Array((1,) * 8 + (2, 4))}, ValueError, "logits: expected at most 8 dimensions, got 10"),
-    Refusal(BOTH, {"logits": Array(()), "target": Array((), "int32")}, ValueError, "logits: expected shape [..., V] with at"),
-    Refusal(BOTH, {"logits": Array((2, 0))}, ValueError, "logits: the number of classes (last dimension) must be > 0"),
+    Refusal(
+        BOTH,
+        {"logits": Array(()), "target": Array((), "int32")},
+        ValueError,
+        "logits: expected shape [..., V] with at least 1 dimension, got a 0-d array",
+    ),
+    Refusal(
+        BOTH,
+        {"logits": Array((2, 0))},
+        ValueError,
+        "logits: the number of classes (last dimension) must be > 0, got shape (2, 0)",
+    ),
     Refusal(BOTH, {"target": Array((2,))}, TypeError, "target: expected dtype int32 or int64 (class ids), got float32"),
     Refusal(
         BOTH,
@@ -127,16 +142,28 @@ REFUSALS = [
     Refusal(OPTIONS, {"ignore_index": -100.0}, TypeError, "ignore_index: expected a Python int, got float"),
     Refusal(OPTIONS, {"ignore_index": 2**63}, ValueError, f"ignore_index: expected an int64, got {2**63}", raw=False),
     Refusal(OPTIONS, {"label_smoothing": "0.1"}, TypeError, "label_smoothing: expected a Python float, got str"),
-    Refusal(OPTIONS, {"label_smoothing": 1.5}, ValueError, "label_smoothing: expected a float in [0, 1], got 1.5"),
-    Refusal(OPTIONS, {"label_smoothing": float("nan")}, ValueError, "label_smoothing: expected a float in [0, 1], got nan"),
+    Refusal(OPTIONS, {"label_smoothing": 1.5}, ValueError, "label_smoothing: expected a number in [0, 1], got 1.5"),
+    Refusal(OPTIONS, {"label_smoothing": float("nan")}, ValueError, "label_smoothing: expected a number in [0, 1], got nan"),
     Refusal(OPTIONS, {"z_loss": None}, TypeError, "z_loss: expected a Python float, got NoneType"),
-    Refusal(OPTIONS, {"z_loss": -1.0}, ValueError, "z_loss: expected a finite float >= 0, got -1.0"),
+    Refusal(OPTIONS, {"z_loss": -1.0}, ValueError, "z_loss: expected a finite number >= 0, got -1.0"),
     Refusal(OPTIONS, {"z_loss": 1e39}, ValueError, "z_loss: expected a magnitude float32 can hold"),
     Refusal(OPTIONS, {"softcap": "30"}, TypeError, "softcap: expected None or a Python float, got str"),
-    Refusal(OPTIONS, {"softcap": -30.0}, ValueError, "softcap: expected None or a finite float > 0, got -30.0"),
+    Refusal(
+        OPTIONS,
+        {"softcap": -30.0},
+        ValueError,
+        "softcap: expected None or a finite number > 0, got -30.0",
+        raw="softcap: expected 0 (none) or a finite number > 0, got -30.0",
+    ),
     # 0.0 is the raw ops' "no softcap"
-    Refusal(OPTIONS, {"softcap": 0.0}, ValueError, "softcap: expected None or a finite float > 0, got 0.0", raw=False),
-    Refusal(OPTIONS, {"softcap": float("inf")}, ValueError, "softcap: expected None or a finite float > 0, got inf"),
+    Refusal(OPTIONS, {"softcap": 0.0}, ValueError, "softcap: expected None or a finite number > 0, got 0.0", raw=False),
+    Refusal(
+        OPTIONS,
+        {"softcap": float("inf")},
+        ValueError,
+        "softcap: expected None or a finite number > 0, got inf",
+        raw="softcap: expected 0 (none) or a finite number > 0, got inf",
+    ),
     Refusal(OPTIONS, {"softcap": 1e-50}, ValueError, "softcap: expected a value > 0 in float32"),
     Refusal(OPTIONS, {"softcap": 1e39}, ValueError, "softcap: expected a magnitude float32 can hold"),
     Refusal(REDUCED, {"reduction": "avg"}, ValueError, "reduction: expected 'none', 'sum' or 'mean', got 'avg'"),
@@ -145,7 +172,9 @@ REFUSALS = [
     # fuselet.torch's alone (fuselet.jax.cross_entropy has no such argument)
     Refusal(("cross_entropy",), {"inplace_backward": "yes"}, TypeError, "inplace_backward: expected a bool, got str"),
     Refusal(("cross_entropy.fwd_bwd",), {"grad_scale": "1"}, TypeError, "grad_scale: expected a Python float, got str"),
-    Refusal(("cross_entropy.fwd_bwd",), {"grad_scale": float("inf")}, ValueError, "grad_scale: expected a finite float"),
+    Refusal(
+        ("cross_entropy.fwd_bwd",), {"grad_scale": float("inf")}, ValueError, "grad_scale: expected a finite number, got inf"
+    ),
     Refusal(("cross_entropy.fwd_bwd",), {"grad_scale": -1e39}, ValueError, "grad_scale: expected a magnitude float32"),
 ]
 # the raw ops' default scalars, by their names

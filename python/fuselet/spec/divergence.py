@@ -113,7 +113,10 @@ REFUSALS = [
     Refusal(ALL, {"input": Array((2, 4), "int32")}, TypeError, "input: expected dtype float32, float16 or bfloat16, got int32"),
     Refusal(ALL, {"input": Array((1,) * 8 + (4,))}, ValueError, "input: expected at most 8 dimensions, got 9"),
     Refusal(
-        ALL, {"input": Array(()), "target": Array(())}, ValueError, "input: expected shape [..., V] with at least 1 dimension"
+        ALL,
+        {"input": Array(()), "target": Array(())},
+        ValueError,
+        "input: expected shape [..., V] with at least 1 dimension, got a 0-d array",
     ),
     Refusal(
         ALL,
@@ -121,7 +124,9 @@ REFUSALS = [
         ValueError,
         "input: the number of classes (last dimension) must be > 0, got shape (2, 0)",
     ),
-    Refusal(ALL, {"target": Array((2, 4), "bfloat16")}, TypeError, "target: expected dtype float32 (the dtype of input), got"),
+    Refusal(
+        ALL, {"target": Array((2, 4), "bfloat16")}, TypeError, "target: expected dtype float32 (the dtype of input), got bfloat16"
+    ),
     Refusal(ALL, {"target": Array((2, 4), "int32")}, TypeError, "target: expected dtype float32, float16 or bfloat16, got int32"),
     Refusal(
         ALL,
@@ -134,8 +139,8 @@ REFUSALS = [
     Refusal(("kl_div",), {"reduction": "avg"}, ValueError, "reduction: expected one of 'none', 'batchmean', 'sum', 'mean', got"),
     Refusal(("kl_div",), {"reduction": None}, TypeError, "reduction: expected one of 'none', 'batchmean', 'sum', 'mean', got"),
     Refusal(("jsd",), {"beta": "0.5"}, TypeError, "beta: expected a Python float, got str"),
-    Refusal(("jsd",), {"beta": 1.5}, ValueError, "beta: expected a float in [0, 1], got 1.5"),
-    Refusal(("jsd",), {"beta": float("nan")}, ValueError, "beta: expected a float in [0, 1], got nan"),
+    Refusal(("jsd",), {"beta": 1.5}, ValueError, "beta: expected a number in [0, 1], got 1.5"),
+    Refusal(("jsd",), {"beta": float("nan")}, ValueError, "beta: expected a number in [0, 1], got nan"),
     Refusal(LABELED, {"labels": Array((2,))}, TypeError, "labels: expected dtype int32 or int64 (class ids), got float32"),
     Refusal(
         LABELED,
@@ -154,8 +159,18 @@ def _op(**args) -> dict:
 
 OP_REFUSALS = [
     Refusal(("divergence_fwd",), _op(kind=3), ValueError, "kind: expected 0 (KL), 1 (JSD) or 2 (TVD), got 3"),
-    Refusal(("divergence_fwd",), _op(kind=2, log_target=False, beta=0.0), ValueError, "log_target: expected True"),
-    Refusal(("divergence_fwd",), _op(beta=2.0), ValueError, "beta: expected a float in [0, 1], got 2.0"),
+    Refusal(
+        ("divergence_fwd",),
+        _op(kind=2, log_target=False, beta=0.0),
+        ValueError,
+        "log_target: expected True (target as log-probabilities) for JSD and TVD, got False",
+    ),
+    Refusal(("divergence_fwd",), _op(beta=2.0), ValueError, "beta: expected a number in [0, 1], got 2.0"),
     Refusal(("divergence_fwd",), _op(kind=0, beta=0.5), ValueError, "beta: expected 0 (beta is JSD's), got 0.5"),
-    Refusal(("divergence_bwd",), {"dloss": Array((3,)), **_op(wrt_target=False)}, ValueError, "dloss: expected 2 elements"),
+    Refusal(
+        ("divergence_bwd",),
+        {"dloss": Array((3,)), **_op(wrt_target=False)},
+        ValueError,
+        "dloss: expected 2 elements, got shape [3]",
+    ),
 ]

@@ -95,7 +95,7 @@ REFUSALS = [
     Refusal(J, {"labels": Array((2,), "int32")}, ValueError, "labels: expected shape (2, 3) (the shape of input without its"),
     Refusal(J, {"labels": Array((2, 3))}, TypeError, "labels: expected dtype int32 or int64 (class ids), got float32"),
     Refusal(J, {"ignore_index": None}, TypeError, "ignore_index: expected a Python int, got NoneType"),
-    Refusal(J, {"beta": 2.0}, ValueError, "beta: expected a float in [0, 1], got 2.0"),
+    Refusal(J, {"beta": 2.0}, ValueError, "beta: expected a number in [0, 1], got 2.0"),
     Refusal(J, {"temperature": "1"}, TypeError, "temperature: expected a Python float, got str"),
     Refusal(J, {"temperature": float("inf")}, ValueError, "temperature: expected a finite number, got inf"),
     Refusal(J, {"temperature": 0.0}, ValueError, "temperature: expected a number > 0.0, got 0.0"),

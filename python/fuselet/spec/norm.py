@@ -169,7 +169,9 @@ REFUSALS = [
     Refusal(ALL, {"x": Array((1,) * 8 + (4,))}, ValueError, "x: expected at most 8 dimensions, got 9"),
     Refusal(ALL, {"x": Array(())}, ValueError, "x: expected shape [..., H] with at least 1 dimension, got a 0-d array"),
     Refusal(ALL, {"x": Array((2, 0))}, ValueError, "x: the hidden size (last dimension) must be > 0, got shape (2, 0)"),
-    Refusal(ALL, {"weight": Array((5,))}, ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4)"),
+    Refusal(
+        ALL, {"weight": Array((5,))}, ValueError, "weight: expected shape (4,) to match the last dimension of x (2, 4), got (5,)"
+    ),
     Refusal(ALL, {"weight": Array((4,), "int32")}, TypeError, "weight: expected dtype float32, float16 or bfloat16, got int32"),
     Refusal(ALL, {"weight": Array((4,), "float16")}, TypeError, "weight: expected dtype float32 (the dtype of x), got float16"),
     Refusal(
@@ -179,8 +181,8 @@ REFUSALS = [
         "bias: expected dtype bfloat16 (the dtype of weight), got float32",
     ),
     Refusal(ALL, {"eps": "1e-6"}, TypeError, "eps: expected a Python float, got str"),
-    Refusal(ALL, {"eps": 0.0}, ValueError, "eps: expected a finite float > 0, got 0.0"),
-    Refusal(ALL, {"eps": float("nan")}, ValueError, "eps: expected a finite float > 0, got nan"),
+    Refusal(ALL, {"eps": 0.0}, ValueError, "eps: expected a finite number > 0, got 0.0"),
+    Refusal(ALL, {"eps": float("nan")}, ValueError, "eps: expected a finite number > 0, got nan"),
     Refusal(ALL, {"eps": 1e-50}, ValueError, "eps: expected a value > 0 in float32 (>= 1.401e-45"),
     Refusal(ALL, {"eps": 1e39}, ValueError, "eps: expected a magnitude float32 can hold (<= 3.403e+38"),
     Refusal(ALL, {"zero_centered_gamma": "yes"}, TypeError, "zero_centered_gamma: expected a bool, got str"),
@@ -198,7 +200,10 @@ REFUSALS = [
         raw="residual: expected 2 rows of 4 elements like x, got 2 rows of 5",
     ),
     Refusal(
-        ("add_rms_norm",), {"residual": Array((2, 4), "bfloat16")}, TypeError, "residual: expected dtype float32 (the dtype of x)"
+        ("add_rms_norm",),
+        {"residual": Array((2, 4), "bfloat16")},
+        TypeError,
+        "residual: expected dtype float32 (the dtype of x), got bfloat16",
     ),
     Refusal(
         ("gated_rms_norm",),
@@ -222,8 +227,18 @@ REFUSALS = [
 ]
 R2 = Array((2,))
 OP_REFUSALS = [
-    Refusal(("rms_norm_bwd",), {"dy": Array((2, 3)), "x": X, "weight": H4, "rstd": R2}, ValueError, "dy: expected 2 rows of 4"),
-    Refusal(("rms_norm_bwd",), {"dy": X, "x": X, "weight": H4, "rstd": Array((3,))}, ValueError, "rstd: expected 2 elements"),
+    Refusal(
+        ("rms_norm_bwd",),
+        {"dy": Array((2, 3)), "x": X, "weight": H4, "rstd": R2},
+        ValueError,
+        "dy: expected 2 rows of 4 elements like x, got 2 rows of 3",
+    ),
+    Refusal(
+        ("rms_norm_bwd",),
+        {"dy": X, "x": X, "weight": H4, "rstd": Array((3,))},
+        ValueError,
+        "rstd: expected 2 elements, got shape [3]",
+    ),
     Refusal(
         ("layer_norm_bwd",),
         {"dy": X, "x": X, "weight": H4, "bias": H4, "mean": Array((2,), "float16"), "rstd": R2},
@@ -234,7 +249,7 @@ OP_REFUSALS = [
         ("add_rms_norm_bwd",),
         {"dy": Array(()), "dresidual_out": Array(()), "residual_out": Array(()), "weight": None, "rstd": Array(())},
         ValueError,
-        "residual_out: expected a tensor of shape [..., H], got a 0-d tensor",
+        "residual_out: expected shape [..., H] with at least 1 dimension, got a 0-d array",
     ),
     Refusal(
         ("add_rms_norm_bwd",),
@@ -246,13 +261,13 @@ OP_REFUSALS = [
         ("layer_norm_bwd",),
         {"dy": X, "x": X, "weight": None, "bias": None, "mean": R2, "rstd": R2, "zero_centered_gamma": True},
         ValueError,
-        "zero_centered_gamma: scales by (1 + weight) and needs a weight",
+        "zero_centered_gamma: scales by (1 + weight) and needs a weight, got weight=None",
     ),
     Refusal(
         ("gated_rms_norm_bwd",),
         {"dy": X, "x": X, "z": X, "weight": H4, "rstd": R2, "group_size": 2},
         ValueError,
-        "rstd: expected 4 elements",
+        "rstd: expected 4 elements, got shape [2]",
     ),
     Refusal(
         ("gated_rms_norm_bwd",),

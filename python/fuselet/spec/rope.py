@@ -78,9 +78,16 @@ REFUSALS = [
     ),
     Refusal(R, {"sin": Array((3, 8), "bfloat16")}, TypeError, "sin: expected dtype float32 (the dtype of cos), got bfloat16"),
     Refusal(R, {"cos": Array((8,))}, ValueError, "cos: expected shape [S, R] or [B, S, R], got shape (8,)"),
-    Refusal(R, {"cos": Array((3, 7))}, ValueError, "cos: the rotary dim R (last dimension) must be even and in [2, D=8]"),
+    Refusal(
+        R,
+        {"cos": Array((3, 7))},
+        ValueError,
+        "cos: the rotary dim R (last dimension) must be even and in [2, D=8], got shape (3, 7)",
+    ),
     Refusal(R, {"cos": Array((4, 8))}, ValueError, "cos: expected 3 positions (S, dim 1 of x (2, 3, 4, 8)), got shape (4, 8)"),
-    Refusal(R, {"cos": Array((3, 3, 8))}, ValueError, "cos: expected a batch of 2 (B, dim 0 of x (2, 3, 4, 8))"),
+    Refusal(
+        R, {"cos": Array((3, 3, 8))}, ValueError, "cos: expected a batch of 2 (B, dim 0 of x (2, 3, 4, 8)), got shape (3, 3, 8)"
+    ),
     Refusal(R, {"sin": Array((3, 6))}, ValueError, "sin: expected shape (3, 8) (the shape of cos), got (3, 6)"),
 ]
 OP_REFUSALS = [

@@ -43,8 +43,7 @@ def softmax(x: tuple, scale=1.0, causal=False) -> SoftmaxOptions:
 def bwd_op(dy: tuple, y: tuple, scale) -> None:
     """softmax_bwd: y [..., K] (K > 0), dy rows like y, scale."""
     rows, keys = r.op_rows("y", *y, "K")
-    if keys == 0:
-        raise ValueError("y: the last dimension (keys) must be > 0, got 0")
+    r.last_positive("y", y[0], "the last dimension (keys)")
     _scale(scale)
     r.op_rows_like("dy", *dy, ("y", y[1]), rows, keys)
 
@@ -59,14 +58,39 @@ REFUSALS = [
     Refusal(S, {"x": Array(())}, ValueError, "x: expected shape [..., K] with at least 1 dimension, got a 0-d array"),
     Refusal(S, {"x": Array((2, 0))}, ValueError, "x: the last dimension (keys) must be > 0, got shape (2, 0)"),
     Refusal(S, {"scale": None}, TypeError, "scale: expected a Python float, got NoneType"),
-    Refusal(S, {"scale": float("nan")}, ValueError, "scale: expected a finite float, got nan"),
+    Refusal(S, {"scale": float("nan")}, ValueError, "scale: expected a finite number, got nan"),
     Refusal(S, {"scale": 1e39}, ValueError, "scale: expected a magnitude float32 can hold"),
     Refusal(S, {"causal": 1}, TypeError, "causal: expected a bool, got int"),
-    Refusal(S, {"x": Array((4,)), "causal": True}, ValueError, "causal: needs x of shape [..., Q, K] with at least 2 dimensions"),
+    Refusal(
+        S,
+        {"x": Array((4,)), "causal": True},
+        ValueError,
+        "causal: needs x of shape [..., Q, K] with at least 2 dimensions, got shape (4,)",
+    ),
 ]
 OP_REFUSALS = [
-    Refusal(("softmax_bwd",), {"dy": Array((2, 0)), "y": Array((2, 0))}, ValueError, "y: the last dimension (keys) must be > 0"),
-    Refusal(("softmax_bwd",), {"dy": Array(()), "y": Array(())}, ValueError, "y: expected a tensor of shape [..., K], got a 0-d"),
-    Refusal(("softmax_bwd",), {"dy": Array((2, 4)), "y": Array((2, 4)), "scale": float("inf")}, ValueError, "scale: expected a"),
-    Refusal(("softmax_bwd",), {"dy": Array((2, 3)), "y": Array((2, 4))}, ValueError, "dy: expected 2 rows of 4 elements, got 2"),
+    Refusal(
+        ("softmax_bwd",),
+        {"dy": Array((2, 0)), "y": Array((2, 0))},
+        ValueError,
+        "y: the last dimension (keys) must be > 0, got shape (2, 0)",
+    ),
+    Refusal(
+        ("softmax_bwd",),
+        {"dy": Array(()), "y": Array(())},
+        ValueError,
+        "y: expected shape [..., K] with at least 1 dimension, got a 0-d array",
+    ),
+    Refusal(
+        ("softmax_bwd",),
+        {"dy": Array((2, 4)), "y": Array((2, 4)), "scale": float("inf")},
+        ValueError,
+        "scale: expected a finite number, got inf",
+    ),
+    Refusal(
+        ("softmax_bwd",),
+        {"dy": Array((2, 3)), "y": Array((2, 4))},
+        ValueError,
+        "dy: expected 2 rows of 4 elements, got 2 rows of 3",
+    ),
 ]
