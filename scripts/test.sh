@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # The README's test command, what a user's install depends on: make check (lint, the core's C++
 # tests, its CUDA kernels under the emulator, the library tests over both cores: scripts/check.sh)
-# beside the seed of the offline channel; the CUDA compile check; then the conda packages of
-# variants/offline.yaml (seeded, built, verified: scripts/packages.sh) beside the tests that start processes or build wheels
-# (tests/ -m "processes or builds": distributed, multi-process, export across processes, pip
-# builds, the zoo's sample); last the packaging tool's tests (tools/fuselet-build/tests, on those packages) beside
-# the stable-ABI build's smoke under two torch releases and the oldest transformers
-# (scripts/stable-abi-test.sh). Extra arguments go to one pytest run over what they name, after
-# the packages. The nightly workflow runs what this leaves out: the whole zoo (make zoo) and the
-# CUDA kernels' line coverage under the emulator (make emu-test ARGS=--coverage).
+# beside the seed of the offline channel; then two lanes side by side, each about one CPU's work:
+#   - the conda packages of variants/offline.yaml (seeded, built, verified: scripts/packages.sh),
+#     then the packaging tool's tests on them (tools/fuselet-build/tests);
+#   - the tests that start processes or build wheels (tests/ -m "processes or builds":
+#     distributed, multi-process, export across processes, pip builds, the zoo's sample), then
+#     the CUDA compile check (scripts/cuda-build.sh), then the stable-ABI build's smoke under two
+#     torch releases and the oldest transformers (scripts/stable-abi-test.sh).
+# Extra arguments go to one pytest run over what they name, after the packages. The nightly
+# workflow runs what this leaves out: the whole zoo (make zoo) and the CUDA kernels' line
+# coverage under the emulator (make emu-test ARGS=--coverage).
 source "$(dirname "$0")/env.sh"
 use_build_tmp
 start_all=$(date +%s)
@@ -26,8 +28,6 @@ seed_pid=$!
 # (background jobs of a script ignore SIGINT: stop them with SIGTERM if this script fails)
 trap 'pkill -TERM -P "$seed_pid" 2>/dev/null; kill "$seed_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
 "$ROOT/scripts/check.sh"
-# The torch CUDA impls are compiled by the package build (fuselet-torch cuda130) below.
-FUSELET_CUDA_FRAMEWORK=jax "$ROOT/scripts/cuda-build.sh"
 if ! wait "$seed_pid"; then
   tail -n 40 "$seed_log"
   log "seed failed (log: $seed_log)"
@@ -45,49 +45,69 @@ if [[ $# -gt 0 ]]; then
   FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" "$@"
   exit
 fi
-# The tests that start processes or build wheels need no conda package: they run beside the
-# package build, which keeps about one of the CPUs busy.
-tests_log="$ROOT/build/pytest-processes.log"
-log "pytest tests/ -m 'processes or builds': started beside the package build (log: $tests_log)"
-"${pytest[@]}" -q --basetemp "$TMPDIR/processes" -m "processes or builds" tests >"$tests_log" 2>&1 &
-tests_pid=$!
-trap 'kill "$tests_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
-# pytest's test_verify_passes verifies the packages (and what verify must refuse).
-FUSELET_DEV_BUILT=1 FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh"
-tests_status=0
-wait "$tests_pid" || tests_status=$?
-trap - EXIT
-log "pytest tests/ -m 'processes or builds' (ran beside the package build)"
-cat "$tests_log"
-# The packaging tests reuse the channel and packages made above (their own seed/build are no-ops,
-# mostly solves, installs and single-threaded checks): beside the stable-ABI build of the torch
-# layer and its smoke under two torch releases, which compiles.
+# Lane 2, in the background: the tests that start processes or build wheels (they need no conda
+# package), the CUDA compile check (the torch CUDA impls are compiled by the package build,
+# fuselet-torch cuda130, in lane 1), the stable-ABI step. Each part's exit status goes to a file.
+tests_log="$ROOT/build/pytest-processes.log" cuda_log="$ROOT/build/cuda-build.log"
+stable_log="$ROOT/build/stable-abi.log" lane2="$ROOT/build/lane2"
+rm -rf "$lane2" && mkdir -p "$lane2"
+log "lane 2 (beside the package build): pytest tests/ -m 'processes or builds' ($tests_log), the CUDA compile check ($cuda_log), the stable-ABI step ($stable_log)"
+(
+  part() {  # part NAME LOG COMMAND...: run it, its exit status and seconds to $lane2/NAME
+    local name=$1 out=$2 status=0 t0
+    shift 2
+    t0=$(date +%s)
+    "$@" >"$out" 2>&1 || status=$?
+    echo "$status $(( $(date +%s) - t0 ))" >"$lane2/$name"
+  }
+  part tests "$tests_log" "${pytest[@]}" -q --basetemp "$TMPDIR/processes" -m "processes or builds" tests
+  part cuda "$cuda_log" env FUSELET_CUDA_FRAMEWORK=jax "$ROOT/scripts/cuda-build.sh"
+  part stable "$stable_log" "$ROOT/scripts/stable-abi-test.sh"
+) &
+lane2_pid=$!
+trap 'pkill -TERM -P "$lane2_pid" 2>/dev/null; kill "$lane2_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
+# Lane 1: the packages (pytest's test_verify_passes verifies them, and what verify must refuse),
+# then the packaging tests, which reuse the channel and packages made here (their own seed and
+# build are no-ops: mostly solves, installs and single-threaded checks).
+packages_status=0 t0=$(date +%s)
+FUSELET_DEV_BUILT=1 FUSELET_PACKAGES_VERIFY=0 "$ROOT/scripts/packages.sh" || packages_status=$?
+packages_seconds=$(( $(date +%s) - t0 ))
 tools_log="$ROOT/build/pytest-tools.log"
-log "pytest tools/fuselet-build/tests: started beside the stable-ABI step (log: $tools_log)"
-FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q --basetemp "$TMPDIR/tools" tools/fuselet-build/tests \
-  >"$tools_log" 2>&1 &
-tools_pid=$!
-trap 'kill "$tools_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
-stable_status=0 stable_log="$ROOT/build/stable-abi.log"
-"$ROOT/scripts/stable-abi-test.sh" 2>&1 | tee "$stable_log" || stable_status=$?
-tools_status=0
-wait "$tools_pid" || tools_status=$?
+tools_status=0 tools_seconds=0 t0=$(date +%s)
+if (( packages_status == 0 )); then
+  log "pytest tools/fuselet-build/tests (log: $tools_log)"
+  FUSELET_OFFLINE_CHANNEL="$ROOT/build/offline-channel" "${pytest[@]}" -q --basetemp "$TMPDIR/tools" tools/fuselet-build/tests \
+    >"$tools_log" 2>&1 || tools_status=$?
+  tools_seconds=$(( $(date +%s) - t0 ))
+  cat "$tools_log"
+fi
+log "waiting for lane 2"
+wait "$lane2_pid" || true
 trap - EXIT
-log "pytest tools/fuselet-build/tests (ran beside the stable-ABI step)"
-cat "$tools_log"
+read_part() { cat "$lane2/$1" 2>/dev/null || echo "1 -"; }  # "STATUS SECONDS"; 1 where it did not finish
+read -r tests_status tests_seconds < <(read_part tests)
+read -r cuda_status cuda_seconds < <(read_part cuda)
+read -r stable_status stable_seconds < <(read_part stable)
+log "pytest tests/ -m 'processes or builds' (lane 2)"
+cat "$tests_log"
+log "the CUDA compile check (lane 2)"
+cat "$cuda_log"
+log "the stable-ABI step (lane 2)"
+cat "$stable_log"
+log "lane 1: packages ${packages_seconds} s, tools/fuselet-build/tests ${tools_seconds} s; lane 2: processes ${tests_seconds} s, CUDA compile check ${cuda_seconds} s, stable ABI ${stable_seconds} s"
 if [[ -n "$FUSELET_COMPILER_LAUNCHER" ]]; then
   log "compiler cache ($SCCACHE_DIR):"
   "$FUSELET_COMPILER_LAUNCHER" --show-stats 2>/dev/null | grep -E '^(Compile requests|Cache hits|Cache misses|Cache hits rate) +[0-9]' || true
 fi
-if (( tests_status || tools_status || stable_status )); then
+if [[ "$packages_status $tests_status $cuda_status $tools_status $stable_status" != "0 0 0 0 0" ]]; then
   # what failed, last: a CI log is read from its end
-  for part in "$tests_log" "$tools_log" "$stable_log"; do
+  for part in "$tests_log" "$cuda_log" "$tools_log" "$stable_log"; do
     if grep -qE '^(FAILED|ERROR) |failed' "$part" 2>/dev/null; then
       log "failures in $(basename "$part"):"
       grep -hE '^(FAILED|ERROR) |^=+ .*(failed|error)|==> .*failed' "$part" | tail -n 25
     fi
   done
-  log "pytest failed: tests/ -m 'processes or builds' exit $tests_status, tools/fuselet-build/tests exit $tools_status, stable ABI exit $stable_status"
+  log "failed: packages exit $packages_status, tests/ -m 'processes or builds' exit $tests_status, the CUDA compile check exit $cuda_status, tools/fuselet-build/tests exit $tools_status (not run when the packages failed), stable ABI exit $stable_status"
   exit 1
 fi
 log "test: passed in $(( $(date +%s) - start_all )) s"
