@@ -144,3 +144,13 @@ def test_refusals(results):
     }
     for name, start in expected.items():
         assert errors[name].startswith(start), (name, errors[name])
+
+
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_fused_linear_dtensor_hidden_sequence_sharded(results, reduction):
+    """hidden / target Shard(0) over the tensor-parallel dim itself (sequence parallel): gathered
+    before the loss (one all-gather each), hidden's gradient all-reduced and handed back Shard(0)
+    (a reduce-scatter would do: not there yet)."""
+    r = _get(results, f"flce_dtensor_{reduction}_hidden_sharded")
+    assert r["grads"] == ["S(0)", "S(0)"], r
+    assert r["fwd"]["all_gather_into_tensor"] == 2 and r["fwd"]["_allgather_base_"] == 3, r

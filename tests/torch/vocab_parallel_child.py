@@ -117,7 +117,7 @@ def flce_plain(reduction, options, even=False, with_bias=True, vocab=23):
     return {"max_rel": max(errors), "sizes": sizes}
 
 
-def flce_dtensor(reduction, vocab, options="all", mesh_shape=None):
+def flce_dtensor(reduction, vocab, options="all", mesh_shape=None, hidden_sharded=False):
     """weight / bias Shard(0) over the tensor-parallel mesh dim (the last), hidden / target
     replicated there (and, on a 2-D mesh, Shard(0) over the first: data parallel)."""
     _, world = rank_world()
@@ -125,9 +125,9 @@ def flce_dtensor(reduction, vocab, options="all", mesh_shape=None):
     hidden, weight, bias, target, grad = data(vocab, kw.get("ignore_index", -100))
     ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, True, **kw)
     mesh = init_device_mesh("cpu", mesh_shape or (world,))
-    rows = [Shard(0)] * (mesh.ndim - 1) + [Replicate()]
+    rows = [Shard(0)] * (mesh.ndim - 1) + [Shard(0) if hidden_sharded else Replicate()]
     head = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
-    if mesh.ndim == 2:  # the data-parallel split of the tokens needs N divisible: take 12 of them
+    if mesh.ndim == 2 or hidden_sharded:  # splits of the tokens: take 12 of them
         hidden, target, grad = hidden[:12], target[:12], grad[:12]
         ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, True, **kw)
     h = distribute_tensor(hidden, mesh, rows).requires_grad_()
@@ -211,6 +211,7 @@ for reduction in ("mean", "sum", "none"):
     for vocab in (24, 23, 5):  # even, uneven, uneven with an empty last shard at 4 ranks
         check(f"flce_dtensor_{reduction}_v{vocab}")(lambda r=reduction, v=vocab: flce_dtensor(r, v))
         check(f"ce_dtensor_{reduction}_v{vocab}")(lambda r=reduction, v=vocab: ce_dtensor(r, v, Replicate()))
+    check(f"flce_dtensor_{reduction}_hidden_sharded")(lambda r=reduction: flce_dtensor(r, 23, hidden_sharded=True))
     check(f"ce_dtensor_{reduction}_target_sharded")(lambda r=reduction: ce_dtensor(r, 23, Shard(1)))
 
 
