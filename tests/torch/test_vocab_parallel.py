@@ -154,3 +154,13 @@ def test_fused_linear_dtensor_hidden_sequence_sharded(results, reduction):
     r = _get(results, f"flce_dtensor_{reduction}_hidden_sharded")
     assert r["grads"] == ["S(0)", "S(0)"], r
     assert r["fwd"]["all_gather_into_tensor"] == 2 and r["fwd"]["_allgather_base_"] == 3, r
+
+
+@pytest.mark.parametrize("loss, chunks", [("dpo", 8), ("orpo", 4), ("simpo", 4), ("kto", 8), ("grpo", 4)])
+def test_post_training_losses_head_sharded(results, loss, chunks):
+    """The preference, KTO and GRPO losses over a head (and a reference head) Shard(0): their
+    log-probabilities run vocab-parallel, one all-gather of statistics per chunk (16 tokens in
+    chunks of 5: 4 per model) and no gathered head (no DTensor all-gather at all)."""
+    r = _get(results, f"post_training_{loss}_head_sharded")
+    assert r["fwd"] == {"_allgather_base_": chunks}, r
+    assert r["grads"] == ["R", "S(0)", "S(0)"], r

@@ -226,6 +226,55 @@ for reduction in ("mean", "sum", "none"):
     check(f"flce_dtensor_{reduction}_2d_mesh")(lambda r=reduction: _mesh_2d(r))
 
 
+def post_training(loss):
+    """The post-training losses over a vocab-sharded head (weight, bias and the reference model's
+    weight Shard(0), everything else replicated): their per-token log-probabilities are
+    fused_linear_cross_entropy's, so they run vocab-parallel with no gathered head."""
+    _, world = rank_world()
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(12)
+    vocab = 23
+    target = torch.randint(0, vocab, (4, 4), generator=g)
+    target[:, 0] = -100
+    target[1, -1] = -100
+    tensors = {
+        "hidden": torch.randn(4, 4, 8, generator=g) * 0.5,
+        "weight": torch.randn(vocab, 8, generator=g) * 0.3,
+        "bias": torch.randn(vocab, generator=g) * 0.1,
+        "target": target,
+    }
+    if loss in ("dpo", "kto"):
+        tensors["ref_hidden"] = torch.randn(4, 4, 6, generator=g) * 0.5
+        tensors["ref_weight"] = torch.randn(vocab, 6, generator=g) * 0.3
+    if loss == "kto":
+        tensors["preference_labels"] = torch.tensor([True, False, False, True])
+        fn = lambda **a: ft.fused_linear_kto_loss(kl=torch.tensor(0.1), chunk_size=5, **a)  # noqa: E731
+    elif loss == "grpo":
+        tensors["advantages"] = torch.tensor([0.5, -1.0, 1.5, 0.25])
+        tensors["old_logps"] = -torch.rand(4, 4, generator=g) * 3
+        tensors["ref_logps"] = -torch.rand(4, 4, generator=g) * 3
+        fn = lambda **a: ft.fused_linear_grpo_loss(beta=0.1, chunk_size=5, **a)  # noqa: E731
+    else:
+        fn = lambda **a: ft.fused_linear_preference_loss(loss=loss, label_smoothing=0.1, chunk_size=5, **a)  # noqa: E731
+    grads, heads = ("hidden", "weight", "bias"), ("weight", "bias", "ref_weight")
+    args = {n: leaf(t) if n in grads else t for n, t in tensors.items()}
+    ref = fn(**args)
+    (ref * 0.75).backward()
+    dargs = {}
+    for n, t in tensors.items():
+        d = distribute_tensor(t, mesh, [Shard(0) if n in heads else Replicate()])
+        dargs[n] = d.requires_grad_() if n in grads else d
+    with CommDebugMode() as fwd:
+        out = fn(**dargs)
+    (out * 0.75).backward()
+    errors = [rel(out, ref)] + [rel(dargs[n].grad, args[n].grad) for n in grads]
+    return {"max_rel": max(errors), "fwd": counts(fwd), "grads": [str(dargs[n].grad.placements[0]) for n in grads]}
+
+
+for _loss in ("dpo", "orpo", "simpo", "kto", "grpo"):
+    check(f"post_training_{_loss}_head_sharded")(lambda loss=_loss: post_training(loss))
+
+
 def _error(fn) -> str:
     try:
         fn()
