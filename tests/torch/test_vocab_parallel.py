@@ -164,3 +164,10 @@ def test_post_training_losses_head_sharded(results, loss, chunks):
     r = _get(results, f"post_training_{loss}_head_sharded")
     assert r["fwd"] == {"_allgather_base_": chunks}, r
     assert r["grads"] == ["R", "S(0)", "S(0)"], r
+
+
+def test_no_tokens(results):
+    """0 tokens: no collective of 0 rows, the losses 0 (or empty), the gradients zero / empty."""
+    r = _get(results, "no_tokens")["results"]
+    for reduction in REDUCTIONS:
+        assert r[reduction] == [0.0, 0.0, [0, 8], 0.0, [0, 4]], (reduction, r)

@@ -275,6 +275,23 @@ for _loss in ("dpo", "orpo", "simpo", "kto", "grpo"):
     check(f"post_training_{_loss}_head_sharded")(lambda loss=_loss: post_training(loss))
 
 
+@check("no_tokens")
+def no_tokens():
+    """0 tokens on every rank: the one-process results (0, or empty), gradients included."""
+    rank, _ = rank_world()
+    out = {}
+    for reduction in ("mean", "sum", "none"):
+        h, w = torch.zeros(0, H, requires_grad=True), torch.randn(4 + rank, H, requires_grad=True)
+        t = torch.zeros(0, dtype=torch.long)
+        loss = ft.fused_linear_cross_entropy(h, w, t, reduction=reduction, process_group=dist.group.WORLD)
+        loss.sum().backward()
+        x = torch.randn(0, 4 + rank, requires_grad=True)
+        ce = ft.cross_entropy(x, t, reduction=reduction, process_group=dist.group.WORLD)
+        ce.sum().backward()
+        out[reduction] = [float(loss.sum()), float(ce.sum()), list(h.grad.shape), float(w.grad.abs().sum()), list(x.grad.shape)]
+    return {"max_rel": 0.0, "results": out}
+
+
 def _error(fn) -> str:
     try:
         fn()

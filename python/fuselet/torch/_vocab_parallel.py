@@ -178,7 +178,8 @@ def combine(logits, rows: Rows, shard: Shard, op_args) -> tuple:
             stats[2] = shard.local * (lse_r - loss_r - (1.0 - ls) * s_col)
     else:
         stats[0] = -math.inf
-    gathered = gather(stats, shard.group, shard.world) if shard.world > 1 else stats[None]
+    # n is alike on every rank (the tokens are): no rank gathers 0 rows
+    gathered = gather(stats, shard.group, shard.world) if shard.world > 1 and n > 0 else stats[None]
     lse = torch.logsumexp(gathered[:, 0], 0)
     s_t = gathered[:, 1].sum(0)
     ce = lse - s_t if ls == 0 else (1.0 - ls) * (lse - s_t) + (ls * lse - gathered[:, 2].sum(0) / shard.vocab)
