@@ -171,3 +171,29 @@ def test_no_tokens(results):
     r = _get(results, "no_tokens")["results"]
     for reduction in REDUCTIONS:
         assert r[reduction] == [0.0, 0.0, [0, 8], 0.0, [0, 4]], (reduction, r)
+
+
+BF16_TOL = 1e-2  # 2.5 bfloat16 ulps (2^-8 relative) of each tensor's largest entry
+
+
+def test_bfloat16(results):
+    """bfloat16 through the process_group door against float32 on the same values: within a few
+    bfloat16 ulps, as on one process (the one entry per row that the shard's backward writes
+    itself is computed in float32: adding a correction to the kernel's bfloat16 entry cancelled,
+    10 % off at 4 ranks). hidden's gradient, the sum of the ranks' bfloat16 shares, is rounded
+    once per rank more than on one process."""
+    r = _get(results, "bfloat16")
+    assert r["bf16_rel"] < BF16_TOL and r["dtypes"] == ["torch.bfloat16"] * 3, r
+    # rank 0's: the loss and its rows of the head's gradient as close as one process's
+    one, ours = r["one_process"], r["vocab_parallel"]
+    assert all(o <= 1.5 * p + 1e-6 for o, p in zip([ours[0], ours[2], ours[3]], [one[0], one[2], one[3]])), r
+
+
+def test_refuses_a_head_split_over_two_mesh_dims(results):
+    if results["world"] != 4:
+        pytest.skip("a 2 x 2 mesh needs 4 processes")
+    errors = _get(results, "refusals")["errors"]
+    assert errors["weight_two_dims"].startswith("ValueError: weight: expected Shard(0) on at most one mesh dimension"), errors
+    assert errors["logits_two_dims"].startswith("ValueError: logits: expected its last dim (the classes) sharded over at most"), (
+        errors
+    )

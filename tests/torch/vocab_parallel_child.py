@@ -327,7 +327,54 @@ def refusals():
         ),
         "mixed": _error(lambda: flce(hidden, distribute_tensor(weight, mesh, [Shard(0)]), target)),
     }
+    if world == 4:  # a 2 x 2 mesh: the head (the logits' classes) split over both dims
+        mesh2 = init_device_mesh("cpu", (2, 2))
+        errors["weight_two_dims"] = _error(
+            lambda: flce(
+                distribute_tensor(hidden, mesh2, [Replicate(), Replicate()]),
+                distribute_tensor(weight, mesh2, [Shard(0), Shard(0)]),
+                distribute_tensor(target, mesh2, [Replicate(), Replicate()]),
+            )
+        )
+        logits = torch.randn(N, 8 * world)
+        errors["logits_two_dims"] = _error(
+            lambda: ft.cross_entropy(
+                distribute_tensor(logits, mesh2, [Shard(1), Shard(1)]),
+                distribute_tensor(target, mesh2, [Replicate(), Replicate()]),
+            )
+        )
     return {"max_rel": 0.0, "errors": errors}
+
+
+@check("bfloat16")
+def bfloat16():
+    """bfloat16 hidden / head through the process_group door and on one process, each against
+    float32 on the same (bfloat16-rounded) values: the logits, dlogits and gradients are rounded
+    to bfloat16 on both, and hidden's gradient is summed from the ranks' bfloat16 shares (each
+    rounded at its own size, which may exceed the sum's), so its error may grow with the ranks."""
+    rank, _ = rank_world()
+    kw = OPTIONS["all"]
+    hidden, weight, bias, target, grad = data(23)
+    hidden, weight, bias = (t.to(torch.bfloat16) for t in (hidden, weight, bias))
+    truth = _flce_reference(hidden.float(), weight.float(), bias.float(), target, grad, "none", True, **kw)
+    one = _flce_reference(hidden, weight, bias, target, grad, "none", True, **kw)
+    sizes = sizes_for(23, even=False)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    h, w, b = leaf(hidden), leaf(weight[rows]), leaf(bias[rows])
+    out = ft.fused_linear_cross_entropy(
+        h, w, target, bias=b, reduction="none", chunk_size=5, process_group=dist.group.WORLD, **kw
+    )
+    upstream(out, grad).backward()
+    ours = (out, h.grad, w.grad, b.grad)
+    sliced = lambda r: (r[0], r[1], r[2][rows], r[3][rows])  # noqa: E731
+    return {
+        "max_rel": 0.0,
+        "bf16_rel": max(rel(x, y) for x, y in zip(ours, sliced(truth))),
+        "one_process": [rel(x, y) for x, y in zip(sliced(one), sliced(truth))],
+        "vocab_parallel": [rel(x, y) for x, y in zip(ours, sliced(truth))],
+        "dtypes": [str(t.grad.dtype) for t in (h, w, b)],
+    }
 
 
 def main() -> None:
@@ -341,9 +388,10 @@ def main() -> None:
             r = fn()
         except Exception:  # reported per check; the test fails on it with the traceback
             r = {"error": traceback.format_exc()[-3000:]}
-        worst = torch.tensor([r.get("max_rel", float("inf"))], dtype=torch.float64)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)  # the worst rank's
-        r["max_rel"] = float(worst)
+        # the worst rank's errors: every rank reduces both (bf16_rel: the bfloat16 check's)
+        worst = torch.tensor([r.get("max_rel", float("inf")), r.get("bf16_rel", 0.0)], dtype=torch.float64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        r["max_rel"], r["bf16_rel"] = worst.tolist()
         results[name] = r
         dist.barrier()
     if dist.get_rank() == 0:

@@ -18,8 +18,8 @@ Per chunk of n rows (per call of cross_entropy), the forward:
      (1 - ls)(lse - s_t) + ls (lse - mean(s)) + zl lse^2, 0 where the target is ignore_index.
 The backward of a chunk needs no collective: the kernel's backward on the local logits with the
 global lse gives p_j = exp(s_j - lse) exactly; its label smoothing is given as ls * V_r / V, so
-that its ls / V_r per class is the global ls / V; the one entry per row that then differs, the
-target's (or the stand-in's) -(1 - ls) [j == t], is corrected by a [n] scatter-add. dhidden
+that its ls / V_r per class is the global ls / V; the one entry per row that then differs (the
+target's, or the stand-in's) is computed anew from its logit, [n] values, and scattered. dhidden
 (each rank's dlogits_r @ weight_r) is all-reduced once per call; dweight_r and dbias_r stay the
 rank's own rows.
 """
@@ -195,17 +195,19 @@ def dlogits_(logits, g, rows: Rows, lse, shard: Shard, op_args) -> None:
     if shard.local == 0 or logits.shape[0] == 0:
         return
     _, ls, zl, cap = op_args
-    x_col = logits.gather(1, rows.col[:, None]).squeeze(1).float()  # before it is overwritten
+    s_col = _capped(logits.gather(1, rows.col[:, None]).squeeze(1).float(), cap)  # before it is overwritten
     target = torch.where(rows.ignored, torch.full_like(rows.col, _NO_CLASS), rows.col)
-    ls_r = ls * shard.local / shard.vocab  # the kernel's ls_r / V_r is ls / V
-    ops.cross_entropy_bwd_(g, logits, target, lse, _NO_CLASS, ls_r, zl, cap)
-    # the kernel took -(1 - ls_r) at col: the target's is -(1 - ls), a stand-in's 0
-    k = torch.where(rows.owned, ls - ls_r, 1.0 - ls_r).to(torch.float32)
-    fix = g * k
+    ops.cross_entropy_bwd_(g, logits, target, lse, _NO_CLASS, ls * shard.local / shard.vocab, zl, cap)
+    # The kernel's label smoothing ls_r = ls V_r / V gives every entry its global ls / V, but it
+    # took -(1 - ls_r) at col, where the target's is -(1 - ls) and a stand-in's 0: that entry is
+    # written anew, in float32 from the logit read above (adding the difference to it would
+    # cancel: p_col - 1 + 1 in bfloat16 keeps about 2^-9 of p_col).
+    a = g * (1.0 + 2.0 * zl * lse)
+    d = a * torch.exp(s_col - lse) - g * (ls / shard.vocab) - torch.where(rows.owned, g * (1.0 - ls), 0.0)
     if cap:
-        fix = fix * (1.0 - torch.tanh(x_col / cap).square())
-    fix = torch.where(rows.ignored, 0.0, fix)
-    logits.scatter_add_(1, rows.col[:, None], fix[:, None].to(logits.dtype))
+        d = d * (1.0 - (s_col / cap).square())
+    d = torch.where(rows.ignored, 0.0, d)
+    logits.scatter_(1, rows.col[:, None], d[:, None].to(logits.dtype))
 
 
 def all_reduce_(t: torch.Tensor, shard: Shard) -> torch.Tensor:
