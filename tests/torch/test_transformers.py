@@ -351,7 +351,17 @@ TP_CHILD = textwrap.dedent("""
     input_ids, labels = batch(seed=1)  # the same batch on both ranks: tensor parallel
     input_ids = torch.cat([input_ids] * 8, dim=1)  # tokens >= H: the MLP's one-matmul path would apply
     labels = torch.cat([labels] * 8, dim=1)
+    # the fused loss keeps the head sharded: the vocab-parallel loss sees this rank's rows only
+    flce = sys.modules["fuselet.torch.fused_linear_cross_entropy"]  # the module (the package exports the function)
+    heads, vocab_parallel = [], flce._vocab_parallel
+    def spy(hidden, weight, *args):
+        heads.append(tuple(weight.shape))
+        return vocab_parallel(hidden, weight, *args)
+    flce._vocab_parallel = spy
     loss = fused(input_ids=input_ids, labels=labels).loss
+    flce._vocab_parallel = vocab_parallel
+    V, H = fused.lm_head.weight.shape
+    assert heads == [(V // 2, H)], heads
     loss.backward()
     ref_loss = plain(input_ids=input_ids, labels=labels).loss
     ref_loss.backward()
@@ -372,7 +382,8 @@ TP_CHILD = textwrap.dedent("""
 @pytest.mark.processes
 def test_tensor_parallel_two_processes(tmp_path):
     """parallelize_module with Megatron's plan over a fused model, the lm_head sharded over the
-    vocab, 2 gloo processes: loss and gradients as the unfused model's."""
+    vocab, 2 gloo processes: loss and gradients as the unfused model's, the fused loss over each
+    rank's rows of the head (vocab-parallel: the head is not gathered)."""
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
     script = tmp_path / "tp_child.py"
