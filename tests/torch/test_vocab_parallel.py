@@ -149,11 +149,12 @@ def test_refusals(results):
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 def test_fused_linear_dtensor_hidden_sequence_sharded(results, reduction):
     """hidden / target Shard(0) over the tensor-parallel dim itself (sequence parallel): gathered
-    before the loss (one all-gather each), hidden's gradient all-reduced and handed back Shard(0)
-    (a reduce-scatter would do: not there yet)."""
+    before the loss (one all-gather each), hidden's gradient reduce-scattered back to Shard(0)
+    in the backward (each rank's share, no all-reduce)."""
     r = _get(results, f"flce_dtensor_{reduction}_hidden_sharded")
     assert r["grads"] == ["S(0)", "S(0)"], r
-    assert r["fwd"]["all_gather_into_tensor"] == 2 and r["fwd"]["_allgather_base_"] == 3, r
+    assert r["fwd"] == {"all_gather_into_tensor": 2, "_allgather_base_": 3}, r
+    assert r["bwd"] == {"reduce_scatter_tensor": 1}, r
 
 
 @pytest.mark.parametrize("loss, chunks", [("dpo", 8), ("orpo", 4), ("simpo", 4), ("kto", 8), ("grpo", 4)])

@@ -47,6 +47,9 @@ class Shard:
     rank: int
     sizes: tuple
     chunk: int = 0  # tokens per chunk (fused_linear_cross_entropy), the same on every rank
+    # hidden's gradient all-reduced here (False: left to the caller, each rank's share: DTensor's
+    # reduce-scatter of a sequence-parallel hidden)
+    reduce_hidden: bool = True
 
     @property
     def world(self) -> int:
@@ -211,6 +214,7 @@ def dlogits_(logits, g, rows: Rows, lse, shard: Shard, op_args) -> None:
 
 
 def all_reduce_(t: torch.Tensor, shard: Shard) -> torch.Tensor:
-    if shard.world > 1:
+    """hidden's gradient: the sum of the ranks' shares (unless shard.reduce_hidden is False)."""
+    if shard.world > 1 and shard.reduce_hidden:
         dist.all_reduce(t, group=shard.group)
     return t

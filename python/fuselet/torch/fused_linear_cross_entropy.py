@@ -446,7 +446,9 @@ def _vocab_dim(weight) -> int | None:
 def _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction: str, d: int):
     """DTensor inputs with the head Shard(0) on mesh dim d: kept sharded (local_map over the
     plain door, group = the mesh's dim d). hidden / target are replicated over d; over the other
-    dims their rows keep a Shard(0) (the loss is then Partial there, dweight / dbias too)."""
+    dims their rows keep a Shard(0) (the loss is then Partial there, dweight / dbias too). A
+    hidden Shard(0) over d itself (sequence parallel) is gathered for the loss, and its gradient
+    goes back as each rank's share (Partial over d), which DTensor reduce-scatters to Shard(0)."""
     from torch.distributed.tensor.experimental import local_map
 
     Replicate, Shard, Partial = placements()
@@ -454,6 +456,8 @@ def _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction: str, d: in
     dims = range(mesh.ndim)
     split = [e != d and isinstance(p, Shard) and p.dim == 0 for e, p in zip(dims, h2.placements)]
     rows = tuple(Shard(0) if s else Replicate() for s in split)
+    sequence = isinstance(h2.placements[d], Shard) and h2.placements[d].dim == 0  # sequence parallel
+    drows = tuple(Partial() if e == d and sequence else p for e, p in zip(dims, rows))
     head = tuple(Shard(0) if e == d else Replicate() for e in dims)
     dhead = tuple(Shard(0) if e == d else Partial() if split[e] else Replicate() for e in dims)
     summed = tuple(Partial() if s else Replicate() for s in split)
@@ -468,7 +472,7 @@ def _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction: str, d: in
             raise ValueError(
                 f"weight: expected {sizes[rank]} rows on rank {rank} (Shard(0) of {weight.shape[0]}), got {w.shape[0]}"
             )
-        shard = vp.Shard(mesh.get_group(d), rank, sizes)
+        shard = vp.Shard(mesh.get_group(d), rank, sizes, reduce_hidden=not sequence)
         return _vocab_parallel(h, w, b, t, shard, options, local_reduction)
 
     args = (h2, weight, t1) + (() if bias is None else (bias,))
@@ -476,7 +480,7 @@ def _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction: str, d: in
         local,
         out_placements=(out, out),  # a tuple: one placement list per output
         in_placements=(rows, head, rows) + (() if bias is None else (head,)),
-        in_grad_placements=(rows, dhead, rows) + (() if bias is None else (dhead,)),
+        in_grad_placements=(drows, dhead, rows) + (() if bias is None else (dhead,)),
         device_mesh=mesh,
         redistribute_inputs=True,
     )(*args)
