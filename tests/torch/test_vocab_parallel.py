@@ -198,3 +198,14 @@ def test_refuses_a_head_split_over_two_mesh_dims(results):
     assert errors["logits_two_dims"].startswith("ValueError: logits: expected its last dim (the classes) sharded over at most"), (
         errors
     )
+
+
+@pytest.mark.parametrize("reduction, out", [("mean", "P(sum)"), ("sum", "P(sum)"), ("none", "S(0)")])
+def test_cross_entropy_dtensor_2d_mesh(results, reduction, out):
+    """logits split over dp on the batch and over tp on the classes: the batch stays split (the
+    loss Partial or Shard(0) over dp, replicated over tp), dlogits keeps both splits."""
+    if results["world"] != 4:
+        pytest.skip("a 2 x 2 mesh needs 4 processes")
+    r = _get(results, f"ce_dtensor_{reduction}_2d_mesh")
+    assert r["out"] == [out, "R"] and r["grads"] == ["S(0)", "S(2)"], r
+    assert r["fwd"].get("_allgather_base_") == 1, r

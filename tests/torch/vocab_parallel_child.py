@@ -215,6 +215,39 @@ for reduction in ("mean", "sum", "none"):
     check(f"ce_dtensor_{reduction}_target_sharded")(lambda r=reduction: ce_dtensor(r, 23, Shard(1)))
 
 
+def ce_dtensor_2d(reduction):
+    """logits [4, 8, V] (Shard(0) over dp, Shard(2) over tp) on a 2 x 2 mesh: the batch stays
+    split over dp, the classes over tp."""
+    _, world = rank_world()
+    if world != 4:
+        return {"max_rel": 0.0, "skipped": True}
+    kw = OPTIONS["all"]
+    g = torch.Generator().manual_seed(7)
+    logits, target = torch.randn(4, 8, 23, generator=g) * 2, torch.randint(0, 23, (4, 8), generator=g)
+    target[0, :3] = -100
+    grad = torch.randn(4, 8, generator=g)
+    ref_in = leaf(logits)
+    ref = ft.cross_entropy(ref_in, target, reduction=reduction, **kw)
+    upstream(ref, grad).backward()
+    mesh = init_device_mesh("cpu", (2, 2))
+    x = distribute_tensor(logits, mesh, [Shard(0), Shard(2)]).requires_grad_()
+    t = distribute_tensor(target, mesh, [Shard(0), Replicate()])
+    with CommDebugMode() as fwd:
+        out = ft.cross_entropy(x, t, reduction=reduction, **kw)
+    gd = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
+    ((out * gd).sum() if out.ndim else out * 0.75).backward()
+    return {
+        "max_rel": max(rel(out, ref), rel(x.grad, ref_in.grad)),
+        "out": [str(p) for p in out.placements],
+        "grads": [str(p) for p in x.grad.placements],
+        "fwd": counts(fwd),
+    }
+
+
+for reduction in ("mean", "sum", "none"):
+    check(f"ce_dtensor_{reduction}_2d_mesh")(lambda r=reduction: ce_dtensor_2d(r))
+
+
 def _mesh_2d(reduction):
     _, world = rank_world()
     if world != 4:
