@@ -20,6 +20,8 @@ is needed) and returned in the parameters' dtypes.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from fuselet.spec import fused_linear_cross_entropy as spec
@@ -312,8 +314,6 @@ def _dtensor_mean(h2, weight, bias, t1, options: spec.FusedLinearCrossEntropyOpt
 
 def _vp_chunk(shard: vp.Shard, n: int, h: int, chunk_size) -> vp.Shard:
     """shard with its chunk: chunk_size, or the default for the largest shard (alike on all ranks)."""
-    from dataclasses import replace
-
     return replace(shard, chunk=chunk_size or chunk_size_for(n, h, max(max(shard.sizes), 1)))
 
 
