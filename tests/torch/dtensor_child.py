@@ -371,7 +371,7 @@ def cross_entropy_fwd_bwd(mesh):
 
 @check
 def cross_entropy_vocab_sharded(mesh):
-    """logits sharded on V: redistributed, same values."""
+    """logits sharded on V: kept sharded (vocab-parallel), the tokens' target gathered; same values."""
     return _ce(mesh, Shard(2), "none")
 
 

@@ -4,7 +4,8 @@ with the same op on the unsharded tensors and counts the collectives (CommDebugM
 
 Rows (every dim but the kernel's last) keep their sharding with no collective, forward and
 backward; weight / bias gradients come out Partial and take one all-reduce each when reduced;
-a sharded last dim (hidden, [gate, up], keys, vocabulary) is gathered, and still matches."""
+a sharded last dim (hidden, [gate, up], keys) is gathered, and still matches; cross-entropy's
+sharded vocabulary is kept sharded (tests/torch/test_vocab_parallel.py)."""
 
 from __future__ import annotations
 
@@ -158,8 +159,12 @@ def test_cross_entropy_sequence_sharded(results, reduction, out, fwd):
 
 
 def test_cross_entropy_vocab_sharded(results):
+    """logits sharded on V stay sharded (vocab-parallel, tests/torch/test_vocab_parallel.py): the
+    token-sharded target is gathered (ints), then one all-gather of [k, tokens] float32 per-row
+    statistics; the per-token loss is replicated, dlogits keeps the logits' sharding."""
     r = _get(results, "cross_entropy_vocab_sharded")
-    assert r["fwd"] == {"all_gather_into_tensor": 1} and r["out"] == ["S(1)"], r
+    assert r["fwd"] == {"all_gather_into_tensor": 1, "_allgather_base_": 1} and r["bwd"] == {}, r
+    assert r["out"] == ["R"] and r["grads"] == [["S(2)"]], r
 
 
 def test_cross_entropy_inplace(results):

@@ -351,7 +351,17 @@ TP_CHILD = textwrap.dedent("""
     input_ids, labels = batch(seed=1)  # the same batch on both ranks: tensor parallel
     input_ids = torch.cat([input_ids] * 8, dim=1)  # tokens >= H: the MLP's one-matmul path would apply
     labels = torch.cat([labels] * 8, dim=1)
+    # the fused loss keeps the head sharded: the vocab-parallel loss sees this rank's rows only
+    flce = sys.modules["fuselet.torch.fused_linear_cross_entropy"]  # the module (the package exports the function)
+    heads, vocab_parallel = [], flce._vocab_parallel
+    def spy(hidden, weight, *args):
+        heads.append(tuple(weight.shape))
+        return vocab_parallel(hidden, weight, *args)
+    flce._vocab_parallel = spy
     loss = fused(input_ids=input_ids, labels=labels).loss
+    flce._vocab_parallel = vocab_parallel
+    V, H = fused.lm_head.weight.shape
+    assert heads == [(V // 2, H)], heads
     loss.backward()
     ref_loss = plain(input_ids=input_ids, labels=labels).loss
     ref_loss.backward()
@@ -372,7 +382,8 @@ TP_CHILD = textwrap.dedent("""
 @pytest.mark.processes
 def test_tensor_parallel_two_processes(tmp_path):
     """parallelize_module with Megatron's plan over a fused model, the lm_head sharded over the
-    vocab, 2 gloo processes: loss and gradients as the unfused model's."""
+    vocab, 2 gloo processes: loss and gradients as the unfused model's, the fused loss over each
+    rank's rows of the head (vocab-parallel: the head is not gathered)."""
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
     script = tmp_path / "tp_child.py"
@@ -383,6 +394,89 @@ def test_tensor_parallel_two_processes(tmp_path):
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
     done = sorted(p.name for p in tmp_path.glob("*.ok"))
     assert done == ["rank0.ok", "rank1.ok"], out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+FSDP_TP_CHILD = textwrap.dedent("""
+    import copy, os, sys
+    import torch, torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.tensor import Replicate
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    sys.path.insert(0, os.environ["FUSELET_REPO"])
+    import fuselet.torch as ft
+    from tests.torch.test_transformers import batch, tiny
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    dp = mesh["dp"].get_local_rank()
+    plain = tiny("llama")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    plan = {"lm_head": ColwiseParallel(output_layouts=Replicate())}
+    for i in range(len(fused.model.layers)):
+        for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "mlp.gate_proj", "mlp.up_proj"):
+            plan[f"model.layers.{i}.{name}"] = ColwiseParallel()
+        for name in ("self_attn.o_proj", "mlp.down_proj"):
+            plan[f"model.layers.{i}.{name}"] = RowwiseParallel()
+    parallelize_module(fused, mesh["tp"], plan)  # tensor parallel first, then FSDP2 over dp
+    for layer in fused.model.layers:
+        fully_shard(layer, mesh=mesh["dp"])
+    fully_shard(fused, mesh=mesh["dp"])
+    flce = sys.modules["fuselet.torch.fused_linear_cross_entropy"]
+    heads, vocab_parallel = [], flce._vocab_parallel
+    def spy(hidden, weight, *args):
+        heads.append(tuple(weight.shape))
+        return vocab_parallel(hidden, weight, *args)
+    flce._vocab_parallel = spy
+    opt = torch.optim.SGD(fused.parameters(), lr=0.5)
+    ref_opt = torch.optim.SGD(plain.parameters(), lr=0.5)
+    def data(step, r):  # one batch per data-parallel rank, the same over tp
+        ids, lab = batch(seed=1 + r + 10 * step)
+        return torch.cat([ids] * 4, dim=1), torch.cat([lab] * 4, dim=1)  # the same count of labels per batch
+    for step in range(3):
+        ids, lab = data(step, dp)
+        loss = fused(input_ids=ids, labels=lab).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ref_opt.zero_grad()
+        for r in range(2):  # both dp batches, gradients averaged as FSDP's reduce-scatter does
+            ref = plain(input_ids=data(step, r)[0], labels=data(step, r)[1]).loss
+            (ref / 2).backward()
+            if r == dp:
+                torch.testing.assert_close(loss, ref, rtol=1e-5, atol=1e-5, msg=f"step {step}")
+        ref_opt.step()
+    ref = dict(plain.named_parameters())
+    for n, p in fused.named_parameters():
+        torch.testing.assert_close(p.full_tensor(), ref[n], rtol=1e-4, atol=1e-5, msg=n)
+    V, H = plain.lm_head.weight.shape
+    assert heads == [(V // 2, H)] * 3, heads  # the head kept sharded over tp in every step
+    dist.destroy_process_group()
+    with open(os.path.join(os.environ["FUSELET_OUT"], f"rank{rank}.ok"), "w") as f:
+        f.write("ok")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # as FSDP_CHILD: no exit-time gloo teardown
+""")
+
+
+@pytest.mark.processes
+def test_fsdp2_tensor_parallel_four_processes(tmp_path):
+    """A fused Llama on a 2 x 2 (data x tensor) mesh: Megatron's plan over tp (the lm_head sharded
+    over the vocab), FSDP2 over dp, 3 SGD steps: each step's loss and the trained parameters as
+    the unfused model's on one process, the fused loss over each rank's half of the head."""
+    pytest.importorskip("torch.distributed.fsdp")
+    if not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not available in this torch build")
+    script = tmp_path / "fsdp_tp_child.py"
+    script.write_text(FSDP_TP_CHILD)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo", "FUSELET_OUT": str(tmp_path)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(script)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=repo)
+    done = sorted(p.name for p in tmp_path.glob("*.ok"))
+    assert done == [f"rank{r}.ok" for r in range(4)], out.stdout[-3000:] + out.stderr[-3000:]
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
 
 

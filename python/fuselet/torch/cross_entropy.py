@@ -13,8 +13,9 @@ from __future__ import annotations
 import torch
 
 from fuselet.spec import cross_entropy as spec
+from fuselet.torch import _vocab_parallel as vp
 from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
-from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
+from fuselet.torch._dtensor import check_dtensors, is_dtensor, placements, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
@@ -50,13 +51,22 @@ def cross_entropy(
     reduction: str = "mean",
     return_z_loss: bool = False,
     inplace_backward: bool = False,
+    process_group=None,
 ):
     """Cross-entropy of logits [..., V] against target (logits.shape[:-1]), reduced by `reduction`.
 
     z_loss adds z_loss * lse^2 per token; softcap first maps the logits to softcap * tanh(logits /
     softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
     (for logging: no gradient flows through it). inplace_backward=True writes the gradient into
-    the logits' memory (the logits must not be used after the backward)."""
+    the logits' memory (the logits must not be used after the backward).
+
+    Vocab-parallel (docs: Tensor parallel): with `process_group`, logits [..., V_r] are this
+    rank's classes [offset_r, offset_r + V_r) (offset_r the classes of the ranks before it; the
+    sizes may differ) of the same tokens on every rank, target the global class ids; the loss is
+    the whole vocabulary's, alike on every rank, and the gradient of logits this rank's columns.
+    Every rank of the group calls it (and runs the backward) with the same options. DTensor
+    logits sharded on their last dim over a mesh dim are taken the same way, over that dim's
+    group, without gathering them."""
     options = _check(
         logits,
         target,
@@ -67,7 +77,18 @@ def cross_entropy(
         reduction=reduction,
         return_z_loss=return_z_loss,
     )
-    if spec.inplace_backward(inplace_backward):
+    inplace = spec.inplace_backward(inplace_backward)
+    vp.check_group(process_group)
+    check_dtensors(logits=logits, target=target)
+    vocab_dim = _vocab_dim(logits)
+    if process_group is not None and is_dtensor(logits):
+        raise ValueError("process_group: expected None for DTensor inputs (the logits' device mesh gives the group)")
+    if process_group is not None or vocab_dim is not None:
+        if process_group is not None:
+            loss, z = _plain_vocab_parallel(logits, target, process_group, options, inplace)
+        else:
+            loss, z = _dtensor_vocab_parallel(logits, target, options, inplace, vocab_dim)
+    elif inplace:
         loss, z = _InplaceBackward.apply(logits, target, *options.op_args())
     else:
         loss, z, _ = ops.cross_entropy_fwd(logits, target, *options.op_args())
@@ -75,6 +96,101 @@ def cross_entropy(
     if not return_z_loss:
         return loss
     return loss, _reduce(z.detach(), target, options.ignore_index, reduction)
+
+
+# --- vocab-parallel: the logits' classes sharded over a process group (fuselet.torch._vocab_parallel)
+
+
+class _VocabParallel(torch.autograd.Function):
+    """(loss, z) per row of this rank's logits [N, V_r]: one all-gather of [k, N] float32 in the
+    forward, none in the backward (the gradient of logits is this rank's columns)."""
+
+    @staticmethod
+    def forward(ctx, logits, target, shard, op_args, inplace):
+        rows = vp.Rows(target, shard, op_args[0])
+        loss, z, lse = vp.combine(logits, rows, shard, op_args)
+        ctx.shard, ctx.op_args, ctx.inplace = shard, op_args, inplace
+        ctx.save_for_backward(logits, target, lse)
+        ctx.mark_non_differentiable(z)
+        return loss, z
+
+    @staticmethod
+    def backward(ctx, dloss, _dz):
+        logits, target, lse = ctx.saved_tensors
+        shard, op_args = ctx.shard, ctx.op_args
+        dlogits = logits if ctx.inplace else logits.clone(memory_format=torch.contiguous_format)
+        g = dloss.to(torch.float32).contiguous()
+        vp.dlogits_(dlogits, g, vp.Rows(target, shard, op_args[0]), lse, shard, op_args)
+        return dlogits, None, None, None, None
+
+
+def _vocab_parallel(logits, target, shard: vp.Shard, options, inplace: bool):
+    """(loss, z) of target's shape: logits [..., V_r] this rank's classes, target alike on all ranks."""
+    vp.check_targets(target, shard.vocab, options.ignore_index)
+    n = target.numel()
+    loss, z = _VocabParallel.apply(logits.reshape(n, logits.shape[-1]), target.reshape(n), shard, options.op_args(), inplace)
+    return loss.reshape(target.shape), z.reshape(target.shape)
+
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _plain_vocab_parallel(logits, target, process_group, options, inplace: bool):
+    fields = {
+        "logits: the tokens (its rows), alike on every rank": target.numel(),
+        "logits: its dtype": _DTYPES.index(logits.dtype),
+        "ignore_index": int(options.ignore_index),
+        "label_smoothing": float(options.label_smoothing),
+        "z_loss": float(options.z_loss),
+        "softcap": float(options.softcap or 0.0),
+    }
+    shard = vp.agree(process_group, logits.shape[-1], fields, logits.device)
+    return _vocab_parallel(logits, target, shard, options, inplace)
+
+
+def _vocab_dim(logits) -> int | None:
+    """The mesh dim over which DTensor logits are sharded on their last dim (classes), or None."""
+    if not is_dtensor(logits):
+        return None
+    _, Shard, _ = placements()
+    last = logits.ndim - 1
+    dims = [d for d, p in enumerate(logits.placements) if isinstance(p, Shard) and p.dim in (last, -1)]
+    if len(dims) > 1:
+        raise ValueError(
+            f"logits: expected its last dim (the classes) sharded over at most one mesh dimension, "
+            f"got placements {tuple(logits.placements)}"
+        )
+    return dims[0] if dims else None
+
+
+def _dtensor_vocab_parallel(logits, target, options, inplace: bool, d: int):
+    """DTensor logits sharded on their classes over mesh dim d: kept sharded (local_map over the
+    plain door, group = the mesh's dim d). target is replicated over d; over the other dims a
+    sharding of the tokens (the leading dims) is kept, and the per-token loss has it."""
+    from torch.distributed.tensor.experimental import local_map
+
+    Replicate, Shard, _ = placements()
+    mesh, last = logits.device_mesh, logits.ndim - 1
+    tokens = tuple(
+        p if e != d and isinstance(p, Shard) and p.dim < last else Replicate() for e, p in enumerate(logits.placements)
+    )
+    classes = tuple(Shard(last) if e == d else p for e, p in enumerate(tokens))
+    sizes = vp.even_sizes(logits.shape[-1], mesh.size(d))
+    rank = mesh.get_local_rank(d)
+
+    def local(lg, t):
+        if lg.shape[-1] != sizes[rank]:
+            raise ValueError(f"logits: expected {sizes[rank]} classes on rank {rank}, got {lg.shape[-1]}")
+        return _vocab_parallel(lg, t, vp.Shard(mesh.get_group(d), rank, sizes), options, inplace)
+
+    return local_map(
+        local,
+        out_placements=(tokens, tokens),  # a tuple: one placement list per output
+        in_placements=(classes, tokens),
+        in_grad_placements=(classes, tokens),
+        device_mesh=mesh,
+        redistribute_inputs=True,
+    )(logits, target)
 
 
 def fwd_bwd(

@@ -20,12 +20,15 @@ is needed) and returned in the parameters' dtypes.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from fuselet.spec import fused_linear_cross_entropy as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
+from fuselet.torch import _vocab_parallel as vp
 from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
-from fuselet.torch._dtensor import is_dtensor, rowwise, scalars, sharding
+from fuselet.torch._dtensor import check_dtensors, is_dtensor, placements, rowwise, scalars, sharding
 
 ops = torch.ops.fuselet
 
@@ -304,6 +307,189 @@ def _dtensor_mean(h2, weight, bias, t1, options: spec.FusedLinearCrossEntropyOpt
     return loss / count, z / count
 
 
+# --- vocab-parallel: the head's rows sharded over a process group (fuselet.torch._vocab_parallel).
+# Each rank runs the chunks on its own rows of the head; per chunk one all-gather of [k, chunk]
+# float32 statistics; dhidden all-reduced once per call, dweight / dbias the rank's own rows.
+
+
+def _vp_chunk(shard: vp.Shard, n: int, h: int, chunk_size) -> vp.Shard:
+    """shard with its chunk: chunk_size, or the default for the largest shard (alike on all ranks)."""
+    return replace(shard, chunk=chunk_size or chunk_size_for(n, h, max(max(shard.sizes), 1)))
+
+
+class _VocabParallelReduced(torch.autograd.Function):
+    """(loss, z): the sum over the rows of the loss times `scale` (1, or 1 / the counted tokens);
+    the gradients are computed here, chunk by chunk, and kept (scaled by dloss in the backward)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, shard, op_args, scale):
+        loss = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        z = torch.zeros((), dtype=torch.float32, device=hidden.device)
+        dhidden = torch.empty_like(hidden)
+        acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, shard.chunk)
+        for a, b in _chunks(hidden.shape[0], shard.chunk):
+            h = hidden[a:b]
+            logits = logits_of(h)
+            rows = vp.Rows(target[a:b], shard, op_args[0])
+            loss_c, z_c, lse = vp.combine(logits, rows, shard, op_args)
+            loss += loss_c.sum()
+            z += z_c.sum()
+            g = torch.full((b - a,), scale, dtype=torch.float32, device=hidden.device)
+            vp.dlogits_(logits, g, rows, lse, shard, op_args)
+            torch.mm(logits, weight, out=dhidden[a:b])
+            acc.add(logits, h)
+        logits = logits_of = None
+        vp.all_reduce_(dhidden, shard)
+        dweight, dbias = acc.results()
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(dhidden, dweight, dbias)
+        ctx.mark_non_differentiable(z)
+        return loss * scale, z * scale
+
+    @staticmethod
+    def backward(ctx, dloss, _dz):
+        dhidden, dweight, dbias = ctx.saved_tensors
+        return (
+            dhidden * dloss.to(dhidden.dtype),
+            dweight * dloss.to(dweight.dtype),
+            dbias * dloss.to(dbias.dtype) if ctx.has_bias else None,
+            None,
+            None,
+            None,
+            None,
+        )
+
+
+class _VocabParallelNone(torch.autograd.Function):
+    """(loss, z) per row; the forward keeps the global lse [N], the backward recomputes each
+    chunk's local logits (no collective but dhidden's all-reduce)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, shard, op_args):
+        n = hidden.shape[0]
+        loss, z, lse = (torch.empty(n, dtype=torch.float32, device=hidden.device) for _ in range(3))
+        logits_of = _Logits(hidden, weight, bias, shard.chunk)
+        for a, b in _chunks(n, shard.chunk):
+            rows = vp.Rows(target[a:b], shard, op_args[0])
+            loss[a:b], z[a:b], lse[a:b] = vp.combine(logits_of(hidden[a:b]), rows, shard, op_args)
+        ctx.shard, ctx.op_args, ctx.has_bias = shard, op_args, bias is not None
+        ctx.save_for_backward(hidden, weight, bias, target, lse)
+        ctx.mark_non_differentiable(z)
+        return loss, z
+
+    @staticmethod
+    def backward(ctx, dloss, _dz):
+        hidden, weight, bias, target, lse = ctx.saved_tensors
+        shard, op_args = ctx.shard, ctx.op_args
+        dloss = dloss.to(torch.float32).contiguous()
+        dhidden = torch.empty_like(hidden)
+        acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, shard.chunk)
+        for a, b in _chunks(hidden.shape[0], shard.chunk):
+            h = hidden[a:b]
+            logits = logits_of(h)
+            vp.dlogits_(logits, dloss[a:b], vp.Rows(target[a:b], shard, op_args[0]), lse[a:b], shard, op_args)
+            torch.mm(logits, weight, out=dhidden[a:b])
+            acc.add(logits, h)
+        logits = logits_of = None
+        vp.all_reduce_(dhidden, shard)
+        dweight, dbias = acc.results()
+        return dhidden, dweight, dbias if ctx.has_bias else None, None, None, None
+
+
+def _vocab_parallel(h2, weight, bias, t1, shard: vp.Shard, options, reduction: str):
+    """(loss, z) of this rank's tensors: h2 [N, H] and t1 [N] alike on every rank, weight [V_r, H]
+    and bias [V_r] its rows of the head."""
+    ce = options.cross_entropy
+    vp.check_targets(t1, shard.vocab, ce.ignore_index)
+    shard = _vp_chunk(shard, h2.shape[0], h2.shape[1], options.chunk_size)
+    if reduction == "none":
+        return _VocabParallelNone.apply(h2, weight, bias, t1, shard, ce.op_args())
+    scale = 1.0 / int(_counted(t1, ce.ignore_index)) if reduction == "mean" else 1.0
+    return _VocabParallelReduced.apply(h2, weight, bias, t1, shard, ce.op_args(), scale)
+
+
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _plain_vocab_parallel(h2, weight, bias, t1, process_group, options, reduction: str):
+    """The process_group door: this rank's rows of the head, the tokens alike on every rank."""
+    ce = options.cross_entropy
+    fields = {
+        "hidden: the tokens [N, H], alike on every rank": tuple(h2.shape),
+        "hidden: its dtype": _DTYPES.index(h2.dtype),
+        "bias: given or None": bias is not None,
+        "chunk_size": options.chunk_size or 0,
+        "ignore_index": int(ce.ignore_index),
+        "label_smoothing": float(ce.label_smoothing),
+        "z_loss": float(ce.z_loss),
+        "softcap": float(ce.softcap or 0.0),
+        "reduction": ("none", "sum", "mean").index(reduction),
+    }
+    shard = vp.agree(process_group, weight.shape[0], fields, h2.device)
+    return _vocab_parallel(h2, weight, bias, t1, shard, options, reduction)
+
+
+def _vocab_dim(weight) -> int | None:
+    """The mesh dim over which a DTensor weight is Shard(0) (its vocabulary rows), or None."""
+    if not is_dtensor(weight):
+        return None
+    _, Shard, _ = placements()
+    dims = [d for d, p in enumerate(weight.placements) if isinstance(p, Shard) and p.dim == 0]
+    if len(dims) > 1:
+        raise ValueError(
+            f"weight: expected Shard(0) on at most one mesh dimension (the tensor-parallel one), "
+            f"got placements {tuple(weight.placements)}"
+        )
+    return dims[0] if dims else None
+
+
+def _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction: str, d: int):
+    """DTensor inputs with the head Shard(0) on mesh dim d: kept sharded (local_map over the
+    plain door, group = the mesh's dim d). hidden / target are replicated over d; over the other
+    dims their rows keep a Shard(0) (the loss is then Partial there, dweight / dbias too). A
+    hidden Shard(0) over d itself (sequence parallel) is gathered for the loss, and its gradient
+    goes back as each rank's share (Partial over d), which DTensor reduce-scatters to Shard(0)."""
+    from torch.distributed.tensor.experimental import local_map
+
+    Replicate, Shard, Partial = placements()
+    mesh = weight.device_mesh
+    dims = range(mesh.ndim)
+    split = [e != d and isinstance(p, Shard) and p.dim == 0 for e, p in zip(dims, h2.placements)]
+    rows = tuple(Shard(0) if s else Replicate() for s in split)
+    sequence = isinstance(h2.placements[d], Shard) and h2.placements[d].dim == 0  # sequence parallel
+    drows = tuple(Partial() if e == d and sequence else p for e, p in zip(dims, rows))
+    head = tuple(Shard(0) if e == d else Replicate() for e in dims)
+    dhead = tuple(Shard(0) if e == d else Partial() if split[e] else Replicate() for e in dims)
+    summed = tuple(Partial() if s else Replicate() for s in split)
+    mean_here = reduction == "mean" and not any(split)
+    local_reduction = "sum" if reduction == "mean" and not mean_here else reduction
+    out = rows if reduction == "none" else summed
+    sizes = vp.even_sizes(weight.shape[0], mesh.size(d))
+    rank = mesh.get_local_rank(d)
+
+    def local(h, w, t, b=None):
+        if w.shape[0] != sizes[rank]:  # not DTensor's split of Shard(0): refuse rather than misplace rows
+            raise ValueError(
+                f"weight: expected {sizes[rank]} rows on rank {rank} (Shard(0) of {weight.shape[0]}), got {w.shape[0]}"
+            )
+        shard = vp.Shard(mesh.get_group(d), rank, sizes, reduce_hidden=not sequence)
+        return _vocab_parallel(h, w, b, t, shard, options, local_reduction)
+
+    args = (h2, weight, t1) + (() if bias is None else (bias,))
+    loss, z = local_map(
+        local,
+        out_placements=(out, out),  # a tuple: one placement list per output
+        in_placements=(rows, head, rows) + (() if bias is None else (head,)),
+        in_grad_placements=(drows, dhead, rows) + (() if bias is None else (dhead,)),
+        device_mesh=mesh,
+        redistribute_inputs=True,
+    )(*args)
+    if reduction == "mean" and not mean_here:
+        count = _counted(t1, options.cross_entropy.ignore_index)
+        return loss / count, z / count
+    return loss, z
+
+
 def fused_linear_cross_entropy(
     hidden: torch.Tensor,
     weight: torch.Tensor,
@@ -317,6 +503,7 @@ def fused_linear_cross_entropy(
     reduction: str = "mean",
     return_z_loss: bool = False,
     chunk_size: int | None = None,
+    process_group=None,
 ):
     """cross_entropy(hidden @ weight.T + bias, target, ...) without materializing the logits.
 
@@ -348,11 +535,24 @@ def fused_linear_cross_entropy(
         return_z_loss=return_z_loss,
     )
     check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
+    vp.check_group(process_group)
+    check_dtensors(hidden=hidden, weight=weight, bias=bias, target=target)
+    vocab_dim = _vocab_dim(weight)
+    if process_group is not None and is_dtensor(weight):
+        raise ValueError("process_group: expected None for DTensor inputs (the weight's device mesh gives the group)")
     shape, h_dim = target.shape, hidden.shape[-1]
     h2 = hidden.reshape(-1, h_dim).contiguous()
     t1 = target.reshape(-1).contiguous()
     weight = weight.contiguous()
     bias = None if bias is None else bias.contiguous()
+    if process_group is not None or vocab_dim is not None:
+        if process_group is not None:
+            loss, z = _plain_vocab_parallel(h2, weight, bias, t1, process_group, options, reduction)
+        else:
+            loss, z = _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction, vocab_dim)
+        if reduction == "none":
+            loss, z = loss.reshape(shape), z.reshape(shape)
+        return (loss, z.detach()) if return_z_loss else loss
     # chunk_size None is the ops' 0: chunk_size_for(N, H, V), decided by the op (_resolve)
     if reduction == "none":
         loss, z, _ = _per_token(h2, weight, bias, t1, *options.op_args())

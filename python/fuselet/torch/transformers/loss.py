@@ -60,7 +60,7 @@ def _head_loss(hidden, head, labels, ignore_index, extras, reduction="mean"):
     if local:
         # a tensor-parallel lm_head (vocab-sharded DTensor weight) after a base model whose
         # output is the same plain tensor on every rank: the loss of the replicated tokens,
-        # the weight gathered by the op's sharding rule
+        # the head kept sharded (vocab-parallel: each rank its own rows, docs: Tensor parallel)
         dtensor = importlib.import_module("torch.distributed.tensor")
         replicate = [dtensor.Replicate()] * weight.device_mesh.ndim
         hidden = dtensor.DTensor.from_local(hidden, weight.device_mesh, replicate, run_check=False)

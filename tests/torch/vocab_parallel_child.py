@@ -1,0 +1,442 @@
+"""One rank of tests/torch/test_vocab_parallel.py: vocab-parallel cross_entropy and
+fused_linear_cross_entropy over WORLD_SIZE CPU processes (gloo), the head's rows (the logits'
+classes) sharded over the ranks, through the process_group door and the DTensor door.
+
+Every check runs the same loss on one process over the whole head (fuselet's own, on every rank
+alike) and compares the loss and the gradients (hidden, this rank's rows of weight and bias, or
+this rank's columns of the logits): the max over the tensors and the ranks of max|a - b| /
+max|b|. Rank 0 prints the results as one JSON line, last.
+
+Run by the test as `python -m tests.torch.vocab_parallel_child` with RANK, WORLD_SIZE,
+MASTER_ADDR and MASTER_PORT set.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+import fuselet.torch as ft
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor.debug import CommDebugMode
+
+CHECKS = {}
+N, H = 13, 8  # 13 tokens in chunks of 5: a short last chunk
+OPTIONS = {
+    "plain": {},
+    "label_smoothing": {"label_smoothing": 0.1},
+    "z_loss": {"z_loss": 1e-3},
+    "softcap": {"softcap": 3.0},
+    "ignore_index_in_range": {"ignore_index": 5},
+    "all": {"label_smoothing": 0.2, "z_loss": 1e-2, "softcap": 2.0},
+}
+
+
+def check(name):
+    def declare(fn):
+        CHECKS[name] = fn
+        return fn
+
+    return declare
+
+
+def rank_world():
+    return dist.get_rank(), dist.get_world_size()
+
+
+def rel(a, b) -> float:
+    a = a.full_tensor() if isinstance(a, DTensor) else a
+    b = b.full_tensor() if isinstance(b, DTensor) else b
+    a, b = a.detach().double(), b.detach().double()
+    if b.numel() == 0:
+        return 0.0
+    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+
+
+def sizes_for(vocab: int, even: bool) -> list:
+    """Per-rank rows: an even split, or one that differs between ranks (sums to vocab)."""
+    _, world = rank_world()
+    if even:
+        return [vocab // world] * world
+    base = [vocab // world] * world
+    base[0] += vocab - sum(base)  # the remainder on rank 0
+    if world > 1:
+        base[0] += 1
+        base[-1] -= 1
+    return base
+
+
+def data(vocab: int, ignore_index=-100, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(N, H, generator=g)
+    weight = torch.randn(vocab, H, generator=g) * 0.5
+    bias = torch.randn(vocab, generator=g) * 0.1
+    target = torch.randint(0, vocab, (N,), generator=g)
+    target[:2] = -100 if ignore_index == -100 else ignore_index  # ignored tokens
+    grad = torch.randn(N, generator=g)
+    return hidden, weight, bias, target, grad
+
+
+def leaf(t):
+    return t.detach().clone().requires_grad_()
+
+
+def upstream(out, grad):
+    """The gradient fed to a loss: grad for a per-token loss, 0.75 for a reduced one."""
+    return (out * grad).sum() if out.ndim else out * 0.75
+
+
+def _flce_reference(hidden, weight, bias, target, grad, reduction, with_bias, **kw):
+    h, w, b = leaf(hidden), leaf(weight), leaf(bias)
+    out = ft.fused_linear_cross_entropy(h, w, target, bias=b if with_bias else None, reduction=reduction, chunk_size=5, **kw)
+    upstream(out, grad).backward()
+    return out, h.grad, w.grad, b.grad
+
+
+def flce_plain(reduction, options, even=False, with_bias=True, vocab=23):
+    rank, _ = rank_world()
+    kw = OPTIONS[options]
+    hidden, weight, bias, target, grad = data(vocab, kw.get("ignore_index", -100))
+    ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, with_bias, **kw)
+    sizes = sizes_for(vocab, even)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    h, w, b = leaf(hidden), leaf(weight[rows]), leaf(bias[rows])
+    out = ft.fused_linear_cross_entropy(
+        h, w, target, bias=b if with_bias else None, reduction=reduction, chunk_size=5, process_group=dist.group.WORLD, **kw
+    )
+    upstream(out, grad).backward()
+    errors = [rel(out, ref), rel(h.grad, dh), rel(w.grad, dw[rows])]
+    if with_bias:
+        errors.append(rel(b.grad, db[rows]))
+    return {"max_rel": max(errors), "sizes": sizes}
+
+
+def flce_dtensor(reduction, vocab, options="all", mesh_shape=None, hidden_sharded=False):
+    """weight / bias Shard(0) over the tensor-parallel mesh dim (the last), hidden / target
+    replicated there (and, on a 2-D mesh, Shard(0) over the first: data parallel)."""
+    _, world = rank_world()
+    kw = OPTIONS[options]
+    hidden, weight, bias, target, grad = data(vocab, kw.get("ignore_index", -100))
+    ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, True, **kw)
+    mesh = init_device_mesh("cpu", mesh_shape or (world,))
+    rows = [Shard(0)] * (mesh.ndim - 1) + [Shard(0) if hidden_sharded else Replicate()]
+    head = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
+    if mesh.ndim == 2 or hidden_sharded:  # splits of the tokens: take 12 of them
+        hidden, target, grad = hidden[:12], target[:12], grad[:12]
+        ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, True, **kw)
+    h = distribute_tensor(hidden, mesh, rows).requires_grad_()
+    w = distribute_tensor(weight, mesh, head).requires_grad_()
+    b = distribute_tensor(bias, mesh, head).requires_grad_()
+    t = distribute_tensor(target, mesh, rows)
+    with CommDebugMode() as fwd:
+        out = ft.fused_linear_cross_entropy(h, w, t, bias=b, reduction=reduction, chunk_size=5, **kw)
+    g = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
+    with CommDebugMode() as bwd:
+        ((out * g).sum() if out.ndim else out * 0.75).backward()
+    errors = [rel(out, ref), rel(h.grad, dh), rel(w.grad, dw), rel(b.grad, db)]
+    return {
+        "max_rel": max(errors),
+        "local_rows": w.to_local().shape[0],
+        "grads": [str(p) for p in (*h.grad.placements, *w.grad.placements)],
+        "fwd": counts(fwd),
+        "bwd": counts(bwd),
+    }
+
+
+def counts(mode) -> dict:
+    return {str(op).split(".")[-1]: n for op, n in mode.get_comm_counts().items() if n}
+
+
+def ce_plain(reduction, options, even=False, vocab=23):
+    rank, _ = rank_world()
+    kw = OPTIONS[options]
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(3, 5, vocab, generator=g) * 2
+    target = torch.randint(0, vocab, (3, 5), generator=g)
+    target[0, :2] = kw.get("ignore_index", -100)
+    grad = torch.randn(3, 5, generator=g)
+    ref_in = leaf(logits)
+    ref = ft.cross_entropy(ref_in, target, reduction=reduction, **kw)
+    upstream(ref, grad).backward()
+    sizes = sizes_for(vocab, even)
+    a = sum(sizes[:rank])
+    cols = slice(a, a + sizes[rank])
+    x = leaf(logits[..., cols])
+    out = ft.cross_entropy(x, target, reduction=reduction, process_group=dist.group.WORLD, **kw)
+    upstream(out, grad).backward()
+    return {"max_rel": max(rel(out, ref), rel(x.grad, ref_in.grad[..., cols])), "sizes": sizes}
+
+
+def ce_dtensor(reduction, vocab, target_placement):
+    _, world = rank_world()
+    kw = OPTIONS["all"]
+    g = torch.Generator().manual_seed(6)
+    logits = torch.randn(2, 8, vocab, generator=g) * 2
+    target = torch.randint(0, vocab, (2, 8), generator=g)
+    target[0, :3] = -100
+    grad = torch.randn(2, 8, generator=g)
+    ref_in = leaf(logits)
+    ref = ft.cross_entropy(ref_in, target, reduction=reduction, **kw)
+    upstream(ref, grad).backward()
+    mesh = init_device_mesh("cpu", (world,))
+    x = distribute_tensor(logits, mesh, [Shard(2)]).requires_grad_()
+    t = distribute_tensor(target, mesh, [target_placement])
+    with CommDebugMode() as fwd:
+        out = ft.cross_entropy(x, t, reduction=reduction, **kw)
+    gd = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
+    with CommDebugMode() as bwd:
+        ((out * gd).sum() if out.ndim else out * 0.75).backward()
+    return {
+        "max_rel": max(rel(out, ref), rel(x.grad, ref_in.grad)),
+        "grads": [str(p) for p in x.grad.placements],
+        "out": [str(p) for p in out.placements],
+        "fwd": counts(fwd),
+        "bwd": counts(bwd),
+    }
+
+
+for reduction in ("mean", "sum", "none"):
+    for options in OPTIONS:
+        check(f"flce_plain_{reduction}_{options}")(lambda r=reduction, o=options: flce_plain(r, o))
+        check(f"ce_plain_{reduction}_{options}")(lambda r=reduction, o=options: ce_plain(r, o))
+    check(f"flce_plain_{reduction}_even")(lambda r=reduction: flce_plain(r, "all", even=True, vocab=24))
+    check(f"flce_plain_{reduction}_no_bias")(lambda r=reduction: flce_plain(r, "all", with_bias=False))
+    check(f"ce_plain_{reduction}_even")(lambda r=reduction: ce_plain(r, "all", even=True, vocab=24))
+    for vocab in (24, 23, 5):  # even, uneven, uneven with an empty last shard at 4 ranks
+        check(f"flce_dtensor_{reduction}_v{vocab}")(lambda r=reduction, v=vocab: flce_dtensor(r, v))
+        check(f"ce_dtensor_{reduction}_v{vocab}")(lambda r=reduction, v=vocab: ce_dtensor(r, v, Replicate()))
+    check(f"flce_dtensor_{reduction}_hidden_sharded")(lambda r=reduction: flce_dtensor(r, 23, hidden_sharded=True))
+    check(f"ce_dtensor_{reduction}_target_sharded")(lambda r=reduction: ce_dtensor(r, 23, Shard(1)))
+
+
+def ce_dtensor_2d(reduction):
+    """logits [4, 8, V] (Shard(0) over dp, Shard(2) over tp) on a 2 x 2 mesh: the batch stays
+    split over dp, the classes over tp."""
+    _, world = rank_world()
+    if world != 4:
+        return {"max_rel": 0.0, "skipped": True}
+    kw = OPTIONS["all"]
+    g = torch.Generator().manual_seed(7)
+    logits, target = torch.randn(4, 8, 23, generator=g) * 2, torch.randint(0, 23, (4, 8), generator=g)
+    target[0, :3] = -100
+    grad = torch.randn(4, 8, generator=g)
+    ref_in = leaf(logits)
+    ref = ft.cross_entropy(ref_in, target, reduction=reduction, **kw)
+    upstream(ref, grad).backward()
+    mesh = init_device_mesh("cpu", (2, 2))
+    x = distribute_tensor(logits, mesh, [Shard(0), Shard(2)]).requires_grad_()
+    t = distribute_tensor(target, mesh, [Shard(0), Replicate()])
+    with CommDebugMode() as fwd:
+        out = ft.cross_entropy(x, t, reduction=reduction, **kw)
+    gd = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
+    ((out * gd).sum() if out.ndim else out * 0.75).backward()
+    return {
+        "max_rel": max(rel(out, ref), rel(x.grad, ref_in.grad)),
+        "out": [str(p) for p in out.placements],
+        "grads": [str(p) for p in x.grad.placements],
+        "fwd": counts(fwd),
+    }
+
+
+for reduction in ("mean", "sum", "none"):
+    check(f"ce_dtensor_{reduction}_2d_mesh")(lambda r=reduction: ce_dtensor_2d(r))
+
+
+def _mesh_2d(reduction):
+    _, world = rank_world()
+    if world != 4:
+        return {"max_rel": 0.0, "skipped": True}
+    return flce_dtensor(reduction, 23, mesh_shape=(2, 2))
+
+
+for reduction in ("mean", "sum", "none"):
+    check(f"flce_dtensor_{reduction}_2d_mesh")(lambda r=reduction: _mesh_2d(r))
+
+
+def post_training(loss):
+    """The post-training losses over a vocab-sharded head (weight, bias and the reference model's
+    weight Shard(0), everything else replicated): their per-token log-probabilities are
+    fused_linear_cross_entropy's, so they run vocab-parallel with no gathered head."""
+    _, world = rank_world()
+    mesh = init_device_mesh("cpu", (world,))
+    g = torch.Generator().manual_seed(12)
+    vocab = 23
+    target = torch.randint(0, vocab, (4, 4), generator=g)
+    target[:, 0] = -100
+    target[1, -1] = -100
+    tensors = {
+        "hidden": torch.randn(4, 4, 8, generator=g) * 0.5,
+        "weight": torch.randn(vocab, 8, generator=g) * 0.3,
+        "bias": torch.randn(vocab, generator=g) * 0.1,
+        "target": target,
+    }
+    if loss in ("dpo", "kto"):
+        tensors["ref_hidden"] = torch.randn(4, 4, 6, generator=g) * 0.5
+        tensors["ref_weight"] = torch.randn(vocab, 6, generator=g) * 0.3
+    if loss == "kto":
+        tensors["preference_labels"] = torch.tensor([True, False, False, True])
+        fn = lambda **a: ft.fused_linear_kto_loss(kl=torch.tensor(0.1), chunk_size=5, **a)  # noqa: E731
+    elif loss == "grpo":
+        tensors["advantages"] = torch.tensor([0.5, -1.0, 1.5, 0.25])
+        tensors["old_logps"] = -torch.rand(4, 4, generator=g) * 3
+        tensors["ref_logps"] = -torch.rand(4, 4, generator=g) * 3
+        fn = lambda **a: ft.fused_linear_grpo_loss(beta=0.1, chunk_size=5, **a)  # noqa: E731
+    else:
+        fn = lambda **a: ft.fused_linear_preference_loss(loss=loss, label_smoothing=0.1, chunk_size=5, **a)  # noqa: E731
+    grads, heads = ("hidden", "weight", "bias"), ("weight", "bias", "ref_weight")
+    args = {n: leaf(t) if n in grads else t for n, t in tensors.items()}
+    ref = fn(**args)
+    (ref * 0.75).backward()
+    dargs = {}
+    for n, t in tensors.items():
+        d = distribute_tensor(t, mesh, [Shard(0) if n in heads else Replicate()])
+        dargs[n] = d.requires_grad_() if n in grads else d
+    with CommDebugMode() as fwd:
+        out = fn(**dargs)
+    (out * 0.75).backward()
+    errors = [rel(out, ref)] + [rel(dargs[n].grad, args[n].grad) for n in grads]
+    return {"max_rel": max(errors), "fwd": counts(fwd), "grads": [str(dargs[n].grad.placements[0]) for n in grads]}
+
+
+for _loss in ("dpo", "orpo", "simpo", "kto", "grpo"):
+    check(f"post_training_{_loss}_head_sharded")(lambda loss=_loss: post_training(loss))
+
+
+@check("no_tokens")
+def no_tokens():
+    """0 tokens on every rank: the one-process results (0, or empty), gradients included."""
+    rank, _ = rank_world()
+    out = {}
+    for reduction in ("mean", "sum", "none"):
+        h, w = torch.zeros(0, H, requires_grad=True), torch.randn(4 + rank, H, requires_grad=True)
+        t = torch.zeros(0, dtype=torch.long)
+        loss = ft.fused_linear_cross_entropy(h, w, t, reduction=reduction, process_group=dist.group.WORLD)
+        loss.sum().backward()
+        x = torch.randn(0, 4 + rank, requires_grad=True)
+        ce = ft.cross_entropy(x, t, reduction=reduction, process_group=dist.group.WORLD)
+        ce.sum().backward()
+        out[reduction] = [float(loss.sum()), float(ce.sum()), list(h.grad.shape), float(w.grad.abs().sum()), list(x.grad.shape)]
+    return {"max_rel": 0.0, "results": out}
+
+
+def _error(fn) -> str:
+    try:
+        fn()
+    except (TypeError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
+    return "ran"
+
+
+@check("refusals")
+def refusals():
+    rank, world = rank_world()
+    hidden, weight, bias, target, _ = data(8 * world)
+    w = weight[:8].clone()
+    group = dist.group.WORLD
+    flce = ft.fused_linear_cross_entropy
+    mesh = init_device_mesh("cpu", (world,))
+    errors = {
+        # rank 0 has one token fewer than the others
+        "hidden_shape": _error(lambda: flce(hidden[: N - (rank == 0)], w, target[: N - (rank == 0)], process_group=group)),
+        "label_smoothing": _error(lambda: flce(hidden, w, target, label_smoothing=0.1 * rank, process_group=group)),
+        "ce_logits_rows": _error(
+            lambda: ft.cross_entropy(torch.randn(4 + rank, 3), torch.zeros(4 + rank, dtype=torch.long), process_group=group)
+        ),
+        "target_range": _error(lambda: flce(hidden, w, torch.full((N,), 8 * world), process_group=group)),
+        "group_type": _error(lambda: flce(hidden, w, target, process_group="tp")),
+        "dtensor_and_group": _error(
+            lambda: flce(
+                distribute_tensor(hidden, mesh, [Replicate()]),
+                distribute_tensor(weight, mesh, [Shard(0)]),
+                distribute_tensor(target, mesh, [Replicate()]),
+                process_group=group,
+            )
+        ),
+        "mixed": _error(lambda: flce(hidden, distribute_tensor(weight, mesh, [Shard(0)]), target)),
+    }
+    if world == 4:  # a 2 x 2 mesh: the head (the logits' classes) split over both dims
+        mesh2 = init_device_mesh("cpu", (2, 2))
+        errors["weight_two_dims"] = _error(
+            lambda: flce(
+                distribute_tensor(hidden, mesh2, [Replicate(), Replicate()]),
+                distribute_tensor(weight, mesh2, [Shard(0), Shard(0)]),
+                distribute_tensor(target, mesh2, [Replicate(), Replicate()]),
+            )
+        )
+        logits = torch.randn(N, 8 * world)
+        errors["logits_two_dims"] = _error(
+            lambda: ft.cross_entropy(
+                distribute_tensor(logits, mesh2, [Shard(1), Shard(1)]),
+                distribute_tensor(target, mesh2, [Replicate(), Replicate()]),
+            )
+        )
+    return {"max_rel": 0.0, "errors": errors}
+
+
+@check("bfloat16")
+def bfloat16():
+    """bfloat16 hidden / head through the process_group door and on one process, each against
+    float32 on the same (bfloat16-rounded) values: the logits, dlogits and gradients are rounded
+    to bfloat16 on both, and hidden's gradient is summed from the ranks' bfloat16 shares (each
+    rounded at its own size, which may exceed the sum's), so its error may grow with the ranks."""
+    rank, _ = rank_world()
+    kw = OPTIONS["all"]
+    hidden, weight, bias, target, grad = data(23)
+    hidden, weight, bias = (t.to(torch.bfloat16) for t in (hidden, weight, bias))
+    truth = _flce_reference(hidden.float(), weight.float(), bias.float(), target, grad, "none", True, **kw)
+    one = _flce_reference(hidden, weight, bias, target, grad, "none", True, **kw)
+    sizes = sizes_for(23, even=False)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    h, w, b = leaf(hidden), leaf(weight[rows]), leaf(bias[rows])
+    out = ft.fused_linear_cross_entropy(
+        h, w, target, bias=b, reduction="none", chunk_size=5, process_group=dist.group.WORLD, **kw
+    )
+    upstream(out, grad).backward()
+    ours = (out, h.grad, w.grad, b.grad)
+    sliced = lambda r: (r[0], r[1], r[2][rows], r[3][rows])  # noqa: E731
+    return {
+        "max_rel": 0.0,
+        "bf16_rel": max(rel(x, y) for x, y in zip(ours, sliced(truth))),
+        "one_process": [rel(x, y) for x, y in zip(sliced(one), sliced(truth))],
+        "vocab_parallel": [rel(x, y) for x, y in zip(ours, sliced(truth))],
+        "dtypes": [str(t.grad.dtype) for t in (h, w, b)],
+    }
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    only = os.environ.get("VP_ONLY")
+    results = {}
+    for name, fn in CHECKS.items():
+        if only and only not in name:
+            continue
+        try:
+            r = fn()
+        except Exception:  # reported per check; the test fails on it with the traceback
+            r = {"error": traceback.format_exc()[-3000:]}
+        # the worst rank's errors: every rank reduces both (bf16_rel: the bfloat16 check's)
+        worst = torch.tensor([r.get("max_rel", float("inf")), r.get("bf16_rel", 0.0)], dtype=torch.float64)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        r["max_rel"], r["bf16_rel"] = worst.tolist()
+        results[name] = r
+        dist.barrier()
+    if dist.get_rank() == 0:
+        print(json.dumps(results), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    main()
+    # Leave without the interpreter's exit-time destructors (gloo's teardown there may abort a
+    # rank after its results are out: tests/torch/dtensor_child.py).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
