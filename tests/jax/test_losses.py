@@ -229,8 +229,12 @@ def test_bfloat16_inputs_float32_loss():
 
 def test_bad_input():
     hidden, weight, target = inputs()
-    with pytest.raises(ValueError, match=r"loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"):
-        fj.fused_linear_preference_loss(hidden, weight, target, loss="sigmoid")
+    with pytest.raises(ValueError, match=r"loss: expected one of dpo, sigmoid, hinge, ipo, .*, got 'dpo2'"):
+        fj.fused_linear_preference_loss(hidden, weight, target, loss="dpo2")
+    with pytest.raises(ValueError, match=r"f_divergence_type: expected reverse_kl with loss type 'aot'"):
+        fj.fused_linear_preference_loss(hidden, weight, target, loss=["sigmoid", "aot"], f_divergence_type="forward_kl")
+    with pytest.raises(ValueError, match=r"use_weighting: expected False"):
+        fj.fused_linear_preference_loss(hidden, weight, target, use_weighting=True)
     with pytest.raises(ValueError, match=r"hidden: expected an even number of sequences > 0"):
         fj.fused_linear_preference_loss(hidden[:3], weight, target[:3])
     with pytest.raises(ValueError, match=r"ref_hidden: expected with ref_weight"):

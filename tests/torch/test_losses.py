@@ -257,6 +257,13 @@ def test_torch_compile_fullgraph():
     got = compiled(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
     want = ft.fused_linear_preference_loss(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
     torch.testing.assert_close(got, want)
+    for options in (
+        dict(loss=["aot", "ipo", "sft"], loss_weights=[1.0, 0.5, 0.1], ld_alpha=0.5, label_smoothing=0.1),
+        dict(loss=["sigmoid", "discopop"], f_divergence_type="alpha_divergence", f_alpha_divergence_coef=0.3),
+    ):
+        refs = dict(ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
+        got = compiled(hidden, weight, target, **refs, **options)
+        torch.testing.assert_close(got, ft.fused_linear_preference_loss(hidden, weight, target, **refs, **options))
     kto = torch.compile(ft.fused_linear_kto_loss, fullgraph=True)
     labels, kl = torch.tensor([True, False, False, True]), torch.tensor(0.3)
     torch.testing.assert_close(
@@ -284,8 +291,16 @@ def test_module_forms():
     torch.testing.assert_close(
         grpo(hidden, weight, target, advantages), ft.fused_linear_grpo_loss(hidden, weight, target, advantages, loss_type="bnpo")
     )
-    with pytest.raises(ValueError, match="loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'kto2'"):
+    with pytest.raises(ValueError, match="loss: expected one of dpo, sigmoid, hinge, ipo, exo_pair, .*, got 'kto2'"):
         ft.FusedLinearPreferenceLoss("kto2")
+    mpo = ft.FusedLinearPreferenceLoss(["sigmoid", "sft"], loss_weights=[0.8, 1.0], ld_alpha=0.5)
+    assert "loss=['sigmoid', 'sft'], loss_weights=[0.8, 1.0], ld_alpha=0.5" in repr(mpo)
+    torch.testing.assert_close(
+        mpo(hidden, weight, target),
+        ft.fused_linear_preference_loss(hidden, weight, target, loss=["sigmoid", "sft"], loss_weights=[0.8, 1.0], ld_alpha=0.5),
+    )
+    with pytest.raises(ValueError, match=r"loss_weights: expected 2 weight\(s\)"):
+        ft.FusedLinearPreferenceLoss(["sigmoid", "sft"], loss_weights=[0.8])
     labels = torch.tensor([True, False, False, True])
     kto = ft.FusedLinearKTOLoss(beta=0.2, undesirable_weight=2.0)
     assert repr(kto) == "FusedLinearKTOLoss(beta=0.2, undesirable_weight=2.0)"
@@ -303,7 +318,17 @@ def test_bad_input():
     hidden, weight, target = inputs()
     pref = ft.fused_linear_preference_loss
     cases = [
-        (lambda: pref(hidden, weight, target, loss="sigmoid"), ValueError, r"loss: expected one of dpo, hinge"),
+        (lambda: pref(hidden, weight, target, loss="dpo2"), ValueError, r"loss: expected one of dpo, sigmoid, hinge"),
+        (lambda: pref(hidden, weight, target, loss=["dpo", "cpo"]), ValueError, r"loss: expected DPO's loss types in a list"),
+        (lambda: pref(hidden, weight, target, loss="robust", label_smoothing=0.5), ValueError, r"label_smoothing: expected a"),
+        (lambda: pref(hidden, weight, target, loss_weights=[1.0, 2.0]), ValueError, r"loss_weights: expected 1 weight\(s\)"),
+        (lambda: pref(hidden, weight, target, ld_alpha=-0.1), ValueError, r"ld_alpha: expected None or a number in"),
+        (
+            lambda: pref(hidden, weight, target, loss="bco_pair", f_divergence_type="js_divergence"),
+            ValueError,
+            r"f_divergence_type: expected reverse_kl with loss type 'bco_pair'",
+        ),
+        (lambda: pref(hidden, weight, target, use_weighting=True), ValueError, r"use_weighting: expected False \(WPO's"),
         (lambda: pref(hidden[:3], weight, target[:3]), ValueError, r"hidden: expected an even number of sequences > 0"),
         (lambda: pref(hidden[0], weight, target[0]), ValueError, r"hidden: expected shape \[sequences, T, H\]"),
         (lambda: pref(hidden, weight, target[:, :3]), ValueError, r"target: expected shape \(4, 7\)"),
