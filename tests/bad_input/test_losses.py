@@ -16,8 +16,18 @@ pytestmark = pytest.mark.smoke
 def test_fused_linear_preference_loss_rules(api):
     hidden, weight, target = api.array((4, 3, 4)), api.array((5, 4)), api.array((4, 3), "int32")
     loss = api.module.fused_linear_preference_loss
-    with raises(ValueError, "loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"):
-        loss(hidden, weight, target, loss="sigmoid")
+    with raises(ValueError, "loss: expected one of dpo, sigmoid, hinge, ipo, exo_pair, nca_pair, robust, bco_pair"):
+        loss(hidden, weight, target, loss="kto")
+    with raises(ValueError, "loss: expected DPO's loss types in a list (dpo, sigmoid, hinge, ipo, exo_pair, nca_pair,"):
+        loss(hidden, weight, target, loss=["sigmoid", "orpo"])
+    with raises(ValueError, "loss_weights: expected 2 weight(s), one per loss type of loss ['ipo', 'sft'], got 3"):
+        loss(hidden, weight, target, loss=["ipo", "sft"], loss_weights=[1.0, 2.0, 3.0])
+    with raises(ValueError, "ld_alpha: expected None with loss 'simpo' (LD-DPO's weighting"):
+        loss(hidden, weight, target, loss="simpo", ld_alpha=0.5)
+    with raises(ValueError, "f_divergence_type: expected reverse_kl with loss type 'sppo_hard' (the other f-divergences"):
+        loss(hidden, weight, target, loss="sppo_hard", f_divergence_type="alpha_divergence")
+    with raises(ValueError, "discopop_tau: expected a number > 0.0, got -1.0"):
+        loss(hidden, weight, target, loss="discopop", discopop_tau=-1.0)
     with raises(ValueError, "hidden: expected an even number of sequences > 0 (B chosen, then B rejected), got 3"):
         loss(api.array((3, 3, 4)), weight, api.array((3, 3), "int32"))
     with raises(ValueError, "target: expected shape (4, 3) (the sequences and positions of hidden (4, 3, 4)), got (4, 2)"):

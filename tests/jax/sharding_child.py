@@ -227,6 +227,10 @@ def losses() -> dict:
     # grpo's in one chunk (the default at this size)
     fn = functools.partial(fj.fused_linear_preference_loss, loss="dpo", label_smoothing=0.1, chunk_size=5)
     cases["preference/dpo"] = fn, {**policy, **reference}, params
+    # DPO's other loss types summed: aot's sort over the pairs, ld_alpha's split of each pair
+    mpo = dict(loss=["aot", "sigmoid_norm", "sft"], loss_weights=[1.0, 0.5, 0.2], ld_alpha=0.5)
+    fn = functools.partial(fj.fused_linear_preference_loss, chunk_size=5, **mpo)
+    cases["preference/mpo"] = fn, {**policy, **reference}, params
     fn = functools.partial(fj.fused_linear_kto_loss, kl=0.1)
     cases["kto"] = fn, {**policy, **reference, "preference_labels": seq["preference_labels"]}, params
     grpo = {n: seq[n] for n in ("advantages", "old_logps", "ref_logps")}

@@ -211,6 +211,56 @@ def test_grpo_options_same_as_torch(case, weighted):
         np.testing.assert_allclose(g, wg.numpy(), rtol=1e-4, atol=1e-6)
 
 
+# DPO's loss types and options (fuselet.torch's checked against TRL's DPOTrainer itself,
+# tests/torch/test_trl.py, and against the unfused loss, tests/torch/test_losses.py)
+DPO_TYPES = ["dpo", "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot"]
+DPO_TYPES += ["aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"]
+DPO_OPTIONS = {
+    **{
+        t: {"loss": t, "label_smoothing": 0.1 if t in ("dpo", "exo_pair", "robust", "aot", "aot_unpaired") else 0.0}
+        for t in DPO_TYPES
+    },
+    "mpo": {"loss": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2, 1.0]},
+    "ld_alpha": {"loss": ["sigmoid", "ipo", "aot_unpaired", "nca_pair"], "ld_alpha": 0.3},
+    "forward_kl": {"loss": ["sigmoid", "sigmoid_norm", "hinge", "sft"], "f_divergence_type": "forward_kl"},
+    "js_divergence": {"loss": ["exo_pair", "robust", "ipo"], "f_divergence_type": "js_divergence", "label_smoothing": 0.2},
+    "alpha_divergence": {
+        "loss": ["sigmoid", "discopop"],
+        "f_divergence_type": "alpha_divergence",
+        "f_alpha_divergence_coef": 0.3,
+        "discopop_tau": 0.4,
+        "ld_alpha": 0.6,
+    },
+}
+
+
+@pytest.mark.parametrize("reference", [True, False], ids=["reference", "reference-free"])
+@pytest.mark.parametrize("case", list(DPO_OPTIONS))
+def test_dpo_loss_types_same_as_torch(case, reference):
+    """fuselet.jax's loss and gradients under jit are the torch layer's on the same arrays."""
+    torch = pytest.importorskip("torch")
+    ft = import_layer("torch")
+    options = DPO_OPTIONS[case]
+    hidden, weight, target = inputs(sequences=6)
+    target = target.at[4, 3:].set(-100)  # completions of unequal lengths in each pair (ld_alpha)
+    ref_hidden, ref_weight, _ = inputs(seed=1, sequences=6, h=12)
+    refs = dict(ref_hidden=ref_hidden, ref_weight=ref_weight) if reference else {}
+
+    def fused(h, w):
+        return fj.fused_linear_preference_loss(h, w, target, chunk_size=4, **refs, **options)
+
+    loss, grads = jax.jit(jax.value_and_grad(fused, argnums=(0, 1)))(hidden, weight)
+    h, w = (torch.from_numpy(np.array(x)).requires_grad_(True) for x in (hidden, weight))
+    torch_refs = {k: torch.from_numpy(np.array(v)) for k, v in refs.items()}
+    want = ft.fused_linear_preference_loss(h, w, torch.from_numpy(np.array(target)).long(), **torch_refs, **options)
+    want_grads = torch.autograd.grad(want, (h, w))
+    assert loss.dtype == jnp.float32 and loss.shape == ()
+    np.testing.assert_allclose(loss, want.item(), rtol=1e-5, atol=1e-6)
+    for g, wg in zip(grads, want_grads):  # by the gradient's scale (forward_kl's reach exp(18) without a reference)
+        scale = max(1.0, float(wg.abs().max()))
+        np.testing.assert_allclose(np.asarray(g) / scale, wg.numpy() / scale, rtol=1e-4, atol=1e-6)
+
+
 def test_vmap_over_problems():
     problems = [inputs(seed=s) for s in range(3)]
     hidden, weight, target = (jnp.stack(parts) for parts in zip(*problems))
@@ -229,8 +279,12 @@ def test_bfloat16_inputs_float32_loss():
 
 def test_bad_input():
     hidden, weight, target = inputs()
-    with pytest.raises(ValueError, match=r"loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"):
-        fj.fused_linear_preference_loss(hidden, weight, target, loss="sigmoid")
+    with pytest.raises(ValueError, match=r"loss: expected one of dpo, sigmoid, hinge, ipo, .*, got 'dpo2'"):
+        fj.fused_linear_preference_loss(hidden, weight, target, loss="dpo2")
+    with pytest.raises(ValueError, match=r"f_divergence_type: expected reverse_kl with loss type 'aot'"):
+        fj.fused_linear_preference_loss(hidden, weight, target, loss=["sigmoid", "aot"], f_divergence_type="forward_kl")
+    with pytest.raises(ValueError, match=r"use_weighting: expected False"):
+        fj.fused_linear_preference_loss(hidden, weight, target, use_weighting=True)
     with pytest.raises(ValueError, match=r"hidden: expected an even number of sequences > 0"):
         fj.fused_linear_preference_loss(hidden[:3], weight, target[:3])
     with pytest.raises(ValueError, match=r"ref_hidden: expected with ref_weight"):

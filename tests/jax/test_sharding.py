@@ -131,7 +131,7 @@ def test_cross_entropy_vocab_sharding_gathers_logits(results):
 # replicated. Auto axes: GSPMD partitions the chunks, and the result is the unsharded one.
 # Explicit axes (jax.make_mesh's default): JAX's sharding type checks refuse the chunked loops
 # (a chunk that straddles the devices' rows), never a different result.
-LOSSES = ("preference/dpo", "kto", "grpo", "fused_linear_jsd")
+LOSSES = ("preference/dpo", "preference/mpo", "kto", "grpo", "fused_linear_jsd")
 DIVERGENCES = ("kl_div/batchmean", "jsd", "tvd")
 
 

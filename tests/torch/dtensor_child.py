@@ -449,6 +449,24 @@ def _preference(mesh, loss):
 for _loss in ("dpo", "hinge", "ipo", "simpo", "cpo", "orpo"):
     check(functools.partial(_preference, loss=_loss), f"preference_{_loss}_rows_sharded")
 
+# DPO's other loss types, summed, with their options (sorting over the pairs: aot, aot_unpaired;
+# LD-DPO's split of each pair at its shorter completion: ld_alpha)
+DPO_MIXES = {
+    "mpo": dict(loss=["aot", "nca_pair", "sft", "sigmoid_norm"], loss_weights=[1.0, 0.5, 0.2, 1.0]),
+    "ld_alpha": dict(loss=["aot_unpaired", "apo_down", "bco_pair"], ld_alpha=0.5),
+    "f_divergence": dict(loss=["robust", "discopop", "ipo"], f_divergence_type="js_divergence", label_smoothing=0.1),
+}
+
+
+def _dpo_mix(mesh, options):
+    tensors = _sequences(**_reference())
+    fn = lambda **a: ft.fused_linear_preference_loss(chunk_size=5, **options, **a)  # noqa: E731
+    return _loss_case(mesh, fn, tensors, ("hidden", "target", "ref_hidden"))
+
+
+for _name, _options in DPO_MIXES.items():
+    check(functools.partial(_dpo_mix, options=_options), f"preference_{_name}_rows_sharded")
+
 
 @check
 def kto_rows_sharded(mesh):

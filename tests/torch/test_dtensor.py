@@ -196,11 +196,26 @@ def test_fused_linear_cross_entropy_rows_sharded(results, reduction, out, fwd):
 # (fused_linear_cross_entropy's rule); the losses' math over sequences runs on DTensors.
 
 
-@pytest.mark.parametrize("loss, gathers", [("dpo", 4), ("hinge", 4), ("ipo", 4), ("simpo", 2), ("cpo", 4), ("orpo", 4)])
+@pytest.mark.parametrize(
+    "loss, gathers",
+    [
+        ("dpo", 2),
+        ("hinge", 2),
+        ("ipo", 2),
+        ("simpo", 2),
+        ("cpo", 4),
+        ("orpo", 4),
+        ("mpo", 10),
+        ("ld_alpha", 4),
+        ("f_divergence", 4),
+    ],
+)
 def test_preference_loss_rows_sharded(results, loss, gathers):
     """[2B, T, H] sharded on its sequences: rank 0 holds the chosen, rank 1 the rejected ones. The
-    pairs meet through all-gathers of the [2B] per-sequence log-probabilities (and, for cpo and
-    orpo, of the chosen tokens' [B, T]); hidden is never gathered (its gradient stays sharded)."""
+    pairs meet through all-gathers of the [2B] per-sequence log-ratios (dpo, hinge, ipo: policy
+    less reference) or log-probabilities (and, for cpo and orpo, of the chosen tokens' [B, T]);
+    hidden is never gathered (its gradient stays sharded). mpo, ld_alpha, f_divergence: DPO's other
+    loss types summed (dtensor_child.DPO_MIXES)."""
     r = _get(results, f"preference_{loss}_rows_sharded")
     assert r["fwd"] == {"all_gather_into_tensor": gathers} and r["bwd"] == {}, r
     assert r["out"] == ["R"] and r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r

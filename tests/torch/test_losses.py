@@ -4,6 +4,8 @@ bfloat16; gradients, torch.compile(fullgraph=True), the module forms, bad input.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from tests.conftest import import_layer
@@ -63,6 +65,92 @@ def reference_preference(hidden, weight, target, loss, ref=None, beta=0.1, gamma
         return (-F.logsigmoid(beta * (c - r))).mean() + alpha * nll
     log_odds = (c - r) - (torch.log1p(-torch.exp(c)) - torch.log1p(-torch.exp(r)))
     return nll - beta * F.logsigmoid(log_odds).mean()
+
+
+def reference_dpo(
+    hidden,
+    weight,
+    target,
+    loss_types,
+    ref=None,
+    beta=0.1,
+    label_smoothing=0.0,
+    loss_weights=None,
+    ld_alpha=None,
+    f_divergence_type="reverse_kl",
+    f_alpha_divergence_coef=0.5,
+    discopop_tau=0.05,
+):
+    """TRL 1.16's DPOTrainer._compute_loss, its loss types and options, over the unfused per-token
+    log-probabilities (its completion mask: target's); ref None: the reference's log-probs are 0."""
+    mask = (target != -100).float()
+    per_token_logps = token_logps(hidden, weight, target)
+    if ref is not None:
+        with torch.no_grad():
+            ref_per_token_logps = token_logps(*ref, target)
+    else:
+        ref_per_token_logps = torch.zeros_like(per_token_logps)
+    if ld_alpha is None:
+        logps, ref_logps = per_token_logps.sum(1), ref_per_token_logps.sum(1)
+    else:
+        comp_pos = mask.cumsum(dim=1)
+        chosen_lens, rejected_lens = mask.sum(dim=1).chunk(2)
+        shared_lens = torch.minimum(chosen_lens, rejected_lens).repeat(2)
+        shared_mask = (comp_pos > 0) & (comp_pos <= shared_lens.unsqueeze(1))
+        tail_mask = comp_pos > shared_lens.unsqueeze(1)
+        logps = (per_token_logps * shared_mask).sum(1) + ld_alpha * (per_token_logps * tail_mask).sum(1)
+        ref_logps = (ref_per_token_logps * shared_mask).sum(1) + ld_alpha * (ref_per_token_logps * tail_mask).sum(1)
+    chosen_logps, rejected_logps = logps.chunk(2)
+    ref_chosen_logps, ref_rejected_logps = ref_logps.chunk(2)
+    chosen_logratios = chosen_logps - ref_chosen_logps
+    rejected_logratios = rejected_logps - ref_rejected_logps
+    if f_divergence_type == "forward_kl":
+        f = lambda u: 1 - torch.exp(-u)  # noqa: E731
+    elif f_divergence_type == "js_divergence":
+        f = lambda u: math.log(2) + F.logsigmoid(u)  # noqa: E731
+    elif f_divergence_type == "alpha_divergence" and abs(f_alpha_divergence_coef - 1.0) >= 1e-6:
+        a = f_alpha_divergence_coef
+        f = lambda u: (torch.exp(torch.clamp((a - 1.0) * u, max=80.0)) - 1.0) / (a - 1.0)  # noqa: E731
+    else:
+        f = lambda u: u  # noqa: E731
+    chosen_scores, rejected_scores = f(chosen_logratios), f(rejected_logratios)
+    delta_score = chosen_scores - rejected_scores
+    chosen_mask, rejected_mask = mask.chunk(2)
+    avg_delta = chosen_scores / chosen_mask.sum(1).clamp(min=1.0) - rejected_scores / rejected_mask.sum(1).clamp(min=1.0)
+    e, cr, rr = label_smoothing, beta * chosen_logratios, beta * rejected_logratios
+
+    def smoothed(delta):
+        return -F.logsigmoid(beta * delta) * (1 - e) - F.logsigmoid(-beta * delta) * e
+
+    losses = {
+        "dpo": lambda: smoothed(delta_score),
+        "sigmoid": lambda: -F.logsigmoid(beta * delta_score),
+        "hinge": lambda: torch.relu(1 - beta * delta_score),
+        "ipo": lambda: (avg_delta - 1 / (2 * beta)) ** 2,
+        "exo_pair": lambda: (
+            torch.sigmoid(beta * delta_score) * (F.logsigmoid(beta * delta_score) - math.log1p(-e))
+            + torch.sigmoid(-beta * delta_score) * (F.logsigmoid(-beta * delta_score) - math.log(e))
+        ),
+        "nca_pair": lambda: -F.logsigmoid(cr) - 0.5 * F.logsigmoid(-cr) - 0.5 * F.logsigmoid(-rr),
+        "robust": lambda: (-(1 - e) * F.logsigmoid(beta * delta_score) + e * F.logsigmoid(-beta * delta_score)) / (1 - 2 * e),
+        "bco_pair": lambda: -F.logsigmoid(cr) - F.logsigmoid(-rr),
+        "sppo_hard": lambda: (chosen_logratios - 0.5 / beta) ** 2 + (rejected_logratios + 0.5 / beta) ** 2,
+        "aot": lambda: smoothed(
+            torch.sort(chosen_logps - rejected_logps, 0)[0] - torch.sort(ref_chosen_logps - ref_rejected_logps, 0)[0]
+        ),
+        "aot_unpaired": lambda: smoothed(torch.sort(chosen_logratios, 0)[0] - torch.sort(rejected_logratios, 0)[0]),
+        "apo_zero": lambda: 1 - torch.sigmoid(cr) + torch.sigmoid(rr),
+        "apo_down": lambda: torch.sigmoid(cr) + 1 - torch.sigmoid(beta * (chosen_logratios - rejected_logratios)),
+        "discopop": lambda: (
+            -F.logsigmoid(beta * delta_score) * (1 - torch.sigmoid(beta * delta_score / discopop_tau))
+            + torch.exp(-beta * delta_score) * torch.sigmoid(beta * delta_score / discopop_tau)
+        ),
+        "sft": lambda: -per_token_logps.chunk(2)[0][chosen_mask.bool()].mean(),
+        "sigmoid_norm": lambda: -F.logsigmoid(beta * avg_delta),
+    }
+    loss_types = [loss_types] if isinstance(loss_types, str) else loss_types
+    weights = loss_weights or [1.0] * len(loss_types)
+    return sum(losses[t]().mean() * w for t, w in zip(loss_types, weights))
 
 
 def reference_kto(hidden, weight, target, labels, ref=None, kl=None, beta=0.1, desirable_weight=1.0, undesirable_weight=1.0):
@@ -148,6 +236,69 @@ def test_preference_options_and_no_reference():
         (hidden, weight),
         torch.float32,
     )
+
+
+# DPO's loss types (TRL's DPOTrainer) and their options: every type alone, then the options
+DPO_TYPES = ["sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard", "aot"]
+DPO_TYPES += ["aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"]
+DPO_OPTIONS = {
+    **{t: {"loss": t, "label_smoothing": 0.1 if t in ("exo_pair", "robust", "aot", "aot_unpaired") else 0.0} for t in DPO_TYPES},
+    "mpo": {"loss": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2, 1.0]},
+    "unweighted": {"loss": ("hinge", "nca_pair", "dpo"), "label_smoothing": 0.2},
+    "ld_alpha": {"loss": ["sigmoid", "ipo", "aot", "sppo_hard"], "ld_alpha": 0.3},
+    "ld_alpha-0": {"loss": "apo_down", "ld_alpha": 0.0},
+    # 1 - exp(-u) of log-ratios u near -10: ipo's difference of two such scores loses float32's digits
+    "forward_kl": {"loss": ["sigmoid", "sigmoid_norm", "hinge", "sft"], "f_divergence_type": "forward_kl"},
+    "js_divergence": {
+        "loss": ["exo_pair", "robust", "discopop", "ipo"],
+        "f_divergence_type": "js_divergence",
+        "label_smoothing": 0.1,
+    },
+    "alpha_divergence": {"loss": ["sigmoid", "ipo"], "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 0.3},
+    # an exponent past 80: clamped (no gradient through it), as TRL does
+    "alpha_divergence-clamped": {
+        "loss": "sigmoid",
+        "f_divergence_type": "alpha_divergence",
+        "f_alpha_divergence_coef": -40.0,
+        "beta": 1e-34,
+    },
+    "alpha_divergence-1": {"loss": "hinge", "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 1.0 + 1e-7},
+    "discopop_tau": {"loss": "discopop", "discopop_tau": 0.6, "ld_alpha": 0.5, "beta": 0.3},
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("case", list(DPO_OPTIONS))
+def test_dpo_loss_types_against_reference(case, dtype):
+    """Against a reference model whose hidden size differs, and without one (its log-probs 0)."""
+    options = DPO_OPTIONS[case]
+    hidden, weight, target = inputs(dtype, sequences=6)
+    target[4, 3:] = -100  # completions of unequal lengths in each pair (ld_alpha)
+    ref_hidden, ref_weight, _ = inputs(dtype, seed=1, h=12, sequences=6)
+    ref = (ref_hidden.detach(), ref_weight.detach())
+    want = dict(options, loss_types=options["loss"])
+    del want["loss"]
+    for r in (ref, None):
+        kwargs = {} if r is None else dict(ref_hidden=r[0], ref_weight=r[1])
+        assert_same(
+            lambda kwargs=kwargs: ft.fused_linear_preference_loss(hidden, weight, target, chunk_size=5, **kwargs, **options),
+            lambda r=r: reference_dpo(hidden, weight, target, ref=r, **want),
+            (hidden, weight),
+            dtype,
+        )
+
+
+def test_dpo_is_sigmoid_smoothed():
+    """ "dpo" is "sigmoid" smoothed by label_smoothing (the conservative DPO), which "sigmoid" ignores (TRL's)."""
+    hidden, weight, target = inputs()
+    ref_hidden, ref_weight, _ = inputs(seed=1)
+    kwargs = dict(ref_hidden=ref_hidden, ref_weight=ref_weight, beta=0.3)
+    plain = ft.fused_linear_preference_loss(hidden, weight, target, loss="dpo", **kwargs)
+    torch.testing.assert_close(ft.fused_linear_preference_loss(hidden, weight, target, loss="sigmoid", **kwargs), plain)
+    smoothed = ft.fused_linear_preference_loss(hidden, weight, target, loss="dpo", label_smoothing=0.2, **kwargs)
+    sigmoid = ft.fused_linear_preference_loss(hidden, weight, target, loss="sigmoid", label_smoothing=0.2, **kwargs)
+    torch.testing.assert_close(sigmoid, plain)
+    assert abs(smoothed.item() - plain.item()) > 1e-3
 
 
 def test_reference_model_gets_no_gradient():
@@ -257,6 +408,13 @@ def test_torch_compile_fullgraph():
     got = compiled(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
     want = ft.fused_linear_preference_loss(hidden, weight, target, ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
     torch.testing.assert_close(got, want)
+    for options in (
+        dict(loss=["aot", "ipo", "sft"], loss_weights=[1.0, 0.5, 0.1], ld_alpha=0.5, label_smoothing=0.1),
+        dict(loss=["sigmoid", "discopop"], f_divergence_type="alpha_divergence", f_alpha_divergence_coef=0.3),
+    ):
+        refs = dict(ref_hidden=ref_hidden.detach(), ref_weight=ref_weight.detach())
+        got = compiled(hidden, weight, target, **refs, **options)
+        torch.testing.assert_close(got, ft.fused_linear_preference_loss(hidden, weight, target, **refs, **options))
     kto = torch.compile(ft.fused_linear_kto_loss, fullgraph=True)
     labels, kl = torch.tensor([True, False, False, True]), torch.tensor(0.3)
     torch.testing.assert_close(
@@ -284,8 +442,16 @@ def test_module_forms():
     torch.testing.assert_close(
         grpo(hidden, weight, target, advantages), ft.fused_linear_grpo_loss(hidden, weight, target, advantages, loss_type="bnpo")
     )
-    with pytest.raises(ValueError, match="loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'kto2'"):
+    with pytest.raises(ValueError, match="loss: expected one of dpo, sigmoid, hinge, ipo, exo_pair, .*, got 'kto2'"):
         ft.FusedLinearPreferenceLoss("kto2")
+    mpo = ft.FusedLinearPreferenceLoss(["sigmoid", "sft"], loss_weights=[0.8, 1.0], ld_alpha=0.5)
+    assert "loss=['sigmoid', 'sft'], loss_weights=[0.8, 1.0], ld_alpha=0.5" in repr(mpo)
+    torch.testing.assert_close(
+        mpo(hidden, weight, target),
+        ft.fused_linear_preference_loss(hidden, weight, target, loss=["sigmoid", "sft"], loss_weights=[0.8, 1.0], ld_alpha=0.5),
+    )
+    with pytest.raises(ValueError, match=r"loss_weights: expected 2 weight\(s\)"):
+        ft.FusedLinearPreferenceLoss(["sigmoid", "sft"], loss_weights=[0.8])
     labels = torch.tensor([True, False, False, True])
     kto = ft.FusedLinearKTOLoss(beta=0.2, undesirable_weight=2.0)
     assert repr(kto) == "FusedLinearKTOLoss(beta=0.2, undesirable_weight=2.0)"
@@ -303,7 +469,17 @@ def test_bad_input():
     hidden, weight, target = inputs()
     pref = ft.fused_linear_preference_loss
     cases = [
-        (lambda: pref(hidden, weight, target, loss="sigmoid"), ValueError, r"loss: expected one of dpo, hinge"),
+        (lambda: pref(hidden, weight, target, loss="dpo2"), ValueError, r"loss: expected one of dpo, sigmoid, hinge"),
+        (lambda: pref(hidden, weight, target, loss=["dpo", "cpo"]), ValueError, r"loss: expected DPO's loss types in a list"),
+        (lambda: pref(hidden, weight, target, loss="robust", label_smoothing=0.5), ValueError, r"label_smoothing: expected a"),
+        (lambda: pref(hidden, weight, target, loss_weights=[1.0, 2.0]), ValueError, r"loss_weights: expected 1 weight\(s\)"),
+        (lambda: pref(hidden, weight, target, ld_alpha=-0.1), ValueError, r"ld_alpha: expected None or a number in"),
+        (
+            lambda: pref(hidden, weight, target, loss="bco_pair", f_divergence_type="js_divergence"),
+            ValueError,
+            r"f_divergence_type: expected reverse_kl with loss type 'bco_pair'",
+        ),
+        (lambda: pref(hidden, weight, target, use_weighting=True), ValueError, r"use_weighting: expected False \(WPO's"),
         (lambda: pref(hidden[:3], weight, target[:3]), ValueError, r"hidden: expected an even number of sequences > 0"),
         (lambda: pref(hidden[0], weight, target[0]), ValueError, r"hidden: expected shape \[sequences, T, H\]"),
         (lambda: pref(hidden, weight, target[:, :3]), ValueError, r"target: expected shape \(4, 7\)"),

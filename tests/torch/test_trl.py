@@ -3,10 +3,11 @@ tiny random Llama (float32, CPU) with an in-memory tokenizer and dataset, comput
 the trainer's compute_loss and backpropagates it; the fused op then takes the same batch's last
 hidden states (caught at the backbone's output) and lm_head weight, and its loss and its gradients
 with respect to both must be TRL's. The reference is TRL's code itself, never its math written out
-again: DPOTrainer (sigmoid, hinge, ipo), CPOTrainer (its reference-free sigmoid, hinge and ipo,
-cpo, simpo), ORPOTrainer, KTOTrainer and GRPOTrainer (every loss_type of TRL 1.16: grpo, bnpo,
-dr_grpo, dapo, cispo, sapo, luspo, vespo; token and sequence importance sampling, two-sided
-clipping, the logits' temperature)."""
+again: DPOTrainer (every loss_type of TRL 1.16, their weighted sums, ld_alpha, every
+f_divergence_type), CPOTrainer (its reference-free sigmoid, hinge and ipo, cpo, simpo),
+ORPOTrainer, KTOTrainer and GRPOTrainer (every loss_type of TRL 1.16: grpo, bnpo, dr_grpo, dapo,
+cispo, sapo, luspo, vespo; token and sequence importance sampling, two-sided clipping, the
+logits' temperature)."""
 
 from __future__ import annotations
 
@@ -137,25 +138,153 @@ def completion_target(input_ids, completion_mask):
 # --- DPOTrainer: its loss_type against fuselet's loss, with a reference model -----------------------
 
 
-@pytest.mark.parametrize(("loss_type", "loss"), [("sigmoid", "dpo"), ("hinge", "hinge"), ("ipo", "ipo")])
-def test_dpo_trainer(tmp_path, tokenizer, loss_type, loss):
-    policy, ref = tiny_llama(0), tiny_llama(1)
-    data = Dataset.from_dict({"prompt": PROMPTS, "chosen": CHOSEN, "rejected": REJECTED})
-    args = trl.DPOConfig(**trl_args(tmp_path), loss_type=[loss_type], beta=0.5, per_device_train_batch_size=3)
+def dpo_step(tmp_path, tokenizer, pairs=(0, 1, 2), ref_seed=1, **config):
+    """DPOTrainer's loss of a batch of the pairs of PROMPTS / CHOSEN / REJECTED `pairs` (indices, in
+    that order) under DPOConfig options `config` (beta 0.5 unless given), policy and reference two
+    tiny Llamas (the reference's drawn with ref_seed). Returns TRL's loss (not
+    backpropagated), the policy's last hidden states and its head, and fuselet's arguments but
+    hidden / weight / the options (the target and the reference model's hidden states and head)."""
+    policy, ref = tiny_llama(0), tiny_llama(ref_seed)
+    data = Dataset.from_dict(
+        {k: [v[i] for i in pairs] for k, v in (("prompt", PROMPTS), ("chosen", CHOSEN), ("rejected", REJECTED))}
+    )
+    config = {"beta": 0.5, **config}
+    args = trl.DPOConfig(**trl_args(tmp_path), per_device_train_batch_size=len(pairs), **config)
     trainer = trl.DPOTrainer(model=policy, ref_model=ref, args=args, train_dataset=data, processing_class=tokenizer)
-    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(3)])
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(len(pairs))])
     seen, ref_seen = Backbone(policy), Backbone(ref)
     trl_loss = trainer.compute_loss(policy, batch)
     ids = batch["input_ids"]
-    target = completion_target(ids, batch["completion_mask"])
-    ref_hidden = ref_seen.of(ids)[:, :-1]
+    fused_args = {
+        "target": completion_target(ids, batch["completion_mask"]),
+        "ref_hidden": ref_seen.of(ids)[:, :-1],
+        "ref_weight": ref.lm_head.weight.detach(),
+    }
+    return trl_loss, seen.of(ids), policy.lm_head, fused_args
+
+
+@pytest.mark.parametrize(("loss_type", "loss"), [("sigmoid", "dpo"), ("hinge", "hinge"), ("ipo", "ipo")])
+def test_dpo_trainer(tmp_path, tokenizer, loss_type, loss):
+    """fuselet's own names: "dpo" is DPOTrainer's sigmoid (without label smoothing)."""
+    trl_loss, hidden, head, fused_args = dpo_step(tmp_path, tokenizer, loss_type=[loss_type])
 
     def fused(h, w):
-        return ft.fused_linear_preference_loss(
-            h[:, :-1], w, target, loss=loss, beta=0.5, ref_hidden=ref_hidden, ref_weight=ref.lm_head.weight.detach()
-        )
+        return ft.fused_linear_preference_loss(h[:, :-1], w, loss=loss, beta=0.5, **fused_args)
 
-    check_against_trl(trl_loss, seen.of(ids), policy.lm_head, fused)
+    check_against_trl(trl_loss, hidden, head, fused)
+
+
+# DPOConfig options -> fuselet's options that change the loss (None: none asked): each case first
+# shows that its option does change fuselet's loss on this batch, so that it tests something.
+# fuselet takes DPOConfig's options under their names, loss_type as `loss`.
+F_DIVERGENCE_TYPES = ["sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop", "sft"]  # and sigmoid
+DPO_CASES = {
+    # every loss type alone, TRL's defaults but beta (and label_smoothing where it takes one)
+    "sigmoid": ({"loss_type": ["sigmoid"]}, {"loss": ["hinge"]}),
+    "hinge": ({"loss_type": ["hinge"]}, None),
+    "ipo": ({"loss_type": ["ipo"]}, None),
+    "exo_pair": ({"loss_type": ["exo_pair"], "label_smoothing": 1e-3}, {"label_smoothing": 0.1}),
+    "nca_pair": ({"loss_type": ["nca_pair"]}, None),
+    "robust": ({"loss_type": ["robust"], "label_smoothing": 0.1}, {"label_smoothing": 0.0}),
+    "bco_pair": ({"loss_type": ["bco_pair"]}, None),
+    "sppo_hard": ({"loss_type": ["sppo_hard"]}, None),
+    "aot": ({"loss_type": ["aot"]}, {"loss": ["sigmoid"]}),  # sorted over the 3 pairs: not the pairs' own
+    "aot-smoothed": ({"loss_type": ["aot"], "label_smoothing": 0.2}, {"label_smoothing": 0.0}),
+    "aot_unpaired": ({"loss_type": ["aot_unpaired"]}, {"loss": ["sigmoid"]}),
+    "aot_unpaired-smoothed": ({"loss_type": ["aot_unpaired"], "label_smoothing": 0.3}, {"label_smoothing": 0.0}),
+    "apo_zero": ({"loss_type": ["apo_zero"]}, None),
+    "apo_down": ({"loss_type": ["apo_down"]}, None),
+    "discopop": ({"loss_type": ["discopop"]}, None),
+    "discopop-tau": ({"loss_type": ["discopop"], "discopop_tau": 0.7}, {"discopop_tau": 0.05}),
+    "sft": ({"loss_type": ["sft"]}, None),
+    "sigmoid_norm": ({"loss_type": ["sigmoid_norm"]}, {"loss": ["sigmoid"]}),
+    # DPOTrainer's sigmoid takes no label smoothing (fuselet's "dpo" does)
+    "sigmoid-unsmoothed": ({"loss_type": ["sigmoid"], "label_smoothing": 0.2}, {"loss": ["dpo"]}),
+    # MPO: several loss types, their losses weighted and summed (TRL's example weights), or 1 each
+    "mpo": ({"loss_type": ["sigmoid", "bco_pair", "sft"], "loss_weights": [0.8, 0.2, 1.0]}, {"loss_weights": None}),
+    "unweighted": ({"loss_type": ["hinge", "nca_pair", "apo_down"]}, {"loss": ["hinge"]}),
+    # LD-DPO: the tokens past the pair's shorter completion weighted by ld_alpha, policy and reference
+    "ld_alpha": ({"loss_type": ["sigmoid"], "ld_alpha": 0.5}, {"ld_alpha": None}),
+    "ld_alpha-0": ({"loss_type": ["ipo", "aot"], "ld_alpha": 0.0}, {"ld_alpha": 1.0}),
+    "ld_alpha-mpo": (
+        {"loss_type": ["apo_zero", "sppo_hard", "sft"], "loss_weights": [1.0, 0.01, 0.5], "ld_alpha": 0.3},
+        {"ld_alpha": None},
+    ),
+    # f-DPO: each f-divergence with every loss type that takes one (alone and summed)
+    **{
+        f"{f}-sigmoid": ({"loss_type": ["sigmoid"], "f_divergence_type": f}, {"f_divergence_type": "reverse_kl"})
+        for f in ("forward_kl", "js_divergence", "alpha_divergence")
+    },
+    **{
+        f"{f}-all": (
+            {"loss_type": F_DIVERGENCE_TYPES, "f_divergence_type": f, "label_smoothing": 0.1},
+            {"f_divergence_type": "reverse_kl"},
+        )
+        for f in ("forward_kl", "js_divergence", "alpha_divergence")
+    },
+    "alpha_divergence-coef": (
+        {"loss_type": ["sigmoid", "ipo"], "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 1.3},
+        {"f_alpha_divergence_coef": 0.5},
+    ),
+    # within 1e-6 of 1: the limit, reverse KL
+    "alpha_divergence-1": (
+        {"loss_type": ["sigmoid"], "f_divergence_type": "alpha_divergence", "f_alpha_divergence_coef": 1.0},
+        {"f_alpha_divergence_coef": 0.5},
+    ),
+    "js_divergence-ld_alpha": (
+        {"loss_type": ["sigmoid_norm", "robust"], "f_divergence_type": "js_divergence", "ld_alpha": 0.4},
+        {"ld_alpha": None},
+    ),
+}
+
+
+def fuselet_options(config):
+    """fuselet's options of a DPOConfig's: the same names, loss_type as loss, beta 0.5 unless given."""
+    return {"beta": 0.5, **{("loss" if k == "loss_type" else k): v for k, v in config.items()}}
+
+
+@pytest.mark.parametrize("case", list(DPO_CASES))
+def test_dpo_trainer_loss_types(tmp_path, tokenizer, case):
+    """TRL 1.16's DPOTrainer: every loss_type, their weighted sums (loss_weights), ld_alpha and
+    f_divergence_type (with f_alpha_divergence_coef), discopop_tau and label_smoothing where a loss
+    takes them: fuselet's fused_linear_preference_loss under the DPOConfig's own options gives the
+    trainer's loss and gradients."""
+    config, unlike = DPO_CASES[case]
+    # aot sorts the pairs by the policy's and the reference's chosen-rejected differences,
+    # aot_unpaired by the chosen and the rejected log-ratios: here they order the batch's pairs
+    # (2, 0, 1), (2, 1, 0), (0, 2, 1) and (1, 2, 0), none in the batch's order
+    trl_loss, hidden, head, fused_args = dpo_step(tmp_path, tokenizer, pairs=(2, 1, 0), ref_seed=4, **config)
+    options = fuselet_options(config)
+    if unlike is not None:
+        with torch.no_grad():
+            h, w = hidden.detach()[:, :-1], head.weight.detach()
+            same = ft.fused_linear_preference_loss(h, w, **fused_args, **options)
+            other = ft.fused_linear_preference_loss(h, w, **fused_args, **{**options, **unlike})
+            assert abs(same.item() - other.item()) > 1e-4 * max(abs(same.item()), 1.0), f"{unlike} should change the loss"
+
+    def fused(h, w):
+        return ft.fused_linear_preference_loss(h[:, :-1], w, **fused_args, **options)
+
+    check_against_trl(trl_loss, hidden, head, fused)
+
+
+@pytest.mark.parametrize(
+    ("config", "name"),
+    [
+        ({"loss_type": ["sigmoid", "nca_pair"], "f_divergence_type": "forward_kl"}, "f_divergence_type"),
+        ({"loss_type": ["aot"], "f_divergence_type": "js_divergence"}, "f_divergence_type"),
+        ({"loss_type": ["exo_pair"]}, "label_smoothing"),
+        ({"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0]}, "loss_weights"),
+    ],
+    ids=["f-divergence-nca_pair", "f-divergence-aot", "exo_pair-unsmoothed", "loss_weights-short"],
+)
+def test_dpo_trainer_refusals(tmp_path, tokenizer, config, name):
+    """What DPOConfig or DPOTrainer refuses, fuselet refuses too, naming the option."""
+    with pytest.raises(ValueError):
+        dpo_step(tmp_path, tokenizer, **config)
+    h, w, t = torch.zeros(2, 3, 4), torch.zeros(5, 4), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=f"^{name}: expected"):
+        ft.fused_linear_preference_loss(h, w, t, **fuselet_options(config))
 
 
 def test_dpo_label_smoothing(tmp_path, tokenizer):

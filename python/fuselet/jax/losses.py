@@ -1,6 +1,7 @@
-"""The post-training losses fused with the LM head, for JAX: preference losses (DPO and its
-hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
-hidden states and the head's weight without the [tokens, vocab] logits.
+"""The post-training losses fused with the LM head, for JAX: preference losses (DPO's loss
+types of TRL's DPOTrainer and their weighted sums, SimPO, CPO, ORPO), KTO's unpaired loss and
+GRPO's policy loss, from the last hidden states and the head's weight without the [tokens,
+vocab] logits.
 
 Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.torch).
 The per-token log-probabilities are -fused_linear_cross_entropy(reduction="none") (chunked over
@@ -37,6 +38,18 @@ class _Jax:
     def at_least(x, low):
         return jnp.maximum(x, low)
 
+    @staticmethod
+    def sort(x):
+        return jnp.sort(x, axis=0)
+
+    @staticmethod
+    def cumsum(x):
+        return jnp.cumsum(x, axis=-1)
+
+    @staticmethod
+    def concatenate(xs):
+        return jnp.concatenate(xs)
+
 
 def _shape(name, a, optional=False):
     facts = array_facts(name, a, optional=optional)
@@ -64,7 +77,7 @@ def fused_linear_preference_loss(
     weight,
     target,
     *,
-    loss: str = "dpo",
+    loss: str | list[str] = "dpo",
     bias=None,
     ref_hidden=None,
     ref_weight=None,
@@ -73,17 +86,38 @@ def fused_linear_preference_loss(
     gamma: float = 0.5,
     alpha: float = 1.0,
     label_smoothing: float = 0.0,
+    loss_weights: list[float] | None = None,
+    ld_alpha: float | None = None,
+    f_divergence_type: str = "reverse_kl",
+    f_alpha_divergence_coef: float = 0.5,
+    discopop_tau: float = 0.05,
+    use_weighting: bool = False,
     ignore_index: int = -100,
     chunk_size: int | None = None,
 ):
-    """fuselet.torch.fused_linear_preference_loss for JAX (the same arguments and math): hidden
-    [2B, T, H], B chosen then B rejected, weight [V, H], target [2B, T]. The float32 scalar loss;
-    no gradient reaches the reference model's arrays."""
+    """fuselet.torch.fused_linear_preference_loss for JAX (the same arguments and math: DPO's loss
+    types of TRL's DPOTrainer, alone or a weighted list, with its options ld_alpha,
+    f_divergence_type, discopop_tau; SimPO, CPO, ORPO): hidden [2B, T, H], B chosen then B
+    rejected, weight [V, H], target [2B, T]. The float32 scalar loss; no gradient reaches the
+    reference model's arrays."""
     shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target))}
     refs = (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias))
     reference = {n: _shape(n, a, optional=True) for n, a in refs}
     options = spec.preference(
-        shapes["hidden"], shapes["target"], reference, loss, beta=beta, gamma=gamma, alpha=alpha, label_smoothing=label_smoothing
+        shapes["hidden"],
+        shapes["target"],
+        reference,
+        loss,
+        beta=beta,
+        gamma=gamma,
+        alpha=alpha,
+        label_smoothing=label_smoothing,
+        loss_weights=loss_weights,
+        ld_alpha=ld_alpha,
+        f_divergence_type=f_divergence_type,
+        f_alpha_divergence_coef=f_alpha_divergence_coef,
+        discopop_tau=discopop_tau,
+        use_weighting=use_weighting,
     )
     logp, ref_logp, mask = _policy_and_reference(
         hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size

@@ -11,12 +11,37 @@ from dataclasses import dataclass, replace
 from fuselet.spec import _rules as r
 from fuselet.spec._rules import Array, Refusal
 
-# loss= of fused_linear_preference_loss: DPO's sigmoid loss and its hinge / IPO variants, SimPO,
-# CPO, ORPO. Those in AVERAGED use each sequence's mean log-probability per counted token.
-PREFERENCE_LOSSES = ("dpo", "hinge", "ipo", "simpo", "cpo", "orpo")
-AVERAGED = ("ipo", "simpo", "orpo")
+# loss= of fused_linear_preference_loss: DPO's loss types, TRL's DPOConfig.loss_type (1.16) and
+# "dpo" (fuselet's sigmoid loss, label_smoothing its conservative DPO; TRL's "sigmoid" takes none),
+# then the reference-free SimPO, CPO and ORPO. A list of DPO's types sums their losses (MPO).
+DPO_LOSSES = (
+    "dpo",
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+)
+PREFERENCE_LOSSES = (*DPO_LOSSES, "simpo", "cpo", "orpo")
+# Those of simpo, cpo, orpo in AVERAGED use each sequence's mean log-probability per counted token.
+AVERAGED = ("simpo", "orpo")
 # Losses against a reference model's log-probabilities (ref_hidden / ref_weight); the others take none.
-WITH_REFERENCE = ("dpo", "hinge", "ipo")
+WITH_REFERENCE = DPO_LOSSES
+# f_divergence_type= (f-DPO): the function of each sequence's log-ratio the losses take in its
+# place; other than reverse_kl (the log-ratio itself), for the loss types of F_DIVERGENCE_LOSSES
+# alone: the reparameterization's log Z(x) cancels only in the chosen-rejected difference (TRL's rule)
+F_DIVERGENCES = ("reverse_kl", "forward_kl", "js_divergence", "alpha_divergence")
+F_DIVERGENCE_LOSSES = ("dpo", "sigmoid", "sigmoid_norm", "hinge", "ipo", "exo_pair", "robust", "discopop", "sft")
 # loss_type= of fused_linear_grpo_loss: TRL's GRPOConfig's (1.16), by their normalizers: per
 # sequence (grpo, sapo), the local batch's tokens (bnpo), B * max_completion_length (dr_grpo),
 # the accumulated batch's tokens, num_items_in_batch (dapo, cispo, vespo), per sequence summed (luspo)
@@ -29,11 +54,28 @@ IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
 
 @dataclass(frozen=True)
 class PreferenceOptions:
-    loss: str = "dpo"
+    """fused_linear_preference_loss' options: loss a name or a tuple of DPO's (their losses summed,
+    weighted by loss_weights; None: 1 each); the others under TRL's DPOConfig names but gamma
+    (CPOConfig's simpo_gamma) and alpha (its cpo_alpha)."""
+
+    loss: str | tuple = "dpo"
     beta: float = 0.1
     gamma: float = 0.5
     alpha: float = 1.0
     label_smoothing: float = 0.0
+    loss_weights: tuple | None = None
+    ld_alpha: float | None = None
+    f_divergence_type: str = "reverse_kl"
+    f_alpha_divergence_coef: float = 0.5
+    discopop_tau: float = 0.05
+
+    @property
+    def loss_types(self) -> tuple:
+        return self.loss if isinstance(self.loss, tuple) else (self.loss,)
+
+    @property
+    def weights(self) -> tuple:
+        return self.loss_weights if self.loss_weights is not None else (1.0,) * len(self.loss_types)
 
 
 @dataclass(frozen=True)
@@ -109,14 +151,95 @@ def _reference(hidden_shape, reference: dict, refused: str | None = None) -> Non
             )
 
 
-def preference_options(loss="dpo", beta=0.1, gamma=0.5, alpha=1.0, label_smoothing=0.0) -> PreferenceOptions:
-    """The options alone (FusedLinearPreferenceLoss takes them at construction)."""
-    r.one_of("loss", loss, PREFERENCE_LOSSES, "one of " + ", ".join(PREFERENCE_LOSSES))
+def _loss_names(loss) -> tuple:
+    """loss: one of PREFERENCE_LOSSES, or a non-empty list (or tuple) of DPO_LOSSES; as a tuple."""
+    if not isinstance(loss, (list, tuple)):
+        r.one_of("loss", loss, PREFERENCE_LOSSES, "one of " + ", ".join(PREFERENCE_LOSSES) + " (or a list of DPO's)")
+        return (loss,)
+    if not loss:
+        raise ValueError("loss: expected a loss type or a non-empty list of DPO's, got an empty list")
+    for name in loss:
+        r.one_of("loss", name, DPO_LOSSES, "DPO's loss types in a list (" + ", ".join(DPO_LOSSES) + ")")
+    return tuple(loss)
+
+
+def preference_options(
+    loss="dpo",
+    beta=0.1,
+    gamma=0.5,
+    alpha=1.0,
+    label_smoothing=0.0,
+    loss_weights=None,
+    ld_alpha=None,
+    f_divergence_type="reverse_kl",
+    f_alpha_divergence_coef=0.5,
+    discopop_tau=0.05,
+    use_weighting=False,
+) -> PreferenceOptions:
+    """The options alone (FusedLinearPreferenceLoss takes them at construction). A list loss comes
+    back as a tuple, loss_weights as a tuple of floats."""
+    names = _loss_names(loss)
     _number("beta", beta, 0.0, low_open=True)
     _number("gamma", gamma)
     _number("alpha", alpha)
     _number("label_smoothing", label_smoothing, 0.0, 0.5)
-    return PreferenceOptions(loss, beta, gamma, alpha, label_smoothing)
+    if "robust" in names and not label_smoothing < 0.5:
+        raise ValueError(
+            f"label_smoothing: expected a number < 0.5 with loss type 'robust' (the flip probability: it divides by "
+            f"1 - 2 label_smoothing), got {label_smoothing}"
+        )
+    if "exo_pair" in names and not label_smoothing > 0.0:
+        raise ValueError(
+            f"label_smoothing: expected a number > 0.0 with loss type 'exo_pair' (EXO's epsilon, whose log it takes; "
+            f"the paper's 1e-3), got {label_smoothing}"
+        )
+    if loss_weights is not None:
+        if not isinstance(loss_weights, (list, tuple)):
+            raise TypeError(
+                f"loss_weights: expected None or a list of numbers (one per loss type), got {type(loss_weights).__name__}"
+            )
+        if len(loss_weights) != len(names):
+            raise ValueError(
+                f"loss_weights: expected {len(names)} weight(s), one per loss type of loss {list(names)}, got {len(loss_weights)}"
+            )
+        for w in loss_weights:
+            _number("loss_weights", w)
+        loss_weights = tuple(loss_weights)
+    r.number("ld_alpha", ld_alpha, low=0.0, high=1.0, optional=True, noun="number")
+    others = [n for n in names if n not in DPO_LOSSES]
+    if ld_alpha is not None and others:
+        raise ValueError(
+            f"ld_alpha: expected None with loss {others[0]!r} (LD-DPO's weighting of the longer completion's "
+            f"extra tokens is for DPO's loss types), got {ld_alpha}"
+        )
+    r.one_of("f_divergence_type", f_divergence_type, F_DIVERGENCES, "one of " + ", ".join(F_DIVERGENCES))
+    others = [n for n in names if n not in F_DIVERGENCE_LOSSES]
+    if f_divergence_type != "reverse_kl" and others:
+        raise ValueError(
+            f"f_divergence_type: expected reverse_kl with loss type {others[0]!r} (the other f-divergences are for "
+            f"{', '.join(F_DIVERGENCE_LOSSES)} alone: f-DPO's log Z(x) cancels only in their chosen-rejected "
+            f"difference), got {f_divergence_type!r}"
+        )
+    _number("f_alpha_divergence_coef", f_alpha_divergence_coef)
+    _number("discopop_tau", discopop_tau, 0.0, low_open=True)
+    r.a_bool("use_weighting", use_weighting)
+    if use_weighting:
+        raise ValueError(
+            "use_weighting: expected False (WPO's weights need each token's sum of squared probabilities over the "
+            "vocabulary, from the logits that fused_linear_preference_loss never forms), got True"
+        )
+    return PreferenceOptions(
+        loss if isinstance(loss, str) else names,
+        beta,
+        gamma,
+        alpha,
+        label_smoothing,
+        loss_weights,
+        ld_alpha,
+        f_divergence_type,
+        f_alpha_divergence_coef,
+        discopop_tau,
+    )
 
 
 def preference(hidden_shape, target_shape, reference: dict, loss="dpo", **options) -> PreferenceOptions:
@@ -130,7 +253,7 @@ def preference(hidden_shape, target_shape, reference: dict, loss="dpo", **option
             f"(shape {tuple(hidden_shape)})"
         )
     refused = None
-    if loss not in WITH_REFERENCE:
+    if isinstance(checked.loss, str) and checked.loss not in WITH_REFERENCE:
         refused = f"ref_hidden: loss {loss!r} takes no reference model (those that do: {', '.join(WITH_REFERENCE)})"
     _reference(hidden_shape, reference, refused)
     return checked
@@ -244,8 +367,51 @@ REFUSALS = [
     ),
     Refusal(ALL, {"target": Array((2, 2), "int32")}, ValueError, "target: expected shape (2, 3) (the sequences and positions of"),
     # preference
-    Refusal(P, {"loss": "sigmoid"}, ValueError, "loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got 'sigmoid'"),
-    Refusal(P, {"loss": None}, TypeError, "loss: expected one of dpo, hinge, ipo, simpo, cpo, orpo, got NoneType"),
+    Refusal(P, {"loss": "kto"}, ValueError, "loss: expected one of dpo, sigmoid, hinge, ipo, exo_pair, nca_pair, robust"),
+    Refusal(P, {"loss": None}, TypeError, "loss: expected one of dpo, sigmoid, hinge, ipo, exo_pair, nca_pair, robust"),
+    Refusal(P, {"loss": []}, ValueError, "loss: expected a loss type or a non-empty list of DPO's, got an empty list"),
+    Refusal(P, {"loss": ["sigmoid", "simpo"]}, ValueError, "loss: expected DPO's loss types in a list (dpo, sigmoid, hinge"),
+    Refusal(P, {"loss": ("hinge", 1)}, TypeError, "loss: expected DPO's loss types in a list (dpo, sigmoid, hinge, ipo,"),
+    Refusal(
+        P,
+        {"loss": ["sigmoid", "robust"], "label_smoothing": 0.5},
+        ValueError,
+        "label_smoothing: expected a number < 0.5 with loss type 'robust' (the flip probability: it divides by",
+    ),
+    Refusal(
+        P, {"loss": "exo_pair"}, ValueError, "label_smoothing: expected a number > 0.0 with loss type 'exo_pair' (EXO's epsilon"
+    ),
+    Refusal(
+        P, {"loss_weights": 1.0}, TypeError, "loss_weights: expected None or a list of numbers (one per loss type), got float"
+    ),
+    Refusal(
+        P,
+        {"loss": ["sigmoid", "sft"], "loss_weights": [1.0]},
+        ValueError,
+        "loss_weights: expected 2 weight(s), one per loss type of loss ['sigmoid', 'sft'], got 1",
+    ),
+    Refusal(P, {"loss_weights": [float("nan")]}, ValueError, "loss_weights: expected a finite number, got nan"),
+    Refusal(P, {"ld_alpha": 1.5}, ValueError, "ld_alpha: expected None or a number in [0.0, 1.0], got 1.5"),
+    Refusal(P, {"ld_alpha": "0.5"}, TypeError, "ld_alpha: expected None or a Python float, got str"),
+    Refusal(P, {"loss": "orpo", "ld_alpha": 0.5}, ValueError, "ld_alpha: expected None with loss 'orpo' (LD-DPO's weighting"),
+    Refusal(
+        P, {"f_divergence_type": "kl"}, ValueError, "f_divergence_type: expected one of reverse_kl, forward_kl, js_divergence"
+    ),
+    Refusal(
+        P,
+        {"loss": ["sigmoid", "nca_pair"], "f_divergence_type": "forward_kl"},
+        ValueError,
+        "f_divergence_type: expected reverse_kl with loss type 'nca_pair' (the other f-divergences are for dpo,",
+    ),
+    Refusal(P, {"f_alpha_divergence_coef": float("nan")}, ValueError, "f_alpha_divergence_coef: expected a finite number"),
+    Refusal(P, {"discopop_tau": 0.0}, ValueError, "discopop_tau: expected a number > 0.0, got 0.0"),
+    Refusal(P, {"use_weighting": 1}, TypeError, "use_weighting: expected a bool, got int"),
+    Refusal(
+        P,
+        {"use_weighting": True},
+        ValueError,
+        "use_weighting: expected False (WPO's weights need each token's sum of squared probabilities over the",
+    ),
     Refusal(
         P,
         {"hidden": Array((3, 3, 4)), "target": Array((3, 3), "int32")},

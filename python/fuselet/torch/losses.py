@@ -1,6 +1,7 @@
-"""The post-training losses fused with the LM head, for PyTorch: preference losses (DPO and its
-hinge / IPO variants, SimPO, CPO, ORPO), KTO's unpaired loss and GRPO's policy loss, from the last
-hidden states and the head's weight without the [tokens, vocab] logits.
+"""The post-training losses fused with the LM head, for PyTorch: preference losses (DPO's loss
+types of TRL's DPOTrainer and their weighted sums, SimPO, CPO, ORPO), KTO's unpaired loss and
+GRPO's policy loss, from the last hidden states and the head's weight without the [tokens,
+vocab] logits.
 
 Math: fuselet/_losses.py; argument rules: fuselet/spec/losses.py (both shared with fuselet.jax).
 The per-token log-probabilities are -fused_linear_cross_entropy(reduction="none"): chunked over
@@ -49,6 +50,18 @@ class _Torch:
     def stop_gradient(x):
         return x.detach()
 
+    @staticmethod
+    def sort(x):
+        return torch.sort(x, 0).values
+
+    @staticmethod
+    def cumsum(x):
+        return torch.cumsum(x, -1)
+
+    @staticmethod
+    def concatenate(xs):
+        return torch.cat(xs)
+
 
 def _shape(t):
     return None if t is None else tuple(t.shape)
@@ -77,7 +90,7 @@ def fused_linear_preference_loss(
     weight: torch.Tensor,
     target: torch.Tensor,
     *,
-    loss: str = "dpo",
+    loss: str | list[str] = "dpo",
     bias: torch.Tensor | None = None,
     ref_hidden: torch.Tensor | None = None,
     ref_weight: torch.Tensor | None = None,
@@ -86,22 +99,55 @@ def fused_linear_preference_loss(
     gamma: float = 0.5,
     alpha: float = 1.0,
     label_smoothing: float = 0.0,
+    loss_weights: list[float] | None = None,
+    ld_alpha: float | None = None,
+    f_divergence_type: str = "reverse_kl",
+    f_alpha_divergence_coef: float = 0.5,
+    discopop_tau: float = 0.05,
+    use_weighting: bool = False,
     ignore_index: int = -100,
     chunk_size: int | None = None,
 ) -> torch.Tensor:
     """A preference loss of the policy's hidden [2B, T, H] (B chosen sequences, then B rejected:
     TRL's concatenated layout) through the head weight [V, H] (and bias), target [2B, T] aligned
-    with hidden (target[t] labels position t; ignore_index drops it). loss: "dpo" (sigmoid, with
-    label_smoothing), "hinge", "ipo" (against the reference model ref_hidden [2B, T, H_ref] /
-    ref_weight / ref_bias, or none), "simpo" (gamma), "cpo" (alpha: the chosen NLL's weight),
-    "orpo". The float32 scalar loss; gradients flow to hidden, weight and bias only."""
+    with hidden (target[t] labels position t; ignore_index drops it). The float32 scalar loss;
+    gradients flow to hidden, weight and bias only.
+
+    - loss: DPO's loss types, against the reference model ref_hidden [2B, T, H_ref] / ref_weight /
+      ref_bias (or none: log-ratios of the policy alone): TRL's DPOConfig.loss_type (1.16), name for
+      name: "sigmoid", "hinge", "ipo", "exo_pair", "nca_pair", "robust", "bco_pair", "sppo_hard",
+      "aot", "aot_unpaired", "apo_zero", "apo_down", "discopop", "sft", "sigmoid_norm"; and "dpo",
+      the sigmoid loss smoothed by label_smoothing (the conservative DPO; TRL's "sigmoid" takes
+      none). A list of them (MPO): their losses summed, weighted by loss_weights (None: 1 each).
+      Or, reference-free and alone: "simpo" (gamma: its margin, CPOConfig's simpo_gamma), "cpo"
+      (alpha: the chosen NLL's weight, its cpo_alpha), "orpo".
+    - DPOConfig's options under its names: beta; label_smoothing (dpo, robust: < 0.5, exo_pair:
+      > 0, aot, aot_unpaired); ld_alpha (LD-DPO: the tokens past the shorter completion of a
+      pair count ld_alpha times in both sequences' log-probs, policy and reference); f_divergence_type
+      ("reverse_kl"; "forward_kl", "js_divergence", "alpha_divergence" with
+      f_alpha_divergence_coef, for dpo, sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust,
+      discopop, sft); discopop_tau. use_weighting (WPO) is refused: its weights need each
+      token's sum of squared probabilities, from logits never formed here."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias)):
         check_dense(name, t, optional=True)
     reference = {"ref_hidden": _shape(ref_hidden), "ref_weight": _shape(ref_weight), "ref_bias": _shape(ref_bias)}
     options = spec.preference(
-        _shape(hidden), _shape(target), reference, loss, beta=beta, gamma=gamma, alpha=alpha, label_smoothing=label_smoothing
+        _shape(hidden),
+        _shape(target),
+        reference,
+        loss,
+        beta=beta,
+        gamma=gamma,
+        alpha=alpha,
+        label_smoothing=label_smoothing,
+        loss_weights=loss_weights,
+        ld_alpha=ld_alpha,
+        f_divergence_type=f_divergence_type,
+        f_alpha_divergence_coef=f_alpha_divergence_coef,
+        discopop_tau=discopop_tau,
+        use_weighting=use_weighting,
     )
     check_same_device("hidden", hidden, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias)
     check_dtensors(
@@ -295,7 +341,7 @@ class FusedLinearPreferenceLoss(torch.nn.Module):
     """fused_linear_preference_loss as a module: the options at construction, the tensors per call
     (forward(hidden, weight, target, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None))."""
 
-    def __init__(self, loss: str = "dpo", **options):
+    def __init__(self, loss: str | list[str] = "dpo", **options):
         super().__init__()
         spec.preference_options(loss, **{k: options[k] for k in _PREFERENCE_OPTIONS if k in options})
         self.loss, self.options = loss, options
@@ -377,5 +423,16 @@ class FusedLinearGRPOLoss(torch.nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in self.options.items())
 
 
-_PREFERENCE_OPTIONS = ("beta", "gamma", "alpha", "label_smoothing")
+_PREFERENCE_OPTIONS = (
+    "beta",
+    "gamma",
+    "alpha",
+    "label_smoothing",
+    "loss_weights",
+    "ld_alpha",
+    "f_divergence_type",
+    "f_alpha_divergence_coef",
+    "discopop_tau",
+    "use_weighting",
+)
 _KTO_OPTIONS = {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0, "ignore_index": -100, "chunk_size": None}
