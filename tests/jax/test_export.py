@@ -49,6 +49,7 @@ for blob, inputs, out in zip(*[iter(sys.argv[1:])] * 3):
 def model(x, residual, w, b, cos, sin, wv, target, chunk_size=None):
     h, r = fj.add_rms_norm(x, residual, w)
     h = fj.layer_norm(h, w, b) + fj.rms_norm(r)
+    h = h + fj.gated_rms_norm(h, r, w, group_size=H // 2)  # the gate: the residual stream
     q = fj.rope(h.reshape(*h.shape[:-1], N, D), cos, sin).reshape(h.shape)
     p = fj.softmax(jnp.einsum("bsh,bth->bst", q, h)[:, None], scale=0.25, causal=True)[:, 0]
     a = jnp.einsum("bst,bth->bsh", p, h)
