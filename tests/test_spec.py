@@ -274,6 +274,21 @@ def _sites() -> dict[str, list[tuple[int, int]]]:
         tree = ast.parse(path.read_text())
         found = [(a, b) for f in tree.body if isinstance(f, (ast.FunctionDef, ast.ClassDef)) for a, b in _raises(f)]
         found += [(a, b) for rule, a, b in _rule_calls(tree) if rule in raising]
+        # and each call of a helper of the module that raises (losses.py's _number): each of its
+        # callers states a rule of its own argument
+        helpers = {
+            f.name
+            for f in tree.body
+            if isinstance(f, ast.FunctionDef)
+            and (_raises(f) or any(rule in raising for rule, _, _ in _rule_calls(ast.Module(body=[f], type_ignores=[]))))
+        }
+        found += [
+            (n.lineno, n.end_lineno)
+            for f in tree.body
+            if isinstance(f, (ast.FunctionDef, ast.ClassDef))
+            for n in ast.walk(f)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in helpers
+        ]
         used |= {rule for rule, _, _ in _rule_calls(tree)}
         sites[path.name] = found
     while more := set().union(*(calls[name] & set(rules) for name in used)) - used:

@@ -270,6 +270,18 @@ OP_REFUSALS = [
         "rstd: expected 4 elements, got shape [2]",
     ),
     Refusal(
+        ("rms_norm_bwd",),
+        {"dy": X, "x": X, "weight": Array((5,)), "rstd": R2},
+        ValueError,
+        "weight: expected shape (4,) to match the last dimension of x (2, 4), got (5,)",
+    ),
+    Refusal(
+        ("gated_rms_norm_bwd",),
+        {"dy": X, "x": X, "z": X, "weight": H4, "rstd": R2, "group_size": 3},
+        ValueError,
+        "group_size: expected 0 (the whole row) or a divisor of 4 (the hidden size of x), got 3",
+    ),
+    Refusal(
         ("gated_rms_norm_bwd",),
         {"dy": X, "x": X, "z": Array((2, 3)), "weight": H4, "rstd": R2},
         ValueError,
