@@ -161,22 +161,22 @@ def _reduced_setup(ctx, inputs, output):
     ctx.save_for_backward(*output[2:])
 
 
-def _reduced_backward(ctx, dloss, _dz, _dh, _dw, _db):
-    if dloss is None:  # only z (no gradient) or the gradient outputs were used
-        return (None,) * 10
+def _scaled_gradients(ctx, dloss, inputs: int) -> tuple:
+    """The gradients of a reduced loss, computed in its forward (ctx.saved_tensors: dhidden,
+    dweight, dbias), times dloss; None for the other inputs of its `inputs`."""
     dhidden, dweight, dbias = ctx.saved_tensors
     return (
         dhidden * dloss.to(dhidden.dtype),
         dweight * dloss.to(dweight.dtype),
         dbias * dloss.to(dbias.dtype) if ctx.has_bias else None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
-        None,
+        *(None,) * (inputs - 3),
     )
+
+
+def _reduced_backward(ctx, dloss, _dz, _dh, _dw, _db):
+    if dloss is None:  # only z (no gradient) or the gradient outputs were used
+        return (None,) * 10
+    return _scaled_gradients(ctx, dloss, 10)
 
 
 _reduced.register_autograd(_reduced_backward, setup_context=_reduced_setup)
@@ -348,16 +348,7 @@ class _VocabParallelReduced(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dloss, _dz):
-        dhidden, dweight, dbias = ctx.saved_tensors
-        return (
-            dhidden * dloss.to(dhidden.dtype),
-            dweight * dloss.to(dweight.dtype),
-            dbias * dloss.to(dbias.dtype) if ctx.has_bias else None,
-            None,
-            None,
-            None,
-            None,
-        )
+        return _scaled_gradients(ctx, dloss, 7)
 
 
 class _VocabParallelNone(torch.autograd.Function):
