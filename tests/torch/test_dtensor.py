@@ -9,16 +9,16 @@ sharded vocabulary is kept sharded (tests/torch/test_vocab_parallel.py)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.torch.gloo import run_children
 
 ROOT = Path(__file__).resolve().parents[2]
 TOL = 1e-5  # float32, the same kernels on the same rows: rounding of sums over shards at most
@@ -29,42 +29,9 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results() -> dict:
-    env = dict(
-        os.environ,
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        WORLD_SIZE="2",
-        OMP_NUM_THREADS="1",
-        GLOO_SOCKET_IFNAME="lo",
-    )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.torch.dtensor_child"],
-            cwd=ROOT,
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(2)
-    ]
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-4000:]
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    return run_children("tests.torch.dtensor_child", 2, 240)
 
 
 def _get(results, name) -> dict:

@@ -306,23 +306,27 @@ FSDP_CHILD = textwrap.dedent("""
 """)
 
 
+def _torchrun(tmp_path, child: str, nproc: int, timeout: int) -> None:
+    """Run `child` (a script's text) under torchrun on `nproc` gloo processes on loopback; each
+    rank writes rank<r>.ok into FUSELET_OUT once its checks pass (the ranks' stdout interleaves)."""
+    script = tmp_path / "child.py"
+    script.write_text(child)
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo", "FUSELET_OUT": str(tmp_path)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", str(script)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=repo)
+    done = sorted(p.name for p in tmp_path.glob("*.ok"))
+    assert done == [f"rank{r}.ok" for r in range(nproc)], out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+
+
 @pytest.mark.processes
 def test_fsdp2_two_processes(tmp_path):
     """fully_shard over a fused model, 2 gloo processes on loopback: loss and gradients as unfused."""
     pytest.importorskip("torch.distributed.fsdp")
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
-    script = tmp_path / "fsdp_child.py"
-    script.write_text(FSDP_CHILD)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo"}
-    env["FUSELET_OUT"] = str(tmp_path)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
-    # one file per rank, written after its checks passed: the ranks' stdout interleaves
-    done = sorted(p.name for p in tmp_path.glob("*.ok"))
-    assert done == ["rank0.ok", "rank1.ok"], out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _torchrun(tmp_path, FSDP_CHILD, 2, 240)
 
 
 TP_CHILD = textwrap.dedent("""
@@ -386,15 +390,7 @@ def test_tensor_parallel_two_processes(tmp_path):
     rank's rows of the head (vocab-parallel: the head is not gathered)."""
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
-    script = tmp_path / "tp_child.py"
-    script.write_text(TP_CHILD)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo", "FUSELET_OUT": str(tmp_path)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2", str(script)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=repo)
-    done = sorted(p.name for p in tmp_path.glob("*.ok"))
-    assert done == ["rank0.ok", "rank1.ok"], out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _torchrun(tmp_path, TP_CHILD, 2, 240)
 
 
 FSDP_TP_CHILD = textwrap.dedent("""
@@ -469,15 +465,7 @@ def test_fsdp2_tensor_parallel_four_processes(tmp_path):
     pytest.importorskip("torch.distributed.fsdp")
     if not torch.distributed.is_available():
         pytest.skip("torch.distributed is not available in this torch build")
-    script = tmp_path / "fsdp_tp_child.py"
-    script.write_text(FSDP_TP_CHILD)
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FUSELET_REPO": repo, "GLOO_SOCKET_IFNAME": "lo", "FUSELET_OUT": str(tmp_path)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=4", str(script)]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=repo)
-    done = sorted(p.name for p in tmp_path.glob("*.ok"))
-    assert done == [f"rank{r}.ok" for r in range(4)], out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    _torchrun(tmp_path, FSDP_TP_CHILD, 4, 300)
 
 
 def test_gradient_checkpointing_matches_stock():

@@ -11,17 +11,11 @@ the tokens replicated or sharded, and a 2-D (data x tensor) mesh at 4 processes.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.torch.gloo import run_children
+
 TOL = 1e-5  # float32, relative to each tensor's largest entry: sums over shards round differently
 
 pytestmark = [
@@ -33,46 +27,10 @@ REDUCTIONS = ("mean", "sum", "none")
 OPTIONS = ("plain", "label_smoothing", "z_loss", "softcap", "ignore_index_in_range", "all")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _run(world: int) -> dict:
-    env = dict(
-        os.environ,
-        MASTER_ADDR="127.0.0.1",
-        MASTER_PORT=str(_free_port()),
-        WORLD_SIZE=str(world),
-        OMP_NUM_THREADS="1",
-        GLOO_SOCKET_IFNAME="lo",
-    )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-W", "ignore::FutureWarning", "-m", "tests.torch.vocab_parallel_child"],
-            cwd=ROOT,
-            env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank)),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for rank in range(world)
-    ]
-    try:
-        outs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-4000:]
-    return json.loads(outs[0][0].strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module", params=[2, 4], ids=["2ranks", "4ranks"])
 def results(request) -> dict:
-    return {"world": request.param, **_run(request.param)}
+    run = run_children("tests.torch.vocab_parallel_child", request.param, 300, ("-W", "ignore::FutureWarning"))
+    return {"world": request.param, **run}
 
 
 def _get(results, name) -> dict:
