@@ -304,6 +304,21 @@ def torch_cases(dtype_name: str, device: str = "cpu") -> list:
                 lambda hidden, weight, target, r=reduction: F.cross_entropy(hidden @ weight.T, target, reduction=r),
             )
         )
+
+    def logprobs_unfused(hidden, weight, target):
+        logp = torch.log_softmax((hidden @ weight.T).float(), -1)
+        return logp.gather(-1, target[:, None])[:, 0], -(logp.exp() * logp).sum(-1)
+
+    specs.append(
+        (
+            "fused_linear_logprobs entropy",
+            FLCE_SHAPE,
+            "token",
+            lambda: dict(hidden=t(n, h), weight=t(v, h), target=ids(n, v)),
+            lambda hidden, weight, target: tuple(ft.fused_linear_logprobs(hidden, weight, target, outputs=("entropy",))[:2]),
+            logprobs_unfused,
+        )
+    )
     cases = []
     for op, shape, per, make, fused, unfused in specs:
         inputs = make()
@@ -501,6 +516,22 @@ def jax_cases(dtype_name: str, device: str = "cpu") -> list:
                 lambda hidden, weight, target, r=reduction: ce(hidden @ weight.T, target, r),
             )
         )
+
+    def logprobs_unfused(hidden, weight, target):
+        logp = jax.nn.log_softmax((hidden @ weight.T).astype(jnp.float32), axis=-1)
+        return jnp.take_along_axis(logp, target[:, None], axis=-1)[:, 0], -jnp.sum(jnp.exp(logp) * logp, -1)
+
+    specs.append(
+        (
+            "fused_linear_logprobs entropy",
+            FLCE_SHAPE,
+            "token",
+            lambda: dict(hidden=t(n, h), weight=t(v, h), target=jax.random.randint(next(keys), (n,), 0, v)),
+            ("hidden", "weight"),
+            lambda hidden, weight, target: tuple(fj.fused_linear_logprobs(hidden, weight, target, outputs=("entropy",))[:2]),
+            logprobs_unfused,
+        )
+    )
     dev = jax.devices("gpu" if device == "cuda" else "cpu")[0]
     cases = []
     for op, shape, per, make, diff, fused, unfused in specs:

@@ -384,3 +384,37 @@ def divergence_bwd(kind: str, dloss, x, t, log_target=True, beta=0.0):
     _, dx, dt = _divergence_terms(kind, x, t, log_target, beta)
     g = to_float64(dloss)[..., None]
     return g * dx, g * dt
+
+
+def fused_linear_logprobs(
+    h, w, b, t, g_logp=None, g_entropy=None, temperature=1.0, logit_scale=1.0, softcap=None, ignore_index=-100
+):
+    """float64 outputs {"log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1"} [N] of
+    the logits s = softcap(logit_scale (h @ w.T + b)) / temperature of h [N, H], w [V, H], b [V] or
+    None, t [N] (0 where ignored), and (dh, dw, db) of sum(g_logp log_probs + g_entropy entropy)."""
+    x = (h @ w.T + (0.0 if b is None else b)) * logit_scale
+    th = np.tanh(x / softcap) if softcap else None
+    s = (softcap * th if softcap else x) / temperature
+    valid = t != ignore_index
+    tt = np.where(valid, t, 0)
+    m = s.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(s - m).sum(-1, keepdims=True)))[:, 0]
+    logp_all = s - lse[:, None]
+    p = np.exp(logp_all)
+    rows = np.arange(len(t))
+    out = {
+        "log_probs": logp_all[rows, tt],
+        "entropy": -(p * logp_all).sum(-1),
+        "log_sum_sq_probs": np.log((p * p).sum(-1)),
+        "mean_logits": s.mean(-1),
+        "is_top1": (s.argmax(-1) == tt).astype(np.float64),
+    }
+    out = {k: np.where(valid, v, 0.0) for k, v in out.items()}
+    g_logp = np.zeros(len(t)) if g_logp is None else g_logp
+    g_entropy = np.zeros(len(t)) if g_entropy is None else g_entropy
+    onehot = np.zeros_like(s)
+    onehot[rows, tt] = 1.0
+    ds = g_logp[:, None] * (onehot - p) - g_entropy[:, None] * p * (logp_all + out["entropy"][:, None])
+    ds *= valid[:, None]
+    dx = ds * ((1 - th * th) if softcap else 1.0) / temperature * logit_scale
+    return out, (dx @ w, dx.T @ h, None if b is None else dx.sum(0))

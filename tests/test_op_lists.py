@@ -19,9 +19,15 @@ ROOT = Path(__file__).resolve().parents[1]
 ft = import_layer("torch")
 fj = import_layer("jax")
 # The JAX layer's FFI target family for a public op whose kernel it shares with another.
-FFI_FAMILY = {"swiglu": "glu", "geglu": "glu", "clamped_swiglu": "glu", "fused_linear_cross_entropy": "cross_entropy"}
+FFI_FAMILY = {
+    "swiglu": "glu",
+    "geglu": "glu",
+    "clamped_swiglu": "glu",
+    "fused_linear_cross_entropy": "cross_entropy",
+    "fused_linear_logprobs": "cross_entropy",
+}
 # Public ops composed in Python from other ops' kernels (no schema or FFI target of their own).
-COMPOSED = {"fused_linear_cross_entropy": "cross_entropy"}
+COMPOSED = {"fused_linear_cross_entropy": "cross_entropy", "fused_linear_logprobs": "cross_entropy"}
 # Public ops that are one kernel family's modes (the kind argument of its schema and FFI target).
 FAMILIES = {"kl_div": "divergence", "jsd": "divergence", "tvd": "divergence"}
 # Public losses composed in Python from another public op (fuselet/_losses.py's math over its
@@ -78,7 +84,10 @@ def test_every_op_has_a_forward_and_backward_kernel_in_both_layers(op):
 def test_every_forward_has_an_onnx_translation(op):
     from fuselet.torch import onnx
 
-    wanted = [f"{op}_none", f"{op}_reduced"] if op in COMPOSED else [f"{FAMILIES.get(op, op)}_fwd"]
+    wanted = {
+        "fused_linear_cross_entropy": ["fused_linear_cross_entropy_none", "fused_linear_cross_entropy_reduced"],
+        "fused_linear_logprobs": ["fused_linear_logprobs_fwd"],
+    }.get(op, [f"{FAMILIES.get(op, op)}_fwd"])
     missing = [name for name in wanted if name not in onnx._OPS]
     assert not missing, f"{op}: fuselet/torch/onnx.py translates no {missing}"
 

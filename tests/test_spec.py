@@ -57,6 +57,18 @@ def _layout_as_op(args: dict) -> dict:
     return args
 
 
+def _logprobs_as_op(args: dict) -> dict:
+    """fused_linear_logprobs' options as its raw ops take them: softcap None 0.0, outputs as flags
+    (a value the spec refuses stays, for the public layers), chunk_size None 0."""
+    from fuselet.spec import fused_linear_logprobs as logprobs
+
+    args = {**_softcap_as_op(args), "chunk_size": args.get("chunk_size") or 0}
+    outputs = args.get("outputs", ("log_probs",))
+    if isinstance(outputs, tuple) and set(outputs) <= set(logprobs.OUTPUTS):
+        args["outputs"] = logprobs.flags(outputs)
+    return args
+
+
 # public op -> (its raw forward op, how the public arguments become the raw op's, by name); every
 # public op is named (test_every_public_op_has_a_spec)
 RAW = {
@@ -78,6 +90,7 @@ RAW = {
         "fused_linear_cross_entropy_none",
         lambda args: {**_softcap_as_op(args), "chunk_size": args.get("chunk_size") or 0},
     ),
+    "fused_linear_logprobs": ("fused_linear_logprobs_fwd", lambda args: _logprobs_as_op(args)),
     # composed in Python over another public op's raw ops (which the refusals above reach): none of their own
     "fused_linear_jsd": None,
     "fused_linear_preference_loss": None,

@@ -66,6 +66,10 @@ JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
         lambda fj, a: fj.fused_linear_grpo_loss(a["hidden"], a["weight"], a["target"], a["advantages"]),
         {"hidden": (2, 3, 4), "weight": (5, 4), "target": (2, 3), "advantages": (2,)},
     ),
+    "fused_linear_logprobs": (
+        lambda fj, a: fj.fused_linear_logprobs(a["hidden"], a["weight"], a["target"], outputs=("entropy",)),
+        {"hidden": (2, 4), "weight": (3, 4), "target": (2,)},
+    ),
     "fused_linear_jsd": (
         lambda fj, a: fj.fused_linear_jsd(a["student_hidden"], a["student_weight"], a["teacher_hidden"], a["teacher_weight"]),
         {"student_hidden": (2, 4), "student_weight": (5, 4), "teacher_hidden": (2, 3), "teacher_weight": (5, 3)},
@@ -157,6 +161,14 @@ def _bad_op_calls(torch):
             "fused_linear_cross_entropy_none_bwd",
             (r, x, f(5, 4), None, t2, f(3), -100, 0.0, 0.0, 0.0, 0),
         ),
+        (ValueError, "outputs: expected flags in [0, 15]", "fused_linear_logprobs_fwd", (x, f(5, 4), None, t2, -100, 0.0, 99, 0)),
+        (ValueError, "softcap: expected", "fused_linear_logprobs_fwd", (x, f(5, 4), None, t2, -100, -1.0, 0, 0)),
+        (
+            ValueError,
+            "entropy: expected shape [2]",
+            "fused_linear_logprobs_bwd",
+            (None, r, x, f(5, 4), None, t2, r, f(3), -100, 0.0, 1, 0),
+        ),
     ]
 
 
@@ -224,6 +236,8 @@ def _mixed_calls(torch):
         ("target", "logits", "cross_entropy_fwd_bwd_", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),
         ("weight", "hidden", "fused_linear_cross_entropy_none", (x, f(5, 4), None, t, -100, 0.0, 0.0, 0.0, 0)),
         ("dloss", "hidden", "fused_linear_cross_entropy_none_bwd", (r, x, f(5, 4), None, t, r, -100, 0.0, 0.0, 0.0, 0)),
+        ("weight", "hidden", "fused_linear_logprobs_fwd", (x, f(5, 4), None, t, -100, 0.0, 1, 0)),
+        ("entropy", "hidden", "fused_linear_logprobs_bwd", (r, r, x, f(5, 4), None, t, r, r, -100, 0.0, 1, 0)),
     ]
 
 

@@ -66,6 +66,13 @@ def expected(dt: str) -> dict:
             ("target", (N,), "int32"),
             ("new", (N,), F32),
         ],
+        "fused_linear_logprobs entropy": [
+            ("hidden", (N, HID), dt),
+            ("weight", (V, HID), dt),
+            ("target", (N,), "int32"),
+            ("new", (N,), F32),
+            ("output", (N,), F32),  # the entropy the caller gets
+        ],
     }
 
 

@@ -411,6 +411,28 @@ def fused_linear_cross_entropy_rows_sharded_none(mesh):
     return _flce(mesh, "none")
 
 
+@check
+def fused_linear_logprobs_rows_sharded(mesh):
+    """The per-token log-probabilities and entropies (both differentiated), the mean logits."""
+    torch.manual_seed(11)
+    hidden, weight, bias = torch.randn(16, 8), torch.randn(24, 8) * 0.3, torch.randn(24) * 0.1
+    target = torch.randint(0, 24, (16,))
+    target[:3] = -100
+    args = [leaf(hidden), leaf(weight), leaf(bias), target]
+    dargs = [
+        dleaf(hidden, mesh, [Shard(0)]),
+        dleaf(weight, mesh, [Replicate()]),
+        dleaf(bias, mesh, [Replicate()]),
+        distribute_tensor(target, mesh, [Shard(0)]),
+    ]
+
+    def fn(h, w, b, t):
+        out = ft.fused_linear_logprobs(h, w, t, bias=b, temperature=0.8, outputs=("entropy", "mean_logits"), chunk_size=3)
+        return out.log_probs + 0.5 * out.entropy, out.mean_logits
+
+    return forward_backward(fn, args, dargs, torch.randn(16))
+
+
 # --- the post-training losses and the divergences: rows (sequences, tokens) sharded ----------
 
 

@@ -158,6 +158,14 @@ def test_fused_linear_cross_entropy_rows_sharded(results, reduction, out, fwd):
     assert r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r
 
 
+def test_fused_linear_logprobs_rows_sharded(results):
+    """hidden / target rows sharded, weight / bias replicated: every output and dhidden sharded,
+    dweight / dbias Partial, no collective."""
+    r = _get(results, "fused_linear_logprobs_rows_sharded")
+    assert r["fwd"] == {} and r["bwd"] == {} and r["out"] == ["S(0)"], r
+    assert r["grads"] == [["S(0)"], ["P(sum)"], ["P(sum)"]], r
+
+
 # The post-training losses: hidden / target (and the per-sequence tensors) sharded on their rows,
 # the head weight and bias replicated. The per-token log-probabilities keep the rows' sharding
 # (fused_linear_cross_entropy's rule); the losses' math over sequences runs on DTensors.

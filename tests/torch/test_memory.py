@@ -63,6 +63,14 @@ def expected(dt: str) -> dict:
             ("target", (N,), "int64"),
             ("new", (N,), F32),
         ],
+        # the inputs and a float32 lse and entropy per token; the logits are recomputed
+        "fused_linear_logprobs entropy": [
+            ("hidden", (N, HID), dt),
+            ("weight", (V, HID), dt),
+            ("target", (N,), "int64"),
+            ("new", (N,), F32),
+            ("output", (N,), F32),  # the entropy the caller gets
+        ],
     }
 
 

@@ -95,6 +95,22 @@ class CrossEntropy(torch.nn.Module):
         )
 
 
+class LogProbs(torch.nn.Module):
+    """fused_linear_logprobs: every output (is_top1 as a float to compare), with and without the options."""
+
+    def __init__(self):
+        super().__init__()
+        self.head, self.bias = _param(V, H, seed=2), _param(V, seed=3)
+
+    def forward(self, hidden, target):
+        outputs = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
+        plain = ft.fused_linear_logprobs(hidden, self.head, target, outputs=outputs)
+        tempered = ft.fused_linear_logprobs(
+            hidden, self.head, target, bias=self.bias, temperature=0.7, softcap=4.0, outputs=("entropy",)
+        )
+        return (*plain[:4], plain.is_top1.float(), tempered.log_probs, tempered.entropy)
+
+
 class Divergence(torch.nn.Module):
     """Distillation losses of student and teacher logits: every kind, reduced in torch ops."""
 
@@ -156,6 +172,11 @@ CASES = {
         CrossEntropy,
         lambda b, s, seed: (torch.randn(b, s, V) * 3, _target(b, s, seed), torch.randn(b, s, H)),
         [{0: "b", 1: "s"}] * 3,
+    ),
+    "logprobs": (
+        LogProbs,
+        lambda b, s, seed: (torch.randn(b, s, H), _target(b, s, seed)),
+        [{0: "b", 1: "s"}] * 2,
     ),
     "divergence": (
         Divergence,

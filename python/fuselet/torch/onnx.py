@@ -320,6 +320,26 @@ def fused_linear_cross_entropy_reduced(
     return loss, z, dhidden, dweight, dbias
 
 
+def fused_linear_logprobs_fwd(b, hidden, weight, bias, target, ignore_index, softcap, outputs, chunk_size):
+    """(log_probs, lse, entropy, log_sum_sq_probs, mean_logits, is_top1) float32 per token (0 where
+    target == ignore_index; is_top1 1.0 / 0.0), an output not in the `outputs` flags empty; the
+    logits materialized."""
+    from fuselet.spec.fused_linear_logprobs import FLAGS
+
+    ce = _cross_entropy(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, 0.0, 0.0, softcap)
+    s, lse, valid, zero = ce["s"], b.op("Unsqueeze", ce["lse_raw"], _axes(b, -1)), ce["valid"], b.const(0.0, _FLOAT)
+    p = b.op("Exp", b.op("Sub", s, lse))
+    stats = {
+        "entropy": b.op("Sub", ce["lse_raw"], b.op("ReduceSum", b.op("Mul", p, s), _axes(b, -1), keepdims=0)),
+        "log_sum_sq_probs": b.op("Log", b.op("ReduceSum", b.op("Mul", p, p), _axes(b, -1), keepdims=0)),
+        "mean_logits": b.op("ReduceMean", s, _axes(b, -1), keepdims=0),
+        "is_top1": b.op("Cast", b.op("Equal", b.op("ArgMax", s, axis=-1, keepdims=0), ce["target"]), to=_FLOAT),
+    }
+    empty = b.op("ConstantOfShape", b.const([0], _INT64), value=b.tensor([0.0], _FLOAT))
+    rest = [b.op("Where", valid, stats[name], zero) if outputs & bit else empty for name, bit in FLAGS.items()]
+    return b.op("Neg", ce["loss"]), ce["lse"], *rest
+
+
 # The forward ops with a translation; their arguments come from the registered schemas.
 _OPS = {
     fn.__name__: fn
@@ -338,6 +358,7 @@ _OPS = {
         divergence_fwd,
         fused_linear_cross_entropy_none,
         fused_linear_cross_entropy_reduced,
+        fused_linear_logprobs_fwd,
     )
 }
 
@@ -363,6 +384,7 @@ _UNSUPPORTED = {
     },
     "cross_entropy_bwd_": _BACKWARD,
     "fused_linear_cross_entropy_none_bwd": _BACKWARD,
+    "fused_linear_logprobs_bwd": _BACKWARD,
     "cross_entropy_fwd_bwd_": "it writes the gradient into the logits (cross_entropy.fwd_bwd(inplace=True), a "
     "training helper): call fuselet.torch.cross_entropy in the exported model",
 }

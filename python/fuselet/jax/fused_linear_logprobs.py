@@ -1,0 +1,179 @@
+"""Per-token log-probabilities of `hidden @ weight.T + bias` for JAX, and the entropy and statistics
+of each token's distribution, without the [tokens, V] logits (as fuselet.torch's
+fused_linear_logprobs).
+
+The tokens are taken chunk by chunk (fused_linear_cross_entropy's lax.scan over whole chunks, then
+the remainder): each chunk's logits from XLA's matmul, fuselet's logprobs kernel turns them into
+the per-token outputs; the backward (custom_vjp) recomputes each chunk's logits from hidden,
+weight and the forward's float32 lse and entropy, turns them into dlogits of the log-probabilities
+and the entropy, and accumulates dhidden and the float32 dweight / dbias. Rules:
+fuselet/spec/fused_linear_logprobs.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from fuselet.jax._checks import array_facts
+from fuselet.jax.cross_entropy import _target_errors
+from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
+from fuselet.spec import fused_linear_logprobs as spec
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
+
+
+def _scaled(logits, softcap):
+    x = logits.astype(jnp.float32)
+    return softcap * jnp.tanh(x / softcap) if softcap else x
+
+
+def logprobs_chunk(logits, target, *, ignore_index, softcap, outputs):
+    valid = target != ignore_index
+    t = jnp.where(valid, target, 0)
+    s = _scaled(logits, softcap)
+    lse = jax.nn.logsumexp(s, -1)
+    keep = valid.astype(jnp.float32)
+    out = {"log_probs": (jnp.take_along_axis(s, t[:, None], 1)[:, 0] - lse) * keep, "lse": lse * keep}
+    if "entropy" in outputs:
+        out["entropy"] = (lse - jnp.sum(jax.nn.softmax(s, -1) * s, -1)) * keep
+    if "log_sum_sq_probs" in outputs:
+        out["log_sum_sq_probs"] = (jax.nn.logsumexp(2 * s, -1) - 2 * lse) * keep
+    if "mean_logits" in outputs:
+        out["mean_logits"] = jnp.mean(s, -1) * keep
+    if "is_top1" in outputs:
+        out["is_top1"] = (jnp.argmax(s, -1) == t) & valid
+    return out
+
+
+def logprobs_chunk_grad(logits, target, lse, entropy, dlogp, dentropy, *, ignore_index, softcap):
+    valid = target != ignore_index
+    t = jnp.where(valid, target, 0)
+    s = _scaled(logits, softcap)
+    logp = s - lse[:, None]
+    p = jnp.exp(logp)
+    ds = jnp.zeros_like(s)
+    if dlogp is not None:
+        ds = ds + dlogp[:, None] * (jax.nn.one_hot(t, s.shape[1], dtype=jnp.float32) - p)
+    if dentropy is not None:
+        ds = ds - dentropy[:, None] * p * (logp + entropy[:, None])
+    if softcap:
+        ds = ds * (1 - (s / softcap) ** 2)
+    return (ds * valid[:, None]).astype(logits.dtype)
+
+
+class LogProbs(NamedTuple):
+    """The per-token outputs, target's shape each (None where not asked for): log_probs and entropy
+    float32 with gradients; log_sum_sq_probs (log sum_v p_v^2) and mean_logits float32, is_top1
+    bool (whether the target is the argmax), without. 0 (False) where the target is ignore_index."""
+
+    log_probs: jax.Array
+    entropy: jax.Array | None = None
+    log_sum_sq_probs: jax.Array | None = None
+    mean_logits: jax.Array | None = None
+    is_top1: jax.Array | None = None
+
+
+def _fwd(h, w, b, t, options: spec.FusedLinearLogProbsOptions, chunk):
+    ignore_index, softcap, _, _ = options.op_args()
+    asked = options.outputs - {"log_probs"}
+    names = ("log_probs", "lse", *sorted(asked))
+
+    def body(carry, xs):
+        h_i, t_i = xs
+        got = logprobs_chunk(_logits(h_i, w, b), t_i, ignore_index=ignore_index, softcap=softcap, outputs=asked)
+        return carry, tuple(got[name] for name in names)
+
+    _, values = _over_chunks(body, (), (h, t), chunk)
+    out = dict(zip(names, values))
+    lse = out.pop("lse")
+    return out, (h, w, b, t, lse, out.get("entropy"))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
+def _logprobs(h, w, b, t, options, chunk):
+    return _fwd(h, w, b, t, options, chunk)[0]
+
+
+def _bwd(options, chunk, res, g):
+    h, w, b, t, lse, entropy = res
+    ignore_index, softcap, _, _ = options.op_args()
+    dlogp = g["log_probs"].astype(jnp.float32)
+    dentropy = None if entropy is None else g["entropy"].astype(jnp.float32)
+
+    def body(carry, xs):
+        h_i, t_i, l_i, e_i, gl_i, ge_i = xs
+        dl = logprobs_chunk_grad(
+            _logits(h_i, w, b),
+            t_i,
+            l_i,
+            e_i,
+            gl_i,
+            ge_i if entropy is not None else None,
+            ignore_index=ignore_index,
+            softcap=softcap,
+        )
+        return _accumulate(carry, dl, h_i), (jnp.dot(dl, w),)
+
+    zero = jnp.zeros_like(lse)
+    xs = (h, t, lse, zero if entropy is None else entropy, dlogp, zero if dentropy is None else dentropy)
+    (dw, db), (dh,) = _over_chunks(body, _zeros(w, b), xs, chunk)
+    return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype), None
+
+
+_logprobs.defvjp(_fwd, _bwd)
+# Jitted so that an eager call runs as one computation (inside jit it is inlined).
+_logprobs_jit = jax.jit(_logprobs, static_argnums=(4, 5))
+
+
+def fused_linear_logprobs(
+    hidden,
+    weight,
+    target,
+    *,
+    bias=None,
+    temperature: float = 1.0,
+    logit_scale: float = 1.0,
+    softcap: float | None = None,
+    ignore_index: int = -100,
+    outputs: tuple[str, ...] = ("log_probs",),
+    chunk_size: int | None = None,
+) -> LogProbs:
+    """The log-probability of each target token under the logits
+    `softcap(logit_scale * (hidden @ weight.T + bias)) / temperature` (softcap c: c * tanh(x / c)),
+    without materializing them, and the other per-token `outputs`: "entropy" (of the token's
+    distribution, with its gradient), "log_sum_sq_probs", "mean_logits" (of those logits),
+    "is_top1"; log_probs always. hidden [..., H], weight [V, H], bias [V] or None, one float dtype;
+    target hidden.shape[:-1] of int32 class ids (int64 with x64). Returns LogProbs, each output
+    target's shape, 0 where the target is ignore_index. chunk_size: tokens per chunk (None:
+    chunk_size_for(N, H, V)).
+
+    hidden and bias are multiplied by logit_scale / temperature before the matmul (no [tokens, V]
+    copy), which rounds them once to their dtype where it is not float32."""
+    options = spec.fused_linear_logprobs(
+        array_facts("hidden", hidden),
+        array_facts("weight", weight),
+        array_facts("bias", bias, optional=True),
+        array_facts("target", target),
+        temperature=temperature,
+        logit_scale=logit_scale,
+        softcap=softcap,
+        ignore_index=ignore_index,
+        outputs=outputs,
+        chunk_size=chunk_size,
+    )
+    shape, h_dim = target.shape, hidden.shape[-1]
+    chunk = chunk_size or chunk_size_for(math.prod(shape), h_dim, weight.shape[0])
+    h2 = hidden.reshape(-1, h_dim)
+    if options.scale != 1.0:
+        h2 = (h2 * options.scale).astype(hidden.dtype)
+        bias = None if bias is None else (bias * options.scale).astype(bias.dtype)
+    out = _target_errors(target, lambda: _logprobs_jit(h2, weight, bias, target.reshape(-1), options, chunk))
+    got = {}
+    for name, value in out.items():
+        value = value.reshape(shape)
+        got[name] = value if name in ("log_probs", "entropy") else jax.lax.stop_gradient(value)
+    return LogProbs(**got)
