@@ -297,11 +297,50 @@ def _vespo_weights(xp, a, log_ratio, mask, options: GRPOOptions):
     return xp.nan_to_num(phi, nan=0.0, posinf=0.0, neginf=0.0)
 
 
-def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, options: GRPOOptions, num_items_in_batch=None):
+def _masked_quantile(xp, x, mask, q):
+    """The q-quantile of x's entries where mask > 0 (torch.quantile's linear interpolation between
+    the two nearest ranks), +inf where none counts; sorted with the others at +inf, so that no
+    array's shape depends on the mask."""
+    flat = xp.where(mask > 0, x, math.inf).reshape(-1)
+    ranked = xp.sort(flat)
+    k = mask.reshape(-1).sum()
+    pos = q * xp.at_least(k - 1, 0)
+    low = xp.floor(pos)
+    frac = pos - low
+    low = xp.index(low)
+    high = xp.index(xp.minimum(xp.floor(pos) + 1, xp.at_least(k - 1, 0)))
+    a, b = ranked[low], ranked[high]
+    value = a + frac * xp.where(b > a, b - a, 0.0)  # b == a: no inf - inf
+    return xp.where(k > 0, value, math.inf)
+
+
+def _entropy_mask(xp, entropy, mask, top_entropy_quantile):
+    """1.0 where a counted token's entropy is at or above the (1 - top_entropy_quantile) quantile
+    of the counted tokens' (TRL's GRPOTrainer.get_high_entropy_mask, one process)."""
+    entropy = xp.stop_gradient(entropy)
+    threshold = _masked_quantile(xp, entropy, mask, 1 - top_entropy_quantile)
+    return xp.where((entropy * mask >= threshold) & (mask > 0), 1.0, 0.0)
+
+
+def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, options: GRPOOptions, num_items_in_batch=None, entropy=None):
     """The GRPO loss of [B, T] float32 per-token log-probabilities (mask: 1.0 where counted), as
     TRL's GRPOTrainer._compute_loss (1.16) for each loss_type; num_items_in_batch the count of
     tokens dapo / cispo / vespo divide by (None: mask's). use_bias_correction_kl weights the KL term
-    by the importance ratio (the unbiased reverse-KL gradient, DeepSeek-V3.2), gradient included."""
+    by the importance ratio (the unbiased reverse-KL gradient, DeepSeek-V3.2), gradient included.
+    entropy: the [B, T] per-token entropies (with their gradient), which top_entropy_quantile < 1
+    (the policy loss on the high-entropy tokens alone) and entropy_coef (minus entropy_coef times
+    their mean over the tokens the loss acts on) take."""
+    keep = None
+    if options.top_entropy_quantile < 1.0:
+        keep = _entropy_mask(xp, entropy, mask, options.top_entropy_quantile)
+    loss = _grpo_policy(xp, logp, mask, advantages, old_logp, ref_logp, options, num_items_in_batch, keep)
+    if options.entropy_coef:
+        acting = mask if keep is None else mask * keep
+        loss = loss - options.entropy_coef * (entropy * acting).sum() / xp.at_least(acting.sum(), 1)
+    return loss
+
+
+def _grpo_policy(xp, logp, mask, advantages, old_logp, ref_logp, options: GRPOOptions, num_items_in_batch, keep):
     beta, epsilon_low, epsilon_high = options.beta, options.epsilon_low, options.epsilon_high
     loss_type, max_completion_length = options.loss_type, options.max_completion_length
     old = xp.stop_gradient(logp) if old_logp is None else old_logp
@@ -323,6 +362,8 @@ def grpo_loss(xp, logp, mask, advantages, old_logp, ref_logp, options: GRPOOptio
         clipped = xp.clip(ratio, 1 - epsilon_low, 1 + epsilon_high)
         capped = ratio if options.delta is None else xp.clip(ratio, None, options.delta)
         per_token = -xp.minimum(capped * a, clipped * a)
+    if keep is not None:  # the high-entropy tokens alone, before the KL term (TRL's order)
+        per_token = per_token * keep
     if ref_logp is not None and beta:
         d = ref_logp - logp
         kl = xp.exp(d) - d - 1

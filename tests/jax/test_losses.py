@@ -166,6 +166,9 @@ GRPO_OPTIONS = {
     "sapo": {"loss_type": "sapo", "sapo_temperature_pos": 0.6, "sapo_temperature_neg": 1.7},
     "luspo": {"loss_type": "luspo", "importance_sampling_level": "sequence"},
     "vespo": {"loss_type": "vespo", "vespo_k_neg": 2.0, "vespo_lambda_pos": 2.0},
+    "entropy-mask": {"loss_type": "grpo", "top_entropy_quantile": 0.4},
+    "entropy-bonus": {"loss_type": "bnpo", "entropy_coef": 0.3, "temperature": 0.8, "bias": True},
+    "entropy-mask-bonus": {"loss_type": "dapo", "top_entropy_quantile": 0.6, "entropy_coef": 0.1},
 }
 
 
@@ -209,6 +212,30 @@ def test_grpo_options_same_as_torch(case, weighted):
     np.testing.assert_allclose(loss, want.item(), rtol=1e-5, atol=1e-6)
     for g, wg in zip(grads, want_grads):
         np.testing.assert_allclose(g, wg.numpy(), rtol=1e-4, atol=1e-6)
+
+
+def test_grpo_per_token_outputs_same_as_torch():
+    """return_per_token: this policy's log-probabilities and entropies [B, T], as torch's, no gradient."""
+    torch = pytest.importorskip("torch")
+    ft = import_layer("torch")
+    hidden, weight, target = inputs(sequences=3)
+    advantages = jnp.asarray([0.8, -1.1, 0.5], jnp.float32)
+    loss, per_token = fj.fused_linear_grpo_loss(hidden, weight, target, advantages, entropy_coef=0.1, return_per_token=True)
+    t = {k: torch.from_numpy(np.array(v)) for k, v in dict(hidden=hidden, weight=weight, advantages=advantages).items()}
+    want_loss, want = ft.fused_linear_grpo_loss(
+        t["hidden"],
+        t["weight"],
+        torch.from_numpy(np.array(target)).long(),
+        t["advantages"],
+        entropy_coef=0.1,
+        return_per_token=True,
+    )
+    np.testing.assert_allclose(loss, want_loss.item(), rtol=1e-5)
+    assert per_token[2:] == want[2:] == (None, None, None)
+    for got, expected in zip(per_token[:2], want[:2]):
+        assert got.shape == target.shape and not expected.requires_grad
+        np.testing.assert_allclose(got, expected.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(per_token.log_probs, token_logps(hidden, weight, target), rtol=1e-5, atol=1e-6)
 
 
 # DPO's loss types and options (fuselet.torch's checked against TRL's DPOTrainer itself,

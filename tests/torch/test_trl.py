@@ -7,7 +7,7 @@ again: DPOTrainer (every loss_type of TRL 1.16, their weighted sums, ld_alpha, e
 f_divergence_type), CPOTrainer (its reference-free sigmoid, hinge and ipo, cpo, simpo),
 ORPOTrainer, KTOTrainer and GRPOTrainer (every loss_type of TRL 1.16: grpo, bnpo, dr_grpo, dapo,
 cispo, sapo, luspo, vespo; token and sequence importance sampling, two-sided clipping, the
-logits' temperature)."""
+logits' temperature, the high-entropy token mask and the entropy bonus)."""
 
 from __future__ import annotations
 
@@ -43,6 +43,10 @@ REJECTED = [" ran", " a mat and then", " cat sat"]
 
 @pytest.fixture
 def tokenizer():
+    return make_tokenizer()
+
+
+def make_tokenizer():
     tok = Tokenizer(models.WordLevel(VOCAB, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
@@ -604,6 +608,8 @@ def trl_options(trainer):
         "vespo_lambda_pos",
         "vespo_k_neg",
         "vespo_lambda_neg",
+        "top_entropy_quantile",
+        "entropy_coef",
     )
     return {name: getattr(args, name) for name in names}
 
@@ -632,6 +638,14 @@ GRPO_CASES = {
     "luspo": ({"loss_type": "luspo", "importance_sampling_level": "sequence"}, {"importance_sampling_level": "token"}),
     "luspo-token": ({"loss_type": "luspo"}, {"loss_type": "grpo"}),
     "vespo": ({"loss_type": "vespo"}, {"vespo_lambda_neg": 3.0}),
+    # the high-entropy tokens alone (the top 40% of the batch's counted tokens by entropy)
+    "entropy-mask": ({"loss_type": "grpo", "top_entropy_quantile": 0.4}, {"top_entropy_quantile": 1.0}),
+    # the entropy bonus, with its gradient through the per-token entropies
+    "entropy-bonus": ({"loss_type": "dapo", "entropy_coef": 0.3}, {"entropy_coef": 0.0}),
+    "entropy-mask-bonus": (
+        {"loss_type": "bnpo", "top_entropy_quantile": 0.7, "entropy_coef": 0.2},
+        {"top_entropy_quantile": 1.0},
+    ),
     "vespo-k-lambda": (
         {"loss_type": "vespo", "vespo_k_pos": 1.5, "vespo_lambda_pos": 2.5, "vespo_k_neg": 2.0, "vespo_lambda_neg": 1.0},
         {"vespo_k_pos": 2.0},

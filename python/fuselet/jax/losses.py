@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from fuselet import _losses
 from fuselet.jax._checks import array_facts
 from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy
+from fuselet.jax.fused_linear_logprobs import LogProbs, fused_linear_logprobs
 from fuselet.spec import losses as spec
 
 
@@ -49,6 +50,12 @@ class _Jax:
     @staticmethod
     def concatenate(xs):
         return jnp.concatenate(xs)
+
+    floor = staticmethod(jnp.floor)
+
+    @staticmethod
+    def index(x):
+        return x.astype(jnp.int32)
 
 
 def _shape(name, a, optional=False):
@@ -196,11 +203,15 @@ def fused_linear_grpo_loss(
     vespo_lambda_pos: float = 3.0,
     vespo_k_neg: float = 3.0,
     vespo_lambda_neg: float = 2.0,
+    top_entropy_quantile: float = 1.0,
+    entropy_coef: float = 0.0,
+    return_per_token: bool = False,
     chunk_size: int | None = None,
 ):
     """fuselet.torch.fused_linear_grpo_loss for JAX (the same arguments and math: TRL's
     GRPOConfig options, name for name): hidden [B, T, H], weight [V, H], target [B, T], advantages
-    [B]; num_items_in_batch a number or a 0-d array (no gradient). The float32 scalar loss."""
+    [B]; num_items_in_batch a number or a 0-d array (no gradient). The float32 scalar loss, and
+    with return_per_token=True (loss, LogProbs(log_probs, entropy)) [B, T] under stop_gradient."""
     shapes = {n: _shape(n, a) for n, a in (("hidden", hidden), ("target", target), ("advantages", advantages))}
     logps = {n: _shape(n, a, optional=True) for n, a in (("old_logps", old_logps), ("ref_logps", ref_logps))}
     items_is_array = hasattr(num_items_in_batch, "shape") and hasattr(num_items_in_batch, "dtype")
@@ -225,14 +236,33 @@ def fused_linear_grpo_loss(
         vespo_lambda_pos=vespo_lambda_pos,
         vespo_k_neg=vespo_k_neg,
         vespo_lambda_neg=vespo_lambda_neg,
+        top_entropy_quantile=top_entropy_quantile,
+        entropy_coef=entropy_coef,
+        return_per_token=return_per_token,
     )
-    if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t
-        hidden = hidden / jnp.asarray(options.temperature, hidden.dtype)
-        bias = None if bias is None else bias / jnp.asarray(options.temperature, bias.dtype)
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    entropy = None
+    if return_per_token or options.top_entropy_quantile < 1.0 or options.entropy_coef:
+        logp, entropy = fused_linear_logprobs(
+            hidden,
+            weight,
+            target,
+            bias=bias,
+            temperature=options.temperature,
+            ignore_index=ignore_index,
+            outputs=("entropy",),
+            chunk_size=chunk_size,
+        )[:2]
+    else:
+        if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t
+            hidden = hidden / jnp.asarray(options.temperature, hidden.dtype)
+            bias = None if bias is None else bias / jnp.asarray(options.temperature, bias.dtype)
+        logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).astype(jnp.float32)
     as32 = [None if a is None else jax.lax.stop_gradient(jnp.asarray(a, jnp.float32)) for a in (advantages, old_logps, ref_logps)]
     items = None
     if num_items_in_batch is not None:
         items = jax.lax.stop_gradient(jnp.asarray(num_items_in_batch, jnp.float32))
-    return _losses.grpo_loss(_Jax, logp, mask, *as32, options, items)
+    loss = _losses.grpo_loss(_Jax, logp, mask, *as32, options, items, entropy)
+    if return_per_token:
+        return loss, LogProbs(jax.lax.stop_gradient(logp), jax.lax.stop_gradient(entropy))
+    return loss

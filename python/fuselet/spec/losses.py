@@ -105,6 +105,8 @@ class GRPOOptions:
     vespo_lambda_pos: float = 3.0
     vespo_k_neg: float = 3.0
     vespo_lambda_neg: float = 2.0
+    top_entropy_quantile: float = 1.0
+    entropy_coef: float = 0.0
 
 
 def _number(name: str, v, low=None, high=None, low_open=False) -> None:
@@ -293,11 +295,15 @@ def kto(hidden_shape, target_shape, labels: tuple, kl, reference: dict, **option
     return checked
 
 
-def grpo(hidden_shape, target_shape, advantages_shape, logps: dict, num_items_in_batch=None, **options) -> GRPOOptions:
+def grpo(
+    hidden_shape, target_shape, advantages_shape, logps: dict, num_items_in_batch=None, return_per_token=False, **options
+) -> GRPOOptions:
     """hidden [B, T, H], target [B, T], advantages [B]; logps: {"old_logps": shape or None,
     "ref_logps": ...}, each [B, T]; num_items_in_batch: None, a Python number or (shape, dtype)
     of a 0-d array (anything else: refused by its type), taken by the loss types of BY_NUM_ITEMS
-    alone; options: GRPOOptions' fields. epsilon_high None comes back as epsilon_low."""
+    alone; return_per_token a bool; options: GRPOOptions' fields. epsilon_high None comes back as
+    epsilon_low."""
+    r.a_bool("return_per_token", return_per_token)
     use_bias_correction_kl = options.get("use_bias_correction_kl", False)
     loss_type = options.get("loss_type", "grpo")
     r.a_bool("use_bias_correction_kl", use_bias_correction_kl)
@@ -341,6 +347,8 @@ def grpo(hidden_shape, target_shape, advantages_shape, logps: dict, num_items_in
     _number("sapo_temperature_pos", checked.sapo_temperature_pos, 0.0, low_open=True)
     for name in ("vespo_k_pos", "vespo_lambda_pos", "vespo_k_neg", "vespo_lambda_neg"):
         _number(name, getattr(checked, name), 0.0)
+    _number("top_entropy_quantile", checked.top_entropy_quantile, 0.0, 1.0)
+    _number("entropy_coef", checked.entropy_coef)
     return checked
 
 
@@ -469,6 +477,11 @@ REFUSALS = [
     Refusal(G, {"sapo_temperature_pos": float("nan")}, ValueError, "sapo_temperature_pos: expected a finite number, got nan"),
     Refusal(G, {"vespo_k_pos": -1.0}, ValueError, "vespo_k_pos: expected a number >= 0.0, got -1.0"),
     Refusal(G, {"vespo_lambda_neg": "2"}, TypeError, "vespo_lambda_neg: expected a Python float, got str"),
+    Refusal(G, {"top_entropy_quantile": 1.5}, ValueError, "top_entropy_quantile: expected a number <= 1.0, got 1.5"),
+    Refusal(G, {"top_entropy_quantile": -0.5}, ValueError, "top_entropy_quantile: expected a number >= 0.0, got -0.5"),
+    Refusal(G, {"entropy_coef": float("inf")}, ValueError, "entropy_coef: expected a finite number, got inf"),
+    Refusal(G, {"entropy_coef": None}, TypeError, "entropy_coef: expected a Python float, got NoneType"),
+    Refusal(G, {"return_per_token": 1}, TypeError, "return_per_token: expected a bool, got int"),
     Refusal(G, {"advantages": Array((3,))}, ValueError, "advantages: expected shape (2,) (one per sequence of hidden (2, 3, 4))"),
     Refusal(G, {"ref_logps": Array((2, 2))}, ValueError, "ref_logps: expected shape (2, 3) (target's), got (2, 2)"),
     Refusal(G, {"beta": -0.1}, ValueError, "beta: expected a number >= 0.0, got -0.1"),

@@ -18,6 +18,7 @@ from fuselet.spec import losses as spec
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
 from fuselet.torch._dtensor import check_dtensors
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
+from fuselet.torch.fused_linear_logprobs import LogProbs, fused_linear_logprobs
 
 
 class _Torch:
@@ -61,6 +62,12 @@ class _Torch:
     @staticmethod
     def concatenate(xs):
         return torch.cat(xs)
+
+    floor = staticmethod(torch.floor)
+
+    @staticmethod
+    def index(x):
+        return x.long()
 
 
 def _shape(t):
@@ -265,8 +272,11 @@ def fused_linear_grpo_loss(
     vespo_lambda_pos: float = 3.0,
     vespo_k_neg: float = 3.0,
     vespo_lambda_neg: float = 2.0,
+    top_entropy_quantile: float = 1.0,
+    entropy_coef: float = 0.0,
+    return_per_token: bool = False,
     chunk_size: int | None = None,
-) -> torch.Tensor:
+) -> torch.Tensor | tuple[torch.Tensor, LogProbs]:
     """GRPO's policy loss of hidden [B, T, H] through the head weight [V, H] (and bias), target
     [B, T] (the completion tokens; ignore_index drops a position), advantages [B]; old_logps [B, T]
     the sampling policy's log-probabilities (None: this policy's, detached: ratio 1); ref_logps
@@ -290,9 +300,17 @@ def fused_linear_grpo_loss(
     - use_bias_correction_kl: the KL term weighted by the importance ratio (TRL's default True;
       fuselet's False: DeepSeekMath's unweighted term).
 
+    - top_entropy_quantile: below 1, the policy loss of the counted tokens whose entropy is at or
+      above that quantile from the top alone (TRL's high-entropy mask, over this call's tokens);
+      entropy_coef: minus entropy_coef times the mean entropy of the tokens the loss acts on (the
+      entropy bonus, with its gradient). The entropies come with the log-probabilities from
+      fused_linear_logprobs (no logits).
+    - return_per_token: also return LogProbs(log_probs, entropy) [B, T] of this policy, without
+      gradients (what TRL logs; 0 where ignored).
+
     TRL's GRPOConfig defaults that differ: loss_type "dapo", beta 0.0, use_bias_correction_kl True.
-    Not here: the entropy mask and bonus (top_entropy_quantile, entropy_coef), vLLM's importance
-    sampling correction, the off-policy mask. The float32 scalar loss."""
+    Not here: vLLM's importance sampling correction, the off-policy mask, the adaptive entropy
+    coefficient (a trainer's state: pass its current entropy_coef). The float32 scalar loss."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target), ("advantages", advantages)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
@@ -321,20 +339,37 @@ def fused_linear_grpo_loss(
         vespo_lambda_pos=vespo_lambda_pos,
         vespo_k_neg=vespo_k_neg,
         vespo_lambda_neg=vespo_lambda_neg,
+        top_entropy_quantile=top_entropy_quantile,
+        entropy_coef=entropy_coef,
+        return_per_token=return_per_token,
     )
     check_same_device("hidden", hidden, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps)
     check_dtensors(
         hidden=hidden, weight=weight, bias=bias, target=target, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps
     )
-    if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t, no [tokens, V] copy
-        hidden = hidden / options.temperature
-        bias = None if bias is None else bias / options.temperature
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    entropy = None
+    if return_per_token or options.top_entropy_quantile < 1.0 or options.entropy_coef:
+        logp, entropy = fused_linear_logprobs(
+            hidden,
+            weight,
+            target,
+            bias=bias,
+            temperature=options.temperature,
+            ignore_index=ignore_index,
+            outputs=("entropy",),
+            chunk_size=chunk_size,
+        )[:2]
+    else:
+        if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t, no [tokens, V] copy
+            hidden = hidden / options.temperature
+            bias = None if bias is None else bias / options.temperature
+        logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
     if items is not None:
         items = torch.as_tensor(items, dtype=torch.float32, device=mask.device).detach()
-    return _losses.grpo_loss(_Torch, logp, mask, *as32, options, items)
+    loss = _losses.grpo_loss(_Torch, logp, mask, *as32, options, items, entropy)
+    return (loss, LogProbs(logp.detach(), entropy.detach())) if return_per_token else loss
 
 
 class FusedLinearPreferenceLoss(torch.nn.Module):
