@@ -342,10 +342,11 @@ void logprobs_case(int64_t rows, int64_t vocab, int64_t ignore_index, float soft
   CUDA_OK(cudaStreamSynchronize(s));
   const char* names[6] = {" logp", " lse", " entropy", " log_sum_sq_probs", " mean_logits", " is_top1"};
   for (int k = 0; k < 6; ++k) compare(name + names[k], out[k].download(), out[k].values(), g_dt);
-  bool ties = true;
+  bool ties = true;  // the GPU's is_top1 against the value each tie must give
+  const std::vector<float> top1 = out[5].download();
   for (int64_t r = 2; r < rows; r += 4)
     if (t.h[r] >= 0 && t.h[r] < vocab && vocab > 1)
-      ties = ties && out[5].get(r) == ((t.h[r] + (r % 8 == 2 ? vocab - 1 : 1)) % vocab > t.h[r] ? 1.f : 0.f);
+      ties = ties && top1[r] == ((t.h[r] + (r % 8 == 2 ? vocab - 1 : 1)) % vocab > t.h[r] ? 1.f : 0.f);
   check(ties, name + " is_top1 of tied rows: the lowest index");
   for (int k : {1, 2}) out[k].upload();  // the backward from the CPU's lse and entropy
   check(fuselet_logprobs_bwd_cuda(&vg, &vh, &vx, &dt, &vo[1], &vo[2], &o, &vdx, s) == FUSELET_OK &&
