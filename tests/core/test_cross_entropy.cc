@@ -319,6 +319,33 @@ void check_logprobs(int64_t N, int64_t V, int64_t ignore, float c, bool target64
       name + " bwd in place");
 }
 
+// A class masked to -inf (p = 0): every output as without it, finite, and no gradient there.
+void check_logprobs_masked() {
+  const int64_t V = 37;
+  std::vector<float> x(2 * V), out[4], dx(2 * V);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> dist(0.f, 2.f);
+  for (auto& v : x) v = dist(rng);
+  x[V + 5] = -INFINITY;  // row 1 masks class 5; row 0 is the same row with class 5 at a value whose p is 0 in float64
+  for (int64_t j = 0; j < V; ++j) x[j] = x[V + j];
+  x[5] = -1e30f;
+  for (auto& v : out) v.resize(2);
+  std::vector<int64_t> t = {3, 3};
+  std::vector<float> g = {0.7f, 0.7f}, h = {-1.3f, -1.3f};
+  const fuselet_cross_entropy_options o{-100, 0.f, 0.f, 0.f};
+  fuselet_tensor tx = view(x.data(), {2, V}, {}, FUSELET_FLOAT32), tt = view(t.data(), {2}, {}, FUSELET_INT64),
+                 tdx = view(dx.data(), {2, V}, {}, FUSELET_FLOAT32), tg = view(g.data(), {2}, {}, FUSELET_FLOAT32),
+                 th = view(h.data(), {2}, {}, FUSELET_FLOAT32), to[4];
+  for (int k = 0; k < 4; ++k) to[k] = view(out[k].data(), {2}, {}, FUSELET_FLOAT32);
+  expect(fuselet_logprobs_fwd(&tx, &tt, &o, &to[0], &to[1], &to[2], &to[3], nullptr, nullptr) == FUSELET_OK &&
+             fuselet_logprobs_bwd(&tg, &th, &tx, &tt, &to[1], &to[2], &o, &tdx) == FUSELET_OK,
+         "logprobs masked class: fwd + bwd");
+  bool same = true;
+  for (int k = 0; k < 4; ++k) same = same && std::isfinite(out[k][1]) && std::fabs(out[k][1] - out[k][0]) < 1e-6f;
+  for (int64_t j = 0; j < V; ++j) same = same && std::isfinite(dx[V + j]) && std::fabs(dx[V + j] - dx[j]) < 1e-6f;
+  expect(same && dx[V + 5] == 0.f, "logprobs masked class (-inf): finite, as a class of p = 0, no gradient");
+}
+
 void logprobs_errors() {
   float x[6] = {0, 1, 2, 3, 4, 5}, lp[2], lse[2], ent[2], dx[6], g[2] = {1, 1};
   int64_t t[2] = {1, 2}, bad[2] = {0, 3};
@@ -437,6 +464,7 @@ int main() {
   }
   check_logprobs(0, 5, -100, 0.f, true, "logprobs empty");
   check_logprobs_bf16(5, 32001);
+  check_logprobs_masked();
   logprobs_errors();
   return fuselet_test::report();
 }

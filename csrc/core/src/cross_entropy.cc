@@ -173,19 +173,22 @@ struct LogprobsRows {
         continue;
       }
       const float m = lane_max(V, [=](int64_t j) { return s[j]; });
+      // e_j (s_j - m) with s_j - m clamped at -88: exp_approx is 0 below -87.3, so the clamp
+      // changes no term with e_j > 0 and makes 0 (not NaN) of e_j = 0 at s_j = -inf, without a
+      // branch (a select there stops the loop's vectorization: 12x slower, measured).
       float acc_e[kLanes] = {}, acc_ed[kLanes] = {}, acc_ee[kLanes] = {};
       int64_t j = 0;
       for (; j + kLanes <= V; j += kLanes)
         for (int l = 0; l < kLanes; ++l) {
           const float d = s[j + l] - m, e = exp_approx(d);
           acc_e[l] += e;
-          acc_ed[l] += e > 0.f ? e * d : 0.f;
+          acc_ed[l] += e * std::max(d, -88.f);
           acc_ee[l] += e * e;
         }
       for (int l = 0; j < V; ++j, ++l) {
         const float d = s[j] - m, e = exp_approx(d);
         acc_e[l] += e;
-        acc_ed[l] += e > 0.f ? e * d : 0.f;
+        acc_ed[l] += e * std::max(d, -88.f);
         acc_ee[l] += e * e;
       }
       float sum = 0.f, sum_ed = 0.f, sum_ee = 0.f;
