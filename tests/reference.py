@@ -345,6 +345,41 @@ def cross_entropy_bwd(dloss, logits, target, ignore_index=-100, label_smoothing=
     return np.where(valid[..., None], ds, 0.0)
 
 
+def logprobs_fwd(logits, target, ignore_index=-100, softcap=None) -> dict:
+    """The log-probabilities of fuselet/cross_entropy.h (fuselet_logprobs_*) per token, 0 where
+    target == ignore_index: log_probs = s_t - lse, lse, entropy = lse - sum p s, log_sum_sq_probs =
+    log sum p^2, mean_logits = mean s, is_top1 = (argmax s == t, ties to the lowest index)."""
+    s, valid, t, _ = _ce_prepare(logits, target, ignore_index, softcap)
+    lse = _logsumexp(s)
+    p = np.exp(s - lse[..., None])
+    out = {
+        "log_probs": np.take_along_axis(s, t[..., None], axis=-1)[..., 0] - lse,
+        "lse": lse,
+        "entropy": lse - np.sum(p * s, axis=-1),
+        "log_sum_sq_probs": np.log(np.sum(p * p, axis=-1)),
+        "mean_logits": np.mean(s, axis=-1),
+        "is_top1": (np.argmax(s, axis=-1) == t).astype(np.float64),
+    }
+    return {k: np.where(valid, v, 0.0) for k, v in out.items()}
+
+
+def logprobs_bwd(dlogp, dentropy, logits, target, ignore_index=-100, softcap=None):
+    """-> dlogits of sum(dlogp log_probs + dentropy entropy): dlogp (onehot(t) - p) - dentropy p
+    ((s - lse) + entropy), times 1 - (s / softcap)^2 with a softcap; 0 rows where ignored. dlogp,
+    dentropy: None for 0."""
+    s, valid, t, c = _ce_prepare(logits, target, ignore_index, softcap)
+    lse = _logsumexp(s)[..., None]
+    p = np.exp(s - lse)
+    entropy = lse - np.sum(p * s, axis=-1, keepdims=True)
+    g = 0.0 if dlogp is None else to_float64(dlogp)[..., None]
+    h = 0.0 if dentropy is None else to_float64(dentropy)[..., None]
+    onehot = np.arange(s.shape[-1]) == t[..., None]
+    ds = g * (onehot - p) - h * p * ((s - lse) + entropy)
+    if c is not None:
+        ds = ds * (1 - (s / c) ** 2)
+    return np.where(valid[..., None], ds, 0.0)
+
+
 def log_softmax(a) -> np.ndarray:
     """log_softmax over the last dim, float64."""
     a = to_float64(a)

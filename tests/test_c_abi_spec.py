@@ -118,6 +118,8 @@ def _activation(op: str, s: dict) -> int:
 
 
 def _opts(op: str, s: dict):
+    if op.startswith("logprobs"):  # no label smoothing, no z-loss
+        return CrossEntropyOptions(s["ignore_index"], 0.0, 0.0, s["softcap"])
     if op.startswith("cross_entropy"):
         return CrossEntropyOptions(s["ignore_index"], s["label_smoothing"], s["z_loss"], s["softcap"])
     if op.startswith("divergence"):
@@ -183,6 +185,11 @@ C_OPS = {
         _CE_SCALARS + " grad_scale",
         [("fuselet_cross_entropy_fwd_bwd_check", "logits target opts grad_scale")],
     ),
+    "logprobs_fwd": ("ignore_index softcap with_entropy with_stats", [("fuselet_logprobs_fwd_check", "logits target opts")]),
+    "logprobs_bwd_": (
+        "ignore_index softcap",
+        [("fuselet_logprobs_bwd_check", "dlogp dentropy logits target lse entropy opts")],
+    ),
     "divergence_fwd": ("kind log_target beta", [("fuselet_divergence_fwd_check", "input target opts")]),
     "divergence_bwd": ("kind log_target beta wrt_target", [("fuselet_divergence_bwd_check", "dloss input target opts")]),
 }
@@ -236,6 +243,11 @@ PUBLIC = {
             *_ce(ignore_index, label_smoothing, z_loss, softcap),
             grad_scale,
         ),
+    ),
+    "cross_entropy.logprobs_chunk": (
+        "logprobs_fwd",
+        cross_entropy.logprobs,
+        lambda ignore_index, softcap: cross_entropy.LogprobsOptions(ignore_index, softcap).op_args(),
     ),
     "kl_div": (
         "divergence_fwd",

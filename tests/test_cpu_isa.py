@@ -74,6 +74,18 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
         from fuselet.torch.cross_entropy import fwd_bwd
 
         fused = fwd_bwd(x.detach(), target, grad_scale=0.5, **opts)
+    elif op == "logprobs":  # every output and the gradient of log_probs and entropy, soft-capped
+        from fuselet.torch.cross_entropy import logprobs_chunk, logprobs_chunk_grad_
+
+        target = torch.from_numpy(np.random.default_rng(3).integers(0, shape[-1], shape[:-1]))
+        target[::5] = -100
+        xd = x.detach()
+        every = {"entropy", "log_sum_sq_probs", "mean_logits", "is_top1"}
+        out = logprobs_chunk(xd, target, ignore_index=-100, softcap=5.0, outputs=every)
+        g, h = dy[..., 0].contiguous().float(), dy[..., 1].contiguous().float()
+        dx = logprobs_chunk_grad_(xd.clone(), target, out["lse"], out["entropy"], g, h, ignore_index=-100, softcap=5.0)
+        values = [*(v.to(torch.float32) for v in out.values()), dx]
+        return [v.contiguous().view(torch.int16 if v.dtype != torch.float32 else torch.int32).numpy().copy() for v in values]
     elif op == "divergence":  # the per-row losses of every kind (exp and log in the kernel), both gradients
         target = x.detach().flip(0).contiguous().requires_grad_(True)
         rows = [torch.ops.fuselet.divergence_fwd(x, target, kind, True, beta) for kind, beta in ((0, 0.0), (1, 0.3), (2, 0.0))]
@@ -108,6 +120,7 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
         "rope",
         "rope_interleaved",
         "cross_entropy",
+        "logprobs",
         "divergence",
     ],
 )

@@ -49,6 +49,18 @@ def _softcap_as_op(args: dict) -> dict:
     return {**args, "softcap": 0.0 if args.get("softcap") is None else args["softcap"]}
 
 
+def _logprobs_as_op(args: dict) -> dict:
+    """logprobs_chunk's arguments as logprobs_fwd takes them: softcap None is 0.0, outputs the flags
+    with_entropy and with_stats (outputs that are no such set stay, which that op lacks)."""
+    args = _softcap_as_op(args)
+    outputs = args.get("outputs", frozenset())
+    if isinstance(outputs, (set, frozenset)) and outputs <= {"entropy", "log_sum_sq_probs", "mean_logits", "is_top1"}:
+        args.pop("outputs", None)
+        args["with_entropy"] = "entropy" in outputs
+        args["with_stats"] = bool(outputs - {"entropy"})
+    return args
+
+
 def _layout_as_op(args: dict) -> dict:
     """rope's layout as its raw ops take it: the flag bhsd (a layout of neither name stays)."""
     args = dict(args)
@@ -78,6 +90,7 @@ RAW = {
     "gated_rms_norm": ("gated_rms_norm_fwd", lambda args: {**args, "group_size": args.get("group_size") or 0}),
     "cross_entropy": ("cross_entropy_fwd", _softcap_as_op),
     "cross_entropy.fwd_bwd": ("cross_entropy_fwd_bwd", _softcap_as_op),
+    "cross_entropy.logprobs_chunk": ("logprobs_fwd", _logprobs_as_op),
     "swiglu": ("swiglu_fwd", None),
     "geglu": ("geglu_fwd", None),
     "clamped_swiglu": ("clamped_swiglu_fwd", None),

@@ -75,6 +75,19 @@ FUSELET_TORCH_LIBRARY(m) {
   m.def(
       "cross_entropy_fwd_bwd_(Tensor(a!) logits, Tensor target, int ignore_index, float label_smoothing,"
       " float z_loss, float softcap, float grad_scale) -> (Tensor loss, Tensor z)");
+  // Log-probabilities (cross_entropy.cpp): math in csrc/core/include/fuselet/cross_entropy.h
+  // (fuselet_logprobs_*). logits [..., V], target its rows' class ids; float32 per-token outputs
+  // of logits.shape[:-1], 0 where target == ignore_index; softcap 0.0: none. log_probs and lse
+  // always; entropy with with_entropy; log_sum_sq_probs, mean_logits and is_top1 (1.0 / 0.0)
+  // with with_stats; an output not asked for is an empty float32 tensor. The backward writes
+  // dlogits (of dlogp and dentropy, each None for 0; entropy needed with dentropy) into logits.
+  m.def(
+      "logprobs_fwd(Tensor logits, Tensor target, int ignore_index, float softcap, bool with_entropy,"
+      " bool with_stats) -> (Tensor log_probs, Tensor lse, Tensor entropy, Tensor log_sum_sq_probs,"
+      " Tensor mean_logits, Tensor is_top1)");
+  m.def(
+      "logprobs_bwd_(Tensor(a!) logits, Tensor target, Tensor lse, Tensor? entropy, Tensor? dlogp,"
+      " Tensor? dentropy, int ignore_index, float softcap) -> ()");
   // Divergences (divergence.cpp): math in csrc/core/include/fuselet/divergence.h. input, target
   // [..., V] of one shape and dtype; kind a fuselet_divergence_kind (0 KL, 1 JSD, 2 TVD); a float32
   // loss per row (input.shape[:-1]). The backward returns the gradient of input, or with

@@ -126,6 +126,60 @@ def test_cross_entropy_fwd_bwd_grad_scale(api):
         fwd_bwd(api.array((2, 4)), targets(api, (2,)), label_smoothing=2.0)
 
 
+# --- the log-probabilities of a chunk (cross_entropy.logprobs_chunk / logprobs_chunk_grad[_]) ----
+
+
+def chunk(api, logits=None, target=None, **kwargs):
+    import importlib
+
+    fn = importlib.import_module(f"fuselet.{api.framework}.cross_entropy").logprobs_chunk
+    logits = api.array((2, 4)) if logits is None else logits
+    target = targets(api, (2,)) if target is None else target
+    return fn(logits, target, **{"ignore_index": -100, "softcap": None, "outputs": set(), **kwargs})
+
+
+def chunk_grad(api, dentropy=None, entropy=None, dlogp=None, target=None):
+    import importlib
+
+    module = importlib.import_module(f"fuselet.{api.framework}.cross_entropy")
+    fn = module.logprobs_chunk_grad_ if api.framework == "torch" else module.logprobs_chunk_grad
+    target = targets(api, (2,)) if target is None else target
+    return fn(api.array((2, 4)), target, api.array((2,)), entropy, dlogp, dentropy, ignore_index=-100, softcap=None)
+
+
+def test_logprobs_chunk_bad_arguments(api):
+    with raises(TypeError, "logits: expected dtype float32, float16 or bfloat16, got float64"):
+        chunk(api, api.array((2, 4), "float64"))
+    with raises(ValueError, "logits: the number of classes (last dimension) must be > 0, got shape (2, 0)"):
+        chunk(api, api.array((2, 0)))
+    with raises(TypeError, "target: expected dtype int32 or int64 (class ids), got float32"):
+        chunk(api, target=api.array((2,)))
+    with raises(ValueError, "target: expected shape (2,) (the shape of logits without its last dimension), got (3,)"):
+        chunk(api, target=targets(api, (3,)))
+    with raises(ValueError, "target: element 1 is 4, outside [0, 4) and not ignore_index (-100)"):
+        chunk(api, target=targets(api, (2,), [0, 4]))
+    with raises(TypeError, "ignore_index: expected a Python int, got float"):
+        chunk(api, ignore_index=-100.0)
+    with raises(ValueError, "softcap: expected None or a finite number > 0, got -1.0"):
+        chunk(api, softcap=-1.0)
+    names = "a set of names among 'entropy', 'log_sum_sq_probs', 'mean_logits', 'is_top1'"
+    with raises(TypeError, f"outputs: expected {names}, got str"):
+        chunk(api, outputs="entropy")
+    with raises(ValueError, f"outputs: expected {names}, got 'log_probs'"):
+        chunk(api, outputs={"log_probs"})
+
+
+def test_logprobs_chunk_grad_bad_arguments(api):
+    with raises(ValueError, "entropy: expected a tensor (the forward's entropy, needed with dentropy)"):
+        chunk_grad(api, dentropy=api.array((2,)))
+    with raises(ValueError, "dlogp: expected 2 elements, got shape [3]"):
+        chunk_grad(api, dlogp=api.array((3,)))
+    with raises(ValueError, "dentropy: expected 2 elements, got shape [3]"):
+        chunk_grad(api, dentropy=api.array((3,)), entropy=api.array((2,)))
+    with raises(ValueError, "target: element 0 is -5, outside [0, 4)"):
+        chunk_grad(api, dlogp=api.array((2,)), target=targets(api, (2,), [-5, 0]))
+
+
 # --- torch only -----------------------------------------------------------------------------
 
 
@@ -158,3 +212,17 @@ def test_torch_op_direct_cross_entropy(torch):
         torch.ops.fuselet.cross_entropy_fwd_bwd_(x, t, -100, 0.0, 0.0, 0.0, float("inf"))
     with raises(ValueError, "logits: the number of classes (last dimension) must be > 0, got shape [2, 0]"):
         torch.ops.fuselet.cross_entropy_fwd(torch.ones(2, 0), t, -100, 0.0, 0.0, 0.0)
+
+
+def test_torch_op_direct_logprobs(torch):
+    x, t, r = torch.ones(2, 4), torch.zeros(2, dtype=torch.long), torch.zeros(2)
+    with raises(ValueError, "softcap: expected 0 (none) or a finite number > 0, got -1.0"):
+        torch.ops.fuselet.logprobs_fwd(x, t, -100, -1.0, False, False)
+    with raises(ValueError, "target: expected 2 elements (the rows of logits), got shape [3]"):
+        torch.ops.fuselet.logprobs_fwd(x, torch.zeros(3, dtype=torch.long), -100, 0.0, True, True)
+    with raises(ValueError, "target: element 0 is 9, outside [0, 4)"):
+        torch.ops.fuselet.logprobs_bwd_(x, torch.tensor([9, 0]), r, None, r, None, -100, 0.0)
+    with raises(TypeError, "dentropy: expected dtype float32, got float16"):
+        torch.ops.fuselet.logprobs_bwd_(x, t, r, r, None, r.half(), -100, 0.0)
+    with raises(ValueError, "lse: expected 2 elements, got shape [3]"):
+        torch.ops.fuselet.logprobs_bwd_(x, t, torch.zeros(3), None, r, None, -100, 0.0)

@@ -1,4 +1,4 @@
-// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax, rope, cross_entropy and divergence against the CPU
+// Standalone test of the CUDA entry points of add_rms_norm, glu, softmax, rope, cross_entropy, logprobs and divergence against the CPU
 // entry points of the same library: float32 over rows of every kernel path, float16 and
 // bfloat16 over a shape of each path, and their refusals of bad input. Both sides read the same
 // inputs and round their float32 math once to the output dtype. Prints one line per failure and
@@ -303,6 +303,89 @@ void cross_entropy_case(int64_t rows, int64_t vocab, fuselet_cross_entropy_optio
   compare(name + " fwd_bwd dlogits", fused.download(), fused.values());
 }
 
+// The log-probabilities: forward (every output) and backward (dlogp and dentropy, then dentropy
+// alone, in place) on the GPU against the CPU. Rows 2 mod 4 hold ties for is_top1: their
+// target's value copied to a class before it (is_top1 0) or after it.
+void logprobs_case(int64_t rows, int64_t vocab, int64_t ignore_index, float softcap, cudaStream_t s) {
+  const std::string name = "logprobs " + std::to_string(rows) + "x" + std::to_string(vocab) +
+                           " cap=" + std::to_string(softcap) + " ignore=" + std::to_string(ignore_index);
+  constexpr fuselet_dtype f32 = FUSELET_FLOAT32;
+  const fuselet_cross_entropy_options o{ignore_index, 0.f, 0.f, softcap};
+  Buf x(rows * vocab, 31), g(rows, 32, f32), h(rows, 33, f32), dx(rows * vocab), dx2(rows * vocab),
+      inplace(rows * vocab, 31);
+  Buf out[6] = {Buf(rows, 0, f32), Buf(rows, 0, f32), Buf(rows, 0, f32),
+                Buf(rows, 0, f32), Buf(rows, 0, f32), Buf(rows, 0, f32)};
+  Targets t(rows, vocab, ignore_index);
+  for (int64_t r = 2; r < rows; r += 4) {  // a tie with the target: the max, copied before or after it
+    const int64_t tr = t.h[r], other = (tr + (r % 8 == 2 ? vocab - 1 : 1)) % vocab;
+    if (tr < 0 || tr >= vocab || other == tr) continue;
+    x.set(r * vocab + tr, 30.f);
+    x.set(r * vocab + other, 30.f);
+  }
+  x.upload();
+  for (int64_t i = 0; i < rows * vocab; ++i) inplace.set(i, x.get(i));
+  inplace.upload();
+  fuselet_tensor ht = view(t.h.data(), {rows}), dt = view(t.d, {rows});
+  ht.dtype = dt.dtype = FUSELET_INT64;
+  fuselet_tensor hx = hv(x, {rows, vocab}), hg = hv(g, {rows}), hh = hv(h, {rows}), hdx = hv(dx, {rows, vocab}),
+                 hdx2 = hv(dx2, {rows, vocab});
+  fuselet_tensor vx = dv(x, {rows, vocab}), vg = dv(g, {rows}), vh = dv(h, {rows}), vdx = dv(dx, {rows, vocab}),
+                 vdx2 = dv(dx2, {rows, vocab}), vip = dv(inplace, {rows, vocab});
+  fuselet_tensor ho[6], vo[6];
+  for (int k = 0; k < 6; ++k) ho[k] = hv(out[k], {rows}), vo[k] = dv(out[k], {rows});
+  check(fuselet_logprobs_fwd(&hx, &ht, &o, &ho[0], &ho[1], &ho[2], &ho[3], &ho[4], &ho[5]) == FUSELET_OK &&
+            fuselet_logprobs_bwd(&hg, &hh, &hx, &ht, &ho[1], &ho[2], &o, &hdx) == FUSELET_OK &&
+            fuselet_logprobs_bwd(nullptr, &hh, &hx, &ht, &ho[1], &ho[2], &o, &hdx2) == FUSELET_OK,
+        name + " cpu");
+  check(fuselet_logprobs_fwd_cuda(&vx, &dt, &o, &vo[0], &vo[1], &vo[2], &vo[3], &vo[4], &vo[5], s) == FUSELET_OK,
+        name + " cuda fwd");
+  CUDA_OK(cudaStreamSynchronize(s));
+  const char* names[6] = {" logp", " lse", " entropy", " log_sum_sq_probs", " mean_logits", " is_top1"};
+  for (int k = 0; k < 6; ++k) compare(name + names[k], out[k].download(), out[k].values(), g_dt);
+  bool ties = true;  // the GPU's is_top1 against the value each tie must give
+  const std::vector<float> top1 = out[5].download();
+  for (int64_t r = 2; r < rows; r += 4)
+    if (t.h[r] >= 0 && t.h[r] < vocab && vocab > 1)
+      ties = ties && top1[r] == ((t.h[r] + (r % 8 == 2 ? vocab - 1 : 1)) % vocab > t.h[r] ? 1.f : 0.f);
+  check(ties, name + " is_top1 of tied rows: the lowest index");
+  for (int k : {1, 2}) out[k].upload();  // the backward from the CPU's lse and entropy
+  check(fuselet_logprobs_bwd_cuda(&vg, &vh, &vx, &dt, &vo[1], &vo[2], &o, &vdx, s) == FUSELET_OK &&
+            fuselet_logprobs_bwd_cuda(nullptr, &vh, &vx, &dt, &vo[1], &vo[2], &o, &vdx2, s) == FUSELET_OK &&
+            fuselet_logprobs_bwd_cuda(&vg, &vh, &vip, &dt, &vo[1], &vo[2], &o, &vip, s) == FUSELET_OK,
+        name + " cuda bwd");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " dlogits", dx.download(), dx.values());
+  compare(name + " dlogits of dentropy alone", dx2.download(), dx2.values());
+  compare(name + " dlogits in place", inplace.download(), dx.values());
+}
+
+// A target outside [0, V) (not ignored): NaN in every forward output but lse, a zero gradient
+// row; the other rows as usual.
+void logprobs_bad_target(cudaStream_t s) {
+  const int64_t rows = 3, vocab = 50;
+  const fuselet_cross_entropy_options o{-100, 0.f, 0.f, 0.f};
+  constexpr fuselet_dtype f32 = FUSELET_FLOAT32;
+  Buf x(rows * vocab, 13), lp(rows, 0, f32), lse(rows, 0, f32), ent(rows, 0, f32), top(rows, 0, f32), g(rows, 5, f32),
+      dx(rows * vocab, 14);
+  Targets t(rows, vocab, -100);
+  t.h = {4, -7, 7};
+  CUDA_OK(cudaMemcpy(t.d, t.h.data(), rows * sizeof(int64_t), cudaMemcpyHostToDevice));
+  fuselet_tensor dt = view(t.d, {rows}), vx = dv(x, {rows, vocab}), vlp = dv(lp, {rows}), vlse = dv(lse, {rows}),
+                 vent = dv(ent, {rows}), vtop = dv(top, {rows}), vg = dv(g, {rows}), vdx = dv(dx, {rows, vocab});
+  dt.dtype = FUSELET_INT64;
+  check(fuselet_logprobs_fwd_cuda(&vx, &dt, &o, &vlp, &vlse, &vent, nullptr, nullptr, &vtop, s) == FUSELET_OK &&
+            fuselet_logprobs_bwd_cuda(&vg, nullptr, &vx, &dt, &vlse, nullptr, &o, &vdx, s) == FUSELET_OK,
+        "logprobs bad target: cuda");
+  CUDA_OK(cudaStreamSynchronize(s));
+  const std::vector<float> l = lp.download(), e = ent.download(), tp = top.download(), z = lse.download(),
+                           d = dx.download();
+  bool zero_row = true;
+  for (int64_t j = 0; j < vocab; ++j) zero_row = zero_row && d[vocab + j] == 0.f;
+  check(std::isnan(l[1]) && std::isnan(e[1]) && std::isnan(tp[1]) && std::isfinite(z[1]) && std::isfinite(l[0]) &&
+            std::isfinite(l[2]) && zero_row,
+        "logprobs bad target: NaN outputs, zero gradient row");
+}
+
 // Divergences: forward and both gradients on the GPU against the CPU, input and target as
 // log-softmax rows (probabilities for KL with log_target = 0).
 void divergence_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, cudaStream_t s) {
@@ -406,6 +489,15 @@ void bad_input(cudaStream_t s) {
           "cross_entropy int64 target misaligned");
   refused(fuselet_cross_entropy_fwd_bwd_cuda(&x, &tg, nullptr, 1.f, &lossv, nullptr, &y, s), "opts",
           "cross_entropy fwd_bwd without options");
+  refused(fuselet_logprobs_fwd_cuda(&x, &tg, &ce, &lossv, &gv, &losso, nullptr, nullptr, nullptr, s), "not aligned",
+          "logprobs entropy misaligned");
+  refused(fuselet_logprobs_fwd_cuda(&x, &t32, &ce, &lossv, &gv, nullptr, nullptr, nullptr, nullptr, s), "not aligned",
+          "logprobs int64 target misaligned");
+  refused(fuselet_logprobs_bwd_cuda(&lossv, nullptr, &x, &tg, &gv, nullptr, &ce, &yo, s), "not aligned",
+          "logprobs dlogits misaligned");
+  const fuselet_cross_entropy_options smoothed{-100, 0.1f, 0.f, 0.f};
+  refused(fuselet_logprobs_fwd_cuda(&x, &tg, &smoothed, &lossv, &gv, nullptr, nullptr, nullptr, nullptr, s),
+          "label_smoothing: expected 0", "logprobs with label smoothing");
   const fuselet_divergence_options kl{FUSELET_DIVERGENCE_KL, 1, 0.f};
   refused(fuselet_divergence_fwd_cuda(&xo, &y, &kl, &lossv, s), "not aligned", "divergence input misaligned");
   fuselet_tensor w = dv(b, {v}), wo = odd(b, {v});
@@ -497,6 +589,17 @@ void run_all(cudaStream_t s, bool wide) {
     cross_entropy_case(0, 8, {-100, 0.f, 0.f, 0.f}, s);
     cross_entropy_case(70000, 4, {-100, 0.1f, 0.f, 0.f}, s);  // more rows than a block's share
     cross_entropy_bad_target(s);
+  }
+  // Log-probabilities: odd, vocabulary-sized and 128k+ rows, softcap, ignore_index in [0, V).
+  for (int64_t v : wide ? std::vector<int64_t>{1, 3, 127, 4097, 32001} : std::vector<int64_t>{3, 4097})
+    logprobs_case(9, v, -100, 0.f, s);
+  logprobs_case(6, wide ? 32001 : 4097, -100, 30.f, s);
+  logprobs_case(5, 3, 2, 5.f, s);
+  if (wide) {
+    logprobs_case(2, 131072 + 5, -100, 0.f, s);
+    logprobs_case(0, 8, -100, 0.f, s);
+    logprobs_case(70000, 4, -100, 0.f, s);  // more rows than a block's share
+    logprobs_bad_target(s);
   }
   // Divergences: every kind, beta at its special values, odd and vocabulary-sized rows, no rows.
   for (int64_t v : wide ? std::vector<int64_t>{1, 3, 127, 4097, 32001} : std::vector<int64_t>{127}) {

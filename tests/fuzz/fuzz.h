@@ -463,6 +463,7 @@ void op_softmax(Ctx& c, bool backward, bool cuda);
 void op_rope(Ctx& c, bool backward, bool cuda);
 // fuzz_cross_entropy.cc: 0 the forward, 1 the backward, 2 the fused forward + backward
 void op_cross_entropy(Ctx& c, int which, bool cuda);
+void op_logprobs(Ctx& c, bool bwd, bool cuda);
 // fuzz_divergence.cc
 void op_divergence(Ctx& c, bool cuda);
 

@@ -13,7 +13,7 @@ constexpr int kThreads = 2;   // reset before every input
 constexpr int kMaxCalls = 8;  // calls per input
 
 void call(Ctx& c, uint8_t op) {
-  switch (op % 40) {
+  switch (op % 44) {
     case 0: return op_info(c);
     case 1: return op_set_num_threads(c);
     case 2: return op_set_cpu_isa(c);
@@ -53,6 +53,10 @@ void call(Ctx& c, uint8_t op) {
     case 36: return op_gated_rms_norm_bwd(c, false);
     case 37: return op_gated_rms_norm(c, true);
     case 38: return op_gated_rms_norm_bwd(c, true);
+    case 39: return op_logprobs(c, false, false);
+    case 40: return op_logprobs(c, true, false);
+    case 41: return op_logprobs(c, false, true);
+    case 42: return op_logprobs(c, true, true);
     // The kernel that runs most often weighs more.
     default: return op_cross_entropy(c, 2, false);
   }

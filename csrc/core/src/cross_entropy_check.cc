@@ -141,7 +141,94 @@ fuselet_status check_inputs(const char* entry, Kind kind, const fuselet_tensor* 
   });
 }
 
+// The log-probabilities' inputs and options: logits, target, the options (label_smoothing and
+// z_loss 0), then the backward's own (dlogp, dentropy: NULL for 0; lse; entropy, needed with
+// dentropy).
+fuselet_status logprobs_inputs(bool bwd, const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                               const fuselet_tensor* logits, const fuselet_tensor* target, const fuselet_tensor* lse,
+                               const fuselet_tensor* entropy, const fuselet_cross_entropy_options* opts, Layout layout,
+                               CrossEntropyProblem* p) {
+  Rows r;
+  if (fuselet_status s = check_logits(logits, layout, p, &r)) return s;
+  if (fuselet_status s = check_target(target, p->rows, layout, p)) return s;
+  if (opts != nullptr) {
+    char buf[32];
+    if (opts->label_smoothing != 0.f)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                  "label_smoothing: expected 0 (the log-probabilities take no label smoothing), got %s",
+                  float_string(opts->label_smoothing, buf, sizeof buf));
+    if (opts->z_loss != 0.f)
+      return fail(FUSELET_ERR_INVALID_ARGUMENT, "z_loss: expected 0 (the log-probabilities take no z-loss), got %s",
+                  float_string(opts->z_loss, buf, sizeof buf));
+  }
+  if (fuselet_status s = check_options(opts, p)) return s;
+  if (!bwd) return FUSELET_OK;
+  float* v = nullptr;
+  if (dlogp != nullptr) {
+    if (fuselet_status s = float_vector(dlogp, "dlogp", p->rows, &v, layout)) return s;
+    p->dloss = v;
+  }
+  if (dentropy != nullptr) {
+    if (fuselet_status s = float_vector(dentropy, "dentropy", p->rows, &v, layout)) return s;
+    p->dentropy = v;
+  }
+  if (fuselet_status s = float_vector(lse, "lse", p->rows, &p->lse, layout)) return s;
+  if (dentropy != nullptr && entropy == nullptr)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "entropy: expected a tensor (the forward's entropy, needed with dentropy), got NULL");
+  if (entropy != nullptr)
+    if (fuselet_status s = float_vector(entropy, "entropy", p->rows, &p->entropy, layout)) return s;
+  return FUSELET_OK;
+}
+
+fuselet_status check_logprobs_inputs(const char* entry, bool bwd, const fuselet_tensor* dlogp,
+                                     const fuselet_tensor* dentropy, const fuselet_tensor* logits,
+                                     const fuselet_tensor* target, const fuselet_tensor* lse,
+                                     const fuselet_tensor* entropy, const fuselet_cross_entropy_options* opts) {
+  return guarded(entry, [&] {
+    CrossEntropyProblem p;
+    if (fuselet_status s = logprobs_inputs(bwd, dlogp, dentropy, logits, target, lse, entropy, opts, Layout::kAny, &p))
+      return s;
+    return ok();
+  });
+}
+
 }  // namespace
+
+fuselet_status check_logprobs_fwd(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                  const fuselet_cross_entropy_options* opts, fuselet_tensor* logp, fuselet_tensor* lse,
+                                  fuselet_tensor* entropy, fuselet_tensor* log_sum_sq_probs,
+                                  fuselet_tensor* mean_logits, fuselet_tensor* is_top1, CrossEntropyProblem* p) {
+  if (fuselet_status s =
+          logprobs_inputs(false, nullptr, nullptr, logits, target, nullptr, nullptr, opts, Layout::kKernel, p))
+    return s;
+  if (fuselet_status s = float_vector(logp, "logp", p->rows, &p->loss)) return s;
+  if (fuselet_status s = float_vector(lse, "lse", p->rows, &p->lse)) return s;
+  const struct {
+    fuselet_tensor* t;
+    const char* name;
+    float** out;
+  } optional[] = {{entropy, "entropy", &p->entropy},
+                  {log_sum_sq_probs, "log_sum_sq_probs", &p->log_sum_sq_probs},
+                  {mean_logits, "mean_logits", &p->mean_logits},
+                  {is_top1, "is_top1", &p->is_top1}};
+  for (const auto& o : optional)
+    if (o.t != nullptr)
+      if (fuselet_status s = float_vector(o.t, o.name, p->rows, o.out)) return s;
+  return ok();
+}
+
+fuselet_status check_logprobs_bwd(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                  const fuselet_tensor* logits, const fuselet_tensor* target,
+                                  const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                  const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits,
+                                  CrossEntropyProblem* p) {
+  if (fuselet_status s =
+          logprobs_inputs(true, dlogp, dentropy, logits, target, lse, entropy, opts, Layout::kKernel, p))
+    return s;
+  if (fuselet_status s = check_dlogits(dlogits, p)) return s;
+  return ok();
+}
 
 fuselet_status check_cross_entropy_fwd(const fuselet_tensor* logits, const fuselet_tensor* target,
                                        const fuselet_cross_entropy_options* opts, fuselet_tensor* loss,
@@ -193,6 +280,20 @@ fuselet_status fuselet_cross_entropy_fwd_bwd_check(const fuselet_tensor* logits,
                                                    const fuselet_cross_entropy_options* opts, float grad_scale) {
   return fuselet::check_inputs("fuselet_cross_entropy_fwd_bwd_check", fuselet::Kind::kFwdBwd, nullptr, logits, target,
                                nullptr, opts, grad_scale);
+}
+
+fuselet_status fuselet_logprobs_fwd_check(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                          const fuselet_cross_entropy_options* opts) {
+  return fuselet::check_logprobs_inputs("fuselet_logprobs_fwd_check", false, nullptr, nullptr, logits, target, nullptr,
+                                        nullptr, opts);
+}
+
+fuselet_status fuselet_logprobs_bwd_check(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                          const fuselet_tensor* logits, const fuselet_tensor* target,
+                                          const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                          const fuselet_cross_entropy_options* opts) {
+  return fuselet::check_logprobs_inputs("fuselet_logprobs_bwd_check", true, dlogp, dentropy, logits, target, lse,
+                                        entropy, opts);
 }
 
 }  // extern "C"

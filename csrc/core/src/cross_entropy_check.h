@@ -21,6 +21,12 @@ struct CrossEntropyProblem {
   float* lse = nullptr;   // fwd: written; bwd: read
   const float* dloss = nullptr;  // bwd (NULL in fwd_bwd: grad_scale instead)
   void* dlogits = nullptr;  int64_t dlogits_stride = 0;  // bwd, fwd_bwd
+  // logprobs: loss is logp and dloss dlogp (NULL in the backward: 0); lse as above
+  float* entropy = nullptr;           // fwd: written (NULL: not computed); bwd: read (NULL without dentropy)
+  float* log_sum_sq_probs = nullptr;  // fwd (NULL: not computed)
+  float* mean_logits = nullptr;       // fwd (NULL: not computed)
+  float* is_top1 = nullptr;           // fwd (NULL: not computed)
+  const float* dentropy = nullptr;    // bwd (NULL: 0)
   // clang-format on
 
   FUSELET_HOST_DEVICE int64_t target_at(int64_t r) const {
@@ -43,5 +49,16 @@ fuselet_status check_cross_entropy_fwd_bwd(const fuselet_tensor* logits, const f
                                            const fuselet_cross_entropy_options* opts, float grad_scale,
                                            fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* dlogits,
                                            CrossEntropyProblem* p);
+
+// The log-probabilities (fuselet_logprobs_*): the same problem, label_smoothing and z_loss 0.
+fuselet_status check_logprobs_fwd(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                  const fuselet_cross_entropy_options* opts, fuselet_tensor* logp, fuselet_tensor* lse,
+                                  fuselet_tensor* entropy, fuselet_tensor* log_sum_sq_probs,
+                                  fuselet_tensor* mean_logits, fuselet_tensor* is_top1, CrossEntropyProblem* p);
+fuselet_status check_logprobs_bwd(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                  const fuselet_tensor* logits, const fuselet_tensor* target,
+                                  const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                  const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits,
+                                  CrossEntropyProblem* p);
 
 }  // namespace fuselet

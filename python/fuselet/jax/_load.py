@@ -35,6 +35,8 @@ OPS = (
     "cross_entropy_fwd",
     "cross_entropy_bwd",
     "cross_entropy_fwd_bwd",
+    "logprobs_fwd",
+    "logprobs_bwd",
     "divergence_fwd",
     "divergence_bwd",
 )

@@ -1,5 +1,6 @@
 """Cross-entropy loss for JAX: FFI calls wrapped in custom_vjp (and custom_vmap), the fused
-fwd_bwd helper.
+fwd_bwd helper; the per-token log-probabilities of a chunk of logits (logprobs_chunk,
+logprobs_chunk_grad).
 
 Math and shapes: csrc/core/include/fuselet/cross_entropy.h. logits [..., V] (float32, float16,
 bfloat16), target logits.shape[:-1] (int32; int64 with jax x64 on). Per token with
@@ -188,6 +189,82 @@ def fwd_bwd(
     return _target_errors(target, lambda: _fwd_bwd_jit(logits, target, options, scale))
 
 
+# --- the log-probabilities of a chunk of logits (fuselet_logprobs_*): pure functions, no
+# custom_vjp, called chunk by chunk by the fused-linear log-probabilities ------------------------
+
+
+def _logprobs_attrs(op_args: tuple) -> dict:
+    ignore_index, softcap = op_args
+    return {"ignore_index": np.int64(ignore_index), "softcap": np.float32(softcap)}
+
+
+def _logprobs_fwd(logits, target, op_args):
+    return row_op("logprobs_fwd", (ROWS, STATS), (STATS,) * 6, (logits, target), True, **_logprobs_attrs(op_args))
+
+
+def _logprobs_bwd(dlogp, dentropy, logits, target, lse, entropy, op_args):
+    return row_op(
+        "logprobs_bwd",
+        (STATS, STATS, ROWS, STATS, STATS, STATS),
+        (ROWS,),
+        (dlogp, dentropy, logits, target, lse, entropy),
+        True,
+        aliases=((2, 0),),
+        **_logprobs_attrs(op_args),
+    )[0]
+
+
+_logprobs_fwd_jit = jax.jit(_logprobs_fwd, static_argnums=(2,))
+_logprobs_bwd_jit = jax.jit(_logprobs_bwd, static_argnums=(6,))
+
+
+def logprobs_chunk(logits, target, *, ignore_index, softcap, outputs) -> dict:
+    """Per-token log-probabilities of logits [..., V] at target (logits.shape[:-1]):
+    {"log_probs": s_t - lse, "lse": lse} (float32, target's shape; 0 where target ==
+    ignore_index), plus the names of `outputs` asked for among "entropy" (lse - sum p s),
+    "log_sum_sq_probs" (log sum p^2), "mean_logits" (mean s) (float32) and "is_top1" (bool:
+    target is the argmax of s, ties to the lowest index). s = softcap * tanh(logits / softcap)
+    with a softcap, else the logits; p = softmax(s). lse and entropy are the inputs of
+    logprobs_chunk_grad. No custom_vjp: the gradient is logprobs_chunk_grad's."""
+    options = spec.logprobs(
+        array_facts("logits", logits), array_facts("target", target), ignore_index=ignore_index, softcap=softcap, outputs=outputs
+    )
+    op_args = options.op_args()[:2]
+    logp, lse, entropy, lssp, mean, top1 = _target_errors(target, lambda: _logprobs_fwd_jit(logits, target, op_args))
+    result = {"log_probs": logp, "lse": lse}
+    for name, value in (("entropy", entropy), ("log_sum_sq_probs", lssp), ("mean_logits", mean), ("is_top1", top1 != 0)):
+        if name in options.outputs:
+            result[name] = value
+    return result
+
+
+def logprobs_chunk_grad(logits, target, lse, entropy, dlogp, dentropy, *, ignore_index, softcap):
+    """dlogits (logits' shape and dtype) of sum(dlogp * log_probs + dentropy * entropy)
+    (logprobs_chunk's): dlogp, dentropy per token (target's shape; None for 0), lse and entropy
+    logprobs_chunk's (entropy needed with dentropy, else may be None). XLA may write dlogits into
+    the logits' buffer where they are dead after the call (made in the same jit, or donated)."""
+    options = spec.logprobs(
+        array_facts("logits", logits), array_facts("target", target), ignore_index=ignore_index, softcap=softcap
+    )
+    op_args = options.op_args()[:2]
+    dlogp, dentropy = (None if g is None else jnp.asarray(g, jnp.float32) for g in (dlogp, dentropy))
+    given = {"lse": lse, "entropy": entropy, "dlogp": dlogp, "dentropy": dentropy}
+    spec.logprobs_op(
+        array_facts("logits", logits),
+        array_facts("target", target),
+        op_args,
+        {n: array_facts(n, a) for n, a in given.items() if a is not None},
+    )
+    zeros = jnp.zeros(target.shape, jnp.float32)
+    dlogp = zeros if dlogp is None else dlogp
+    entropy = zeros if dentropy is None else entropy  # read with dentropy alone
+    dentropy = zeros if dentropy is None else dentropy
+    return _target_errors(target, lambda: _logprobs_bwd_jit(dlogp, dentropy, logits, target, lse, entropy, op_args))
+
+
 # fuselet.<layer>.cross_entropy is the function above (the package exports it over this
-# module's name): the helper is reachable as fuselet.<layer>.cross_entropy.fwd_bwd too.
+# module's name): the helpers are reachable as fuselet.<layer>.cross_entropy.fwd_bwd (and
+# .logprobs_chunk, .logprobs_chunk_grad) too.
 cross_entropy.fwd_bwd = fwd_bwd
+cross_entropy.logprobs_chunk = logprobs_chunk
+cross_entropy.logprobs_chunk_grad = logprobs_chunk_grad

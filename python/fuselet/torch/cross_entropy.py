@@ -1,4 +1,5 @@
-"""Cross-entropy loss for PyTorch: checked wrapper, fake impls, autograd, the fused fwd_bwd helper.
+"""Cross-entropy loss for PyTorch: checked wrapper, fake impls, autograd, the fused fwd_bwd helper;
+the per-token log-probabilities of a chunk of logits (logprobs_chunk, logprobs_chunk_grad_).
 
 Math and shapes: csrc/core/include/fuselet/cross_entropy.h. logits [..., V] (float32, float16,
 bfloat16), target logits.shape[:-1] (int64 or int32 class ids). Per token with
@@ -350,6 +351,88 @@ class _InplaceBackward(torch.autograd.Function):
         return logits, *none
 
 
+# --- the log-probabilities of a chunk of logits (fuselet_logprobs_*): no autograd, called chunk
+# by chunk by the fused-linear log-probabilities ----------------------------------------------
+
+
+def logprobs_chunk(logits, target, *, ignore_index, softcap, outputs) -> dict:
+    """Per-token log-probabilities of logits [..., V] at target (logits.shape[:-1]), no autograd:
+    {"log_probs": s_t - lse, "lse": lse} (float32, target's shape; 0 where target ==
+    ignore_index), plus the names of `outputs` asked for among "entropy" (lse - sum p s),
+    "log_sum_sq_probs" (log sum p^2), "mean_logits" (mean s) (float32) and "is_top1" (bool:
+    target is the argmax of s, ties to the lowest index). s = softcap * tanh(logits / softcap)
+    with a softcap, else the logits; p = softmax(s). lse and entropy are the inputs of
+    logprobs_chunk_grad_."""
+    for name, t in (("logits", logits), ("target", target)):
+        check_dense(name, t)
+    options = spec.logprobs(facts(logits), facts(target), ignore_index=ignore_index, softcap=softcap, outputs=outputs)
+    check_same_device("logits", logits, target=target)
+    logp, lse, entropy, lssp, mean, top1 = ops.logprobs_fwd(logits, target, *options.op_args())
+    result = {"log_probs": logp, "lse": lse}
+    for name, value in (("entropy", entropy), ("log_sum_sq_probs", lssp), ("mean_logits", mean), ("is_top1", top1 != 0)):
+        if name in options.outputs:
+            result[name] = value
+    return result
+
+
+def logprobs_chunk_grad_(logits, target, lse, entropy, dlogp, dentropy, *, ignore_index, softcap):
+    """The gradient of logits of sum(dlogp * log_probs + dentropy * entropy) (logprobs_chunk's),
+    written into logits (which is returned): dlogp, dentropy per token (target's shape; None for
+    0), lse and entropy logprobs_chunk's (entropy needed with dentropy, else may be None)."""
+    check_dense("logits", logits)
+    check_dense("target", target)
+    options = spec.logprobs(facts(logits), facts(target), ignore_index=ignore_index, softcap=softcap)
+    f32 = [None if t is None else t.to(torch.float32) for t in (dlogp, dentropy)]
+    ops.logprobs_bwd_(logits, target, lse, entropy, *f32, *options.op_args()[:2])
+    return logits
+
+
+@torch.library.register_fake("fuselet::logprobs_fwd")
+def _(logits, target, ignore_index, softcap, with_entropy, with_stats):
+    op_tensors(logits=logits, target=target)
+    spec.logprobs_op(facts(logits), facts(target), (ignore_index, softcap))
+
+    def out(asked):
+        return _tokens(logits) if asked else logits.new_empty((0,), dtype=torch.float32)
+
+    return out(True), out(True), out(with_entropy), out(with_stats), out(with_stats), out(with_stats)
+
+
+@torch.library.register_fake("fuselet::logprobs_bwd_")
+def _(logits, target, lse, entropy, dlogp, dentropy, ignore_index, softcap):
+    tokens = {"lse": lse, "entropy": entropy, "dlogp": dlogp, "dentropy": dentropy}
+    op_tensors(optional=("entropy", "dlogp", "dentropy"), logits=logits, target=target, **tokens)
+    given = {n: facts(t) for n, t in tokens.items() if t is not None}
+    spec.logprobs_op(facts(logits), facts(target), (ignore_index, softcap), given)
+    return None
+
+
+@sharding("logprobs_fwd")
+def _(logits, target, ignore_index, softcap, with_entropy, with_stats):
+    def out(asked):
+        return "rows" if asked else ("sum", None)  # not asked for: an empty tensor, replicated
+
+    outs = [out(True), out(True), out(with_entropy), *[out(with_stats)] * 3]
+    return rowwise([(logits, "rows"), (target, "rows"), *scalars(4)], outs)
+
+
+@sharding("logprobs_bwd_")
+def _(logits, target, lse, entropy, dlogp, dentropy, ignore_index, softcap):
+    # logits is written in place (argument 0), so it keeps its placement.
+    tokens = [(t, "rows") for t in (lse, entropy, dlogp, dentropy)]
+    strategies = rowwise([(logits, "rows"), (target, "rows"), *tokens, *scalars(2)], [])
+    kept = [s for s in strategies if s[1][0] in logits.placements]
+    if not kept:
+        raise ValueError(
+            f"logits: the in-place backward needs logits sharded on token dims or replicated, "
+            f"got placements {tuple(logits.placements)}"
+        )
+    return kept
+
+
 # fuselet.<layer>.cross_entropy is the function above (the package exports it over this
-# module's name): the helper is reachable as fuselet.<layer>.cross_entropy.fwd_bwd too.
+# module's name): the helpers are reachable as fuselet.<layer>.cross_entropy.fwd_bwd (and
+# .logprobs_chunk, .logprobs_chunk_grad_) too.
 cross_entropy.fwd_bwd = fwd_bwd
+cross_entropy.logprobs_chunk = logprobs_chunk
+cross_entropy.logprobs_chunk_grad_ = logprobs_chunk_grad_

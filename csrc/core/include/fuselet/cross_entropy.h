@@ -1,6 +1,7 @@
 /*
  * fuselet cross-entropy loss over the last dimension (language-model heads): per-token loss,
- * with label smoothing, z-loss, logit soft-capping and an ignored class id.
+ * with label smoothing, z-loss, logit soft-capping and an ignored class id; and the per-token
+ * log-probabilities, entropy and statistics of the same rows (fuselet_logprobs_*, below).
  *
  * Shapes. logits is [..., V], read as N rows of V elements (N = product of the leading dims,
  * N may be 0; V > 0). Its last dim must have stride 1 and the leading dims must collapse into
@@ -96,6 +97,66 @@ FUSELET_API fuselet_status fuselet_cross_entropy_bwd_cuda(const fuselet_tensor* 
 FUSELET_API fuselet_status fuselet_cross_entropy_fwd_bwd_cuda(
     const fuselet_tensor* logits, const fuselet_tensor* target, const fuselet_cross_entropy_options* opts,
     float grad_scale, fuselet_tensor* loss, fuselet_tensor* z, fuselet_tensor* dlogits, void* stream);
+
+/* ---------------------------------------------------------------------------------------------
+ * Per-token log-probabilities of a chunk of logits (the policy log-probs of RL and preference
+ * trainers, TRL's ChunkedLogProbFunction): the same rows, target, ignore_index and softcap as the
+ * cross-entropy above; label_smoothing and z_loss must be 0 (the `_check` functions refuse
+ * others, naming the option).
+ *
+ * Math (per row, t = target, s_j as above, lse = log(sum_j exp(s_j)), p_j = exp(s_j - lse)):
+ *   logp             = s_t - lse
+ *   entropy          = lse - sum_j p_j s_j
+ *   log_sum_sq_probs = log(sum_j p_j^2)
+ *                    = log(sum_j exp(2 (s_j - m))) - 2 log(sum_j exp(s_j - m)), m = max_j s_j
+ *   mean_logits      = mean_j(s_j)
+ *   is_top1          = 1 if t is the argmax of s (s_t >= s_j for every j, s_t > s_j for j < t:
+ *                      ties go to the lowest index, as argmax), else 0
+ * Ignored rows (t == ignore_index): 0 in every output, a zero gradient row.
+ * Backward (g = dlogp, h = dentropy of the row, each 0 where not given):
+ *   ds_j      = g ([j == t] - p_j) - h p_j ((s_j - lse) + entropy)
+ *   dlogit_j  = ds_j (1 - (s_j / c)^2)  with a softcap, else ds_j
+ * (d entropy / d s_j = -p_j ((s_j - lse) + entropy); a class of s_j = -inf has p_j = 0 and no
+ * gradient.)
+ * A target outside [0, V) that is not ignore_index: as the cross-entropy's (CPU: refused naming
+ * `target`, its index and its value; CUDA: NaN in every forward output of the row but lse, and
+ * a zero gradient row).
+ *
+ * Forward. In: logits [..., V], target [N]. Out, each N contiguous float32: logp, lse (the
+ * backward's input), entropy, log_sum_sq_probs, mean_logits, is_top1 (1.0 or 0.0); entropy and
+ * the three statistics may be NULL (not computed). */
+FUSELET_API fuselet_status fuselet_logprobs_fwd(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                const fuselet_cross_entropy_options* opts, fuselet_tensor* logp,
+                                                fuselet_tensor* lse, fuselet_tensor* entropy,
+                                                fuselet_tensor* log_sum_sq_probs, fuselet_tensor* mean_logits,
+                                                fuselet_tensor* is_top1);
+
+/* Backward. In: dlogp [N] (NULL: 0), dentropy [N] (NULL: 0), logits, target, lse (the
+   forward's), entropy [N] (the forward's; needed when dentropy is given, else may be NULL). Out:
+   dlogits like logits (may alias logits: in place). */
+FUSELET_API fuselet_status fuselet_logprobs_bwd(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                                const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                                const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits);
+
+/* Their checks of the inputs and options, as the cross-entropy's `_check` functions. */
+FUSELET_API fuselet_status fuselet_logprobs_fwd_check(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                      const fuselet_cross_entropy_options* opts);
+FUSELET_API fuselet_status fuselet_logprobs_bwd_check(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                                      const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                      const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                                      const fuselet_cross_entropy_options* opts);
+
+FUSELET_API fuselet_status fuselet_logprobs_fwd_cuda(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                     const fuselet_cross_entropy_options* opts, fuselet_tensor* logp,
+                                                     fuselet_tensor* lse, fuselet_tensor* entropy,
+                                                     fuselet_tensor* log_sum_sq_probs, fuselet_tensor* mean_logits,
+                                                     fuselet_tensor* is_top1, void* stream);
+FUSELET_API fuselet_status fuselet_logprobs_bwd_cuda(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                                     const fuselet_tensor* logits, const fuselet_tensor* target,
+                                                     const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                                     const fuselet_cross_entropy_options* opts,
+                                                     fuselet_tensor* dlogits, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -1,6 +1,6 @@
 /*
- * fuselet CUDA kernels: cross-entropy loss, forward, backward and the fused forward + backward
- * (math in cross_entropy.h).
+ * fuselet CUDA kernels: cross-entropy loss, forward, backward and the fused forward + backward,
+ * and the log-probabilities' forward and backward (math in cross_entropy.h).
  *
  * One block per row (grid-strided over the rows), 32..1024 threads striding over its V logits
  * (128k-256k classes just mean more strides). The forward keeps a per-thread online max and
@@ -125,6 +125,113 @@ fuselet_status run(const CrossEntropyProblem& p, int mode, void* stream) {
   });
 }
 
+// The log-probabilities (fuselet_logprobs_*), one block per row as above. The forward reads the
+// row twice: (max, sum of the logits, count of the classes before t that reach s_t), then the
+// sums of e_j, e_j (s_j - m) and e_j^2 with e_j = exp(s_j - m), each a block all-reduction. The
+// backward reads it once. A target outside [0, V) that is not ignore_index: NaN in every forward
+// output but lse, a zero gradient row.
+template <typename T, bool kBwd>
+__global__ void __launch_bounds__(1024) logprobs_kernel(const CrossEntropyProblem p) {
+  FUSELET_SHARED(float2[33], pairs);
+  FUSELET_SHARED(float[33], sums);
+  const int64_t V = p.vocab;
+  const float c = p.softcap;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const int64_t t = p.target_at(r);
+    T* dx = kBwd ? static_cast<T*>(p.dlogits) + r * p.dlogits_stride : nullptr;
+    if (p.ignored(t)) {
+      if (kBwd) {
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dx[j] = from_float<T>(0.f);
+      } else if (threadIdx.x == 0) {
+        p.loss[r] = p.lse[r] = 0.f;
+        if (p.entropy) p.entropy[r] = 0.f;
+        if (p.log_sum_sq_probs) p.log_sum_sq_probs[r] = 0.f;
+        if (p.mean_logits) p.mean_logits[r] = 0.f;
+        if (p.is_top1) p.is_top1[r] = 0.f;
+      }
+      continue;
+    }
+    const T* x = static_cast<const T*>(p.logits) + r * p.logits_stride;
+    const bool valid = p.in_range(t);
+    const float st = valid ? capped(to_float(x[t]), c) : NAN;  // before any dx is written
+    if (kBwd) {
+      __syncthreads();  // every thread has read x[t]
+      if (!valid) {
+        for (int64_t j = threadIdx.x; j < V; j += blockDim.x) dx[j] = from_float<T>(0.f);
+        continue;
+      }
+      const float lse = p.lse[r];
+      const float g = p.dloss ? p.dloss[r] : 0.f, h = p.dentropy ? p.dentropy[r] : 0.f;
+      const float he = p.dentropy ? h * p.entropy[r] : 0.f;
+      for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+        const float v = capped(to_float(x[j]), c), pj = expf(v - lse);
+        float d = pj > 0.f ? -pj * (g + h * (v - lse) + he) : 0.f;
+        if (j == t) d += g;
+        if (c > 0.f) {
+          const float q = v / c;
+          d *= 1.f - q * q;
+        }
+        dx[j] = from_float<T>(d);
+      }
+      continue;
+    }
+    float m = -INFINITY, total = 0.f, before = 0.f;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      const float v = capped(to_float(x[j]), c);
+      m = fmaxf(m, v);
+      total += v;
+      if (j < t && v >= st) before += 1.f;
+    }
+    m = block_allreduce(m, Max(), sums, -INFINITY);
+    float e_sum = 0.f, ed_sum = 0.f, ee_sum = 0.f;
+    for (int64_t j = threadIdx.x; j < V; j += blockDim.x) {
+      const float d = capped(to_float(x[j]), c) - m, e = expf(d);
+      e_sum += e;
+      if (e > 0.f) ed_sum += e * d;
+      ee_sum += e * e;
+    }
+    const float2 tb = block_allreduce(make_float2(total, before), Add(), pairs);
+    const float2 sd = block_allreduce(make_float2(e_sum, ed_sum), Add(), pairs);
+    ee_sum = block_allreduce(ee_sum, Add(), sums);
+    if (threadIdx.x == 0) {
+      const float log_sum = logf(sd.x), lse = m + log_sum, bad = valid ? 0.f : NAN;
+      p.loss[r] = st - lse;
+      p.lse[r] = lse;
+      if (p.entropy) p.entropy[r] = log_sum - sd.y / sd.x + bad;
+      if (p.log_sum_sq_probs) p.log_sum_sq_probs[r] = logf(ee_sum) - 2.f * log_sum + bad;
+      if (p.mean_logits) p.mean_logits[r] = tb.x / static_cast<float>(V) + bad;
+      if (p.is_top1) p.is_top1[r] = valid ? (st == m && tb.y == 0.f ? 1.f : 0.f) : NAN;
+    }
+  }
+}
+
+fuselet_status run_logprobs(const CrossEntropyProblem& p, bool bwd, void* stream) {
+  if (p.rows == 0) return FUSELET_OK;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int threads = team_threads(p.vocab, 8, 1024, 32);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
+  if (fuselet_status st = check_alignment({{"logp", p.loss},
+                                           {"lse", p.lse},
+                                           {"entropy", p.entropy},
+                                           {"log_sum_sq_probs", p.log_sum_sq_probs},
+                                           {"mean_logits", p.mean_logits},
+                                           {"is_top1", p.is_top1},
+                                           {"dlogp", p.dloss},
+                                           {"dentropy", p.dentropy}},
+                                          4))
+    return st;
+  if (fuselet_status st = check_alignment({{"target", p.target}}, p.target64 ? 8 : 4)) return st;
+  return dispatch(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (fuselet_status st = check_alignment({{"logits", p.logits}, {"dlogits", p.dlogits}}, sizeof(T))) return st;
+    if (bwd)
+      launch_kernel<logprobs_kernel<T, true>>(grid, threads, 0, s, p);
+    else
+      launch_kernel<logprobs_kernel<T, false>>(grid, threads, 0, s, p);
+    return launch_status("logprobs_kernel");
+  });
+}
+
 }  // namespace
 }  // namespace fuselet
 
@@ -161,6 +268,34 @@ fuselet_status fuselet_cross_entropy_fwd_bwd_cuda(const fuselet_tensor* logits, 
             fuselet::check_cross_entropy_fwd_bwd(logits, target, opts, grad_scale, loss, z, dlogits, &p))
       return s;
     return fuselet::run(p, fuselet::kFwdBwd, stream);
+  });
+}
+
+fuselet_status fuselet_logprobs_fwd_cuda(const fuselet_tensor* logits, const fuselet_tensor* target,
+                                         const fuselet_cross_entropy_options* opts, fuselet_tensor* logp,
+                                         fuselet_tensor* lse, fuselet_tensor* entropy,
+                                         fuselet_tensor* log_sum_sq_probs, fuselet_tensor* mean_logits,
+                                         fuselet_tensor* is_top1, void* stream) {
+  return fuselet::guarded("fuselet_logprobs_fwd_cuda", [&] {
+    fuselet::CrossEntropyProblem p;
+    if (fuselet_status s = fuselet::check_logprobs_fwd(logits, target, opts, logp, lse, entropy, log_sum_sq_probs,
+                                                       mean_logits, is_top1, &p))
+      return s;
+    return fuselet::run_logprobs(p, false, stream);
+  });
+}
+
+fuselet_status fuselet_logprobs_bwd_cuda(const fuselet_tensor* dlogp, const fuselet_tensor* dentropy,
+                                         const fuselet_tensor* logits, const fuselet_tensor* target,
+                                         const fuselet_tensor* lse, const fuselet_tensor* entropy,
+                                         const fuselet_cross_entropy_options* opts, fuselet_tensor* dlogits,
+                                         void* stream) {
+  return fuselet::guarded("fuselet_logprobs_bwd_cuda", [&] {
+    fuselet::CrossEntropyProblem p;
+    if (fuselet_status s =
+            fuselet::check_logprobs_bwd(dlogp, dentropy, logits, target, lse, entropy, opts, dlogits, &p))
+      return s;
+    return fuselet::run_logprobs(p, true, stream);
   });
 }
 
