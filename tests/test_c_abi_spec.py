@@ -259,7 +259,7 @@ PUBLIC = {
 }
 
 # The spec modules of the ops composed in Python over other ops' kernels: no `_check` of their own.
-COMPOSED = ("fused_linear_cross_entropy", "fused_linear_jsd", "losses")
+COMPOSED = ("fused_linear_cross_entropy", "fused_linear_jsd", "fused_linear_logprobs", "losses")
 
 # Python's terms -> the C ABI's, for the same thing: the options it takes as bits of its flags
 # (named first: the flags argument), as enum codes and as int32 flags (1 and 0 for True and

@@ -69,7 +69,7 @@ def _layout_as_op(args: dict) -> dict:
     return args
 
 
-def _logprobs_as_op(args: dict) -> dict:
+def _linear_logprobs_as_op(args: dict) -> dict:
     """fused_linear_logprobs' options as its raw ops take them: softcap None 0.0, outputs as flags
     (a value the spec refuses stays, for the public layers), chunk_size None 0."""
     from fuselet.spec import fused_linear_logprobs as logprobs
@@ -103,7 +103,7 @@ RAW = {
         "fused_linear_cross_entropy_none",
         lambda args: {**_softcap_as_op(args), "chunk_size": args.get("chunk_size") or 0},
     ),
-    "fused_linear_logprobs": ("fused_linear_logprobs_fwd", lambda args: _logprobs_as_op(args)),
+    "fused_linear_logprobs": ("fused_linear_logprobs_fwd", _linear_logprobs_as_op),
     # composed in Python over another public op's raw ops (which the refusals above reach): none of their own
     "fused_linear_jsd": None,
     "fused_linear_preference_loss": None,

@@ -20,49 +20,10 @@ import jax
 import jax.numpy as jnp
 
 from fuselet.jax._checks import array_facts
-from fuselet.jax.cross_entropy import _target_errors
+from fuselet.jax.cross_entropy import _target_errors, logprobs_chunk, logprobs_chunk_grad
 from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
 from fuselet.spec import fused_linear_logprobs as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
-
-
-def _scaled(logits, softcap):
-    x = logits.astype(jnp.float32)
-    return softcap * jnp.tanh(x / softcap) if softcap else x
-
-
-def logprobs_chunk(logits, target, *, ignore_index, softcap, outputs):
-    valid = target != ignore_index
-    t = jnp.where(valid, target, 0)
-    s = _scaled(logits, softcap)
-    lse = jax.nn.logsumexp(s, -1)
-    keep = valid.astype(jnp.float32)
-    out = {"log_probs": (jnp.take_along_axis(s, t[:, None], 1)[:, 0] - lse) * keep, "lse": lse * keep}
-    if "entropy" in outputs:
-        out["entropy"] = (lse - jnp.sum(jax.nn.softmax(s, -1) * s, -1)) * keep
-    if "log_sum_sq_probs" in outputs:
-        out["log_sum_sq_probs"] = (jax.nn.logsumexp(2 * s, -1) - 2 * lse) * keep
-    if "mean_logits" in outputs:
-        out["mean_logits"] = jnp.mean(s, -1) * keep
-    if "is_top1" in outputs:
-        out["is_top1"] = (jnp.argmax(s, -1) == t) & valid
-    return out
-
-
-def logprobs_chunk_grad(logits, target, lse, entropy, dlogp, dentropy, *, ignore_index, softcap):
-    valid = target != ignore_index
-    t = jnp.where(valid, target, 0)
-    s = _scaled(logits, softcap)
-    logp = s - lse[:, None]
-    p = jnp.exp(logp)
-    ds = jnp.zeros_like(s)
-    if dlogp is not None:
-        ds = ds + dlogp[:, None] * (jax.nn.one_hot(t, s.shape[1], dtype=jnp.float32) - p)
-    if dentropy is not None:
-        ds = ds - dentropy[:, None] * p * (logp + entropy[:, None])
-    if softcap:
-        ds = ds * (1 - (s / softcap) ** 2)
-    return (ds * valid[:, None]).astype(logits.dtype)
 
 
 class LogProbs(NamedTuple):
@@ -84,7 +45,7 @@ def _fwd(h, w, b, t, options: spec.FusedLinearLogProbsOptions, chunk):
 
     def body(carry, xs):
         h_i, t_i = xs
-        got = logprobs_chunk(_logits(h_i, w, b), t_i, ignore_index=ignore_index, softcap=softcap, outputs=asked)
+        got = logprobs_chunk(_logits(h_i, w, b), t_i, ignore_index=ignore_index, softcap=softcap or None, outputs=asked)
         return carry, tuple(got[name] for name in names)
 
     _, values = _over_chunks(body, (), (h, t), chunk)
@@ -114,7 +75,7 @@ def _bwd(options, chunk, res, g):
             gl_i,
             ge_i if entropy is not None else None,
             ignore_index=ignore_index,
-            softcap=softcap,
+            softcap=softcap or None,
         )
         return _accumulate(carry, dl, h_i), (jnp.dot(dl, w),)
 

@@ -19,49 +19,8 @@ import torch
 from fuselet.spec import fused_linear_logprobs as spec
 from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import check_dtensors, rowwise, scalars, sharding
+from fuselet.torch.cross_entropy import logprobs_chunk, logprobs_chunk_grad_
 from fuselet.torch.fused_linear_cross_entropy import _Accumulator, _chunks, _Logits, _resolve
-
-
-def _scaled(logits, softcap):
-    x = logits.to(torch.float32)
-    return softcap * torch.tanh(x / softcap) if softcap else x
-
-
-def logprobs_chunk(logits, target, *, ignore_index, softcap, outputs):
-    valid = target != ignore_index
-    t = torch.where(valid, target, 0).to(torch.int64)
-    s = _scaled(logits, softcap)
-    lse = torch.logsumexp(s, -1)
-    keep = valid.to(torch.float32)
-    out = {"log_probs": (s.gather(1, t[:, None])[:, 0] - lse) * keep, "lse": lse * keep}
-    if "entropy" in outputs:
-        out["entropy"] = (lse - (torch.softmax(s, -1) * s).sum(-1)) * keep
-    if "log_sum_sq_probs" in outputs:
-        out["log_sum_sq_probs"] = (torch.logsumexp(2 * s, -1) - 2 * lse) * keep
-    if "mean_logits" in outputs:
-        out["mean_logits"] = s.mean(-1) * keep
-    if "is_top1" in outputs:
-        out["is_top1"] = (s.argmax(-1) == t) & valid
-    return out
-
-
-def logprobs_chunk_grad_(logits, target, lse, entropy, dlogp, dentropy, *, ignore_index, softcap):
-    valid = target != ignore_index
-    t = torch.where(valid, target, 0).to(torch.int64)
-    s = _scaled(logits, softcap)
-    logp = s - lse[:, None]
-    p = logp.exp()
-    ds = torch.zeros_like(s)
-    if dlogp is not None:
-        ds -= dlogp[:, None] * p
-        ds.scatter_add_(1, t[:, None], dlogp[:, None])
-    if dentropy is not None:
-        ds -= dentropy[:, None] * p * (logp + entropy[:, None])
-    if softcap:
-        ds *= 1 - (s / softcap) ** 2
-    ds *= valid[:, None]
-    logits.copy_(ds)
-    return logits
 
 
 class LogProbs(NamedTuple):
@@ -102,7 +61,9 @@ def _fwd(
     asked = options.outputs - {"log_probs"}
     logits_of = _Logits(hidden, weight, bias, chunk)
     for a, b in _chunks(n, chunk):
-        stats = logprobs_chunk(logits_of(hidden[a:b]), target[a:b], ignore_index=ignore_index, softcap=softcap, outputs=asked)
+        stats = logprobs_chunk(
+            logits_of(hidden[a:b]), target[a:b], ignore_index=ignore_index, softcap=softcap or None, outputs=asked
+        )
         for name, value in stats.items():
             out[name][a:b] = value
     return out["log_probs"], out["lse"], *(out[name] for name in spec.OUTPUTS[1:])
@@ -159,7 +120,7 @@ def _bwd(
             part(dlogp, a, b),
             part(dentropy, a, b),
             ignore_index=ignore_index,
-            softcap=softcap,
+            softcap=softcap or None,
         )
         torch.mm(logits, weight, out=dhidden[a:b])
         acc.add(logits, h)
