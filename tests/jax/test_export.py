@@ -58,6 +58,9 @@ def model(x, residual, w, b, cos, sin, wv, target, chunk_size=None):
     loss = fj.cross_entropy(g @ wv, target, z_loss=1e-3)
     # the divergences' targets: both arguments depend on the inputs, so both gradients are computed
     loss = loss + fj.jsd(jax.nn.log_softmax(g @ wv, -1), jax.nn.log_softmax(h @ wv, -1), beta=0.3)
+    # Its chunks call logprobs_fwd, and logprobs_bwd for the gradients of log p and the entropy.
+    stats = fj.fused_linear_logprobs(h, wv.T, target, temperature=0.8, outputs=("entropy",), chunk_size=chunk_size)
+    loss = loss - 0.1 * jnp.mean(stats.log_probs + 0.5 * stats.entropy)
     # Its chunks call cross_entropy_fwd_bwd.
     return loss + fj.fused_linear_cross_entropy(g, wv.T, target, label_smoothing=0.1, chunk_size=chunk_size)
 

@@ -96,7 +96,8 @@ class CrossEntropy(torch.nn.Module):
 
 
 class LogProbs(torch.nn.Module):
-    """fused_linear_logprobs: every output (is_top1 as a float to compare), with and without the options."""
+    """fused_linear_logprobs: every output (is_top1 as a float to compare), with and without the
+    options; the raw logprobs_fwd of its chunks on the materialized logits."""
 
     def __init__(self):
         super().__init__()
@@ -108,7 +109,8 @@ class LogProbs(torch.nn.Module):
         tempered = ft.fused_linear_logprobs(
             hidden, self.head, target, bias=self.bias, temperature=0.7, softcap=4.0, outputs=("entropy",)
         )
-        return (*plain[:4], plain.is_top1.float(), tempered.log_probs, tempered.entropy)
+        raw = ops.logprobs_fwd(hidden @ self.head.t(), target.clamp(min=0), 3, 2.0, True, True)  # the kernels' op
+        return (*plain[:4], plain.is_top1.float(), tempered.log_probs, tempered.entropy, *raw)
 
 
 class Divergence(torch.nn.Module):

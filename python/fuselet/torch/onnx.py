@@ -320,13 +320,13 @@ def fused_linear_cross_entropy_reduced(
     return loss, z, dhidden, dweight, dbias
 
 
-def fused_linear_logprobs_fwd(b, hidden, weight, bias, target, ignore_index, softcap, outputs, chunk_size):
-    """(log_probs, lse, entropy, log_sum_sq_probs, mean_logits, is_top1) float32 per token (0 where
-    target == ignore_index; is_top1 1.0 / 0.0), an output not in the `outputs` flags empty; the
-    logits materialized."""
+def _logprobs(b, logits, target, ignore_index, softcap, asked):
+    """(log_probs, lse, then the outputs of `asked` (names of FLAGS, in its order; the others
+    empty)) float32 per token of fuselet's logprobs kernels (cross_entropy.h), 0 where target ==
+    ignore_index, is_top1 1.0 / 0.0."""
     from fuselet.spec.fused_linear_logprobs import FLAGS
 
-    ce = _cross_entropy(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, 0.0, 0.0, softcap)
+    ce = _cross_entropy(b, logits, target, ignore_index, 0.0, 0.0, softcap)
     s, lse, valid, zero = ce["s"], b.op("Unsqueeze", ce["lse_raw"], _axes(b, -1)), ce["valid"], b.const(0.0, _FLOAT)
     p = b.op("Exp", b.op("Sub", s, lse))
     stats = {
@@ -336,8 +336,22 @@ def fused_linear_logprobs_fwd(b, hidden, weight, bias, target, ignore_index, sof
         "is_top1": b.op("Cast", b.op("Equal", b.op("ArgMax", s, axis=-1, keepdims=0), ce["target"]), to=_FLOAT),
     }
     empty = b.op("ConstantOfShape", b.const([0], _INT64), value=b.tensor([0.0], _FLOAT))
-    rest = [b.op("Where", valid, stats[name], zero) if outputs & bit else empty for name, bit in FLAGS.items()]
+    rest = [b.op("Where", valid, stats[name], zero) if name in asked else empty for name in FLAGS]
     return b.op("Neg", ce["loss"]), ce["lse"], *rest
+
+
+def logprobs_fwd(b, logits, target, ignore_index, softcap, with_entropy, with_stats):
+    """The logprobs kernels' forward: (log_probs, lse, entropy, log_sum_sq_probs, mean_logits,
+    is_top1) per row; with_entropy / with_stats false: those outputs empty."""
+    asked = ({"entropy"} if with_entropy else set()) | ({"log_sum_sq_probs", "mean_logits", "is_top1"} if with_stats else set())
+    return _logprobs(b, logits, target, ignore_index, softcap, asked)
+
+
+def fused_linear_logprobs_fwd(b, hidden, weight, bias, target, ignore_index, softcap, outputs, chunk_size):
+    """logprobs_fwd of the materialized logits, the outputs of the `outputs` flags."""
+    from fuselet.spec.fused_linear_logprobs import names
+
+    return _logprobs(b, _matmul_logits(b, hidden, weight, bias), target, ignore_index, softcap, names(outputs))
 
 
 # The forward ops with a translation; their arguments come from the registered schemas.
@@ -358,6 +372,7 @@ _OPS = {
         divergence_fwd,
         fused_linear_cross_entropy_none,
         fused_linear_cross_entropy_reduced,
+        logprobs_fwd,
         fused_linear_logprobs_fwd,
     )
 }
@@ -385,6 +400,7 @@ _UNSUPPORTED = {
     "cross_entropy_bwd_": _BACKWARD,
     "fused_linear_cross_entropy_none_bwd": _BACKWARD,
     "fused_linear_logprobs_bwd": _BACKWARD,
+    "logprobs_bwd_": _BACKWARD,
     "cross_entropy_fwd_bwd_": "it writes the gradient into the logits (cross_entropy.fwd_bwd(inplace=True), a "
     "training helper): call fuselet.torch.cross_entropy in the exported model",
 }
