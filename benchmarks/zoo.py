@@ -747,7 +747,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--vlm",
-        help="comma-separated image-text model types of the vlm pass, 'all' (VLM_TYPES) or 'none' "
+        help="comma-separated image-text model types of the vlm pass, 'all' (VLM_TYPES), 'sample' (VLM_SAMPLE) or 'none' "
         "(default: all with every causal-LM type, VLM_SAMPLE with --types sample, else none)",
     )
     parser.add_argument(
