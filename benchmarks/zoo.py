@@ -13,6 +13,14 @@ head was fused. Types whose model does not build from its shrunk default config,
 forward fails on plain token ids (models needing images, audio or an encoder), are listed with
 the error and do not count.
 
+The vlm pass (`--vlm`; every type of VLM_TYPES with the whole table) does the same for the
+image-text models people fine-tune (their ForConditionalGeneration classes): each built from
+its default config with the text and vision sub-configs shrunk, one step on a batch with an
+image in each row (at another offset in each, so that Qwen's multimodal rope positions differ
+per row), stock against fused; fuse() serves the language stack and leaves the vision tower.
+
+    python benchmarks/zoo.py --types none --vlm all    # the vlm pass alone
+
 Each type also goes through transformers' own door: the stock model kernelized
 (`set_use_kernels(True)`, what from_pretrained(use_kernels=True) does) with fuselet's kernel
 mapping (fuselet.torch.transformers.kernel_mapping), one step against the stock one; the door
@@ -236,7 +244,219 @@ def check(model_type: str, door: bool = False, **overrides) -> dict:
     return row
 
 
-def counted_step(model, input_ids, labels):
+# The image-text models people fine-tune (the ForConditionalGeneration classes of
+# MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES that Liger-Kernel patches too): the vlm pass builds
+# each from a tiny random config (its text and vision sub-configs shrunk), with an image in each
+# row where fuselet's recipe below gives one (VLM_PIXELS), and compares one step as check() does.
+VLM_TYPES = "gemma3 internvl llama4 llava mistral3 qwen2_vl qwen2_5_vl qwen3_vl qwen3_vl_moe qwen3_5 qwen3_5_moe".split()
+# make test's sample of them (tests/torch/test_zoo.py): the mrope sections with an image, the
+# loss computed by an outer model (Llama4), a vision tower with a rotary attention (Pixtral's)
+VLM_SAMPLE = ("qwen2_vl", "llama4", "mistral3")
+# the ops every image-text type's step must run: the fused loss, the norms and the rope of its language model
+VLM_OPS = ("fused_linear_cross_entropy_reduced", "rms_norm_fwd", "rope_fwd")
+VISION_SMALL = dict(
+    depth=1,
+    embed_dim=32,
+    hidden_size=32,
+    num_heads=2,
+    num_attention_heads=2,
+    intermediate_size=64,
+    out_hidden_size=64,
+    num_hidden_layers=1,
+    image_size=16,
+    patch_size=4,
+    vision_output_dim=64,
+    projector_input_dim=64,
+    projector_output_dim=64,
+    head_dim=16,
+    projection_dim=32,
+    num_position_embeddings=64,
+    deepstack_visual_indexes=[0],
+    fullatt_block_indexes=[0],
+    window_size=8,
+)
+# token ids of the image placeholders, inside the tiny vocabulary; text tokens stay below them
+IMAGE_TOKEN, START_TOKEN, END_TOKEN, TEXT_TOKENS = 250, 251, 252, 240
+# text layers where the first full-attention layer comes later (Qwen3.5's three linear-attention layers first)
+VLM_LAYERS = {"qwen3_5": 4, "qwen3_5_moe": 4}
+
+
+def vlm_class(model_type: str):
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES
+
+    return getattr(transformers, MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES[model_type])
+
+
+def tiny_vlm_config(model_type: str):
+    """The type's default config with its text config shrunk like SMALL, its vision config like
+    VISION_SMALL, the image placeholder tokens inside the vocabulary, and multimodal rope
+    sections that fit the rotary frequencies of the tiny head."""
+    from transformers import CONFIG_MAPPING
+
+    config_cls = CONFIG_MAPPING[model_type]
+    default = config_cls()
+    text_cls, vision_cls = type(default.get_text_config()), type(default.vision_config)
+    text = {k: v for k, v in SMALL.items() if k in _accepted(text_cls) or hasattr(default.get_text_config(), k)}
+    text.update(sliding_window=64, num_hidden_layers=VLM_LAYERS.get(model_type, 2))
+    if model_type.startswith("qwen3_5"):
+        text["partial_rotary_factor"] = 0.5
+    vision = {k: v for k, v in VISION_SMALL.items() if hasattr(default.vision_config, k)}
+    if model_type == "llama4":  # its adapter takes the pixel-shuffled patches: hidden / ratio**2 wide
+        vision["intermediate_size"] = 128
+    if model_type == "qwen2_vl":  # its vision hidden_size is the merger's output: the text model's
+        vision["hidden_size"] = SMALL["hidden_size"]
+    tokens = {}
+    for name in ("image_token_id", "image_token_index"):
+        if hasattr(default, name):
+            tokens[name] = IMAGE_TOKEN
+    for name in ("vision_start_token_id", "boi_token_index"):
+        if hasattr(default, name):
+            tokens[name] = START_TOKEN
+    for name in ("vision_end_token_id", "eoi_token_index"):
+        if hasattr(default, name):
+            tokens[name] = END_TOKEN
+    for name, value in (("video_token_id", 253), ("mm_tokens_per_image", 4), ("image_seq_length", 4)):
+        if hasattr(default, name):
+            tokens[name] = value
+    config = config_cls(text_config=text_cls(**text).to_dict(), vision_config=vision_cls(**vision).to_dict(), **tokens)
+    text_config = config.get_text_config()
+    rope = getattr(text_config, "rope_parameters", None)
+    if model_type.startswith(("qwen2", "qwen3")) and isinstance(rope, dict):
+        head = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+        freqs = int(head * rope.get("partial_rotary_factor", 1.0)) // 2
+        rope["mrope_section"] = [freqs - 2 * (freqs // 4), freqs // 4, freqs // 4]
+    config._attn_implementation = "eager"
+    return config
+
+
+def build_vlm(model_type: str):
+    import torch
+
+    config = tiny_vlm_config(model_type)
+    torch.manual_seed(0)
+    model = vlm_class(model_type)(config).float().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(torch.randn_like(p) * 0.2)
+    return model
+
+
+def vlm_inputs(model):
+    """One training batch with an image in each of its B rows: {model input: tensor}, labels
+    (the image's tokens not counted) and the recipe's name; or text alone where the type has no
+    recipe here."""
+    import torch
+
+    config, vision = model.config, model.config.vision_config
+    g = torch.Generator().manual_seed(1)
+    channels = getattr(vision, "in_channels", None) or getattr(vision, "num_channels", 3)
+    patch = vision.patch_size if isinstance(vision.patch_size, int) else vision.patch_size[0]
+    size = 4 * patch  # a 4 x 4 grid of patches
+    inputs = {}
+    if hasattr(vision, "temporal_patch_size"):  # Qwen's: patches flattened, a (t, h, w) grid per image
+        merge = vision.spatial_merge_size
+        images = torch.randn(B * 16, channels * vision.temporal_patch_size * patch * patch, generator=g)
+        inputs.update(pixel_values=images, image_grid_thw=torch.tensor([[1, 4, 4]] * B))
+        count, framed = 16 // merge**2, True
+    else:
+        inputs["pixel_values"] = torch.randn(B, channels, size, size, generator=g)
+        type_name = type(model).__name__
+        if type_name.startswith("Mistral3"):  # Pixtral's patches merged 2 x 2
+            inputs["image_sizes"] = torch.tensor([[size, size]] * B)
+            count = 16 // config.spatial_merge_size**2
+        elif type_name.startswith("Llava"):  # CLIP's patches, the class token dropped
+            count = 16
+        elif type_name.startswith(("Gemma3", "InternVL")):  # pooled, or pixel-shuffled, to 2 x 2
+            count = 4
+        elif type_name.startswith("Llama4"):  # pixel-shuffled to 2 x 2
+            count = 4
+        else:
+            return {}, None, "text"
+        framed = hasattr(config, "boi_token_index")
+    text = torch.randint(1, TEXT_TOKENS, (B, S), generator=g)
+    image = torch.tensor([START_TOKEN] * framed + [IMAGE_TOKEN] * count + [END_TOKEN] * framed)
+    # the image after 3 text tokens in row 0, after 6 in row 1: each row its own rope positions
+    input_ids = torch.stack([torch.cat((t[: 3 + 3 * b], image, t[3 + 3 * b :])) for b, t in enumerate(text)])
+    labels = input_ids.masked_fill((input_ids == IMAGE_TOKEN) | (input_ids == START_TOKEN) | (input_ids == END_TOKEN), -100)
+    labels[0, :2] = -100
+    if type(model).__name__.startswith("Gemma3"):
+        inputs["token_type_ids"] = (input_ids == IMAGE_TOKEN).long()
+    if "mm_token_type_ids" in inspect.signature(type(model).forward).parameters:  # Qwen3-VL's, Qwen3.5's: 1 marks an image token
+        inputs["mm_token_type_ids"] = (input_ids == IMAGE_TOKEN).long()
+    return {"input_ids": input_ids, **inputs}, labels, "image"
+
+
+def vlm_step(model, inputs, labels, count=None):
+    import torch
+
+    model.zero_grad(set_to_none=True)
+    with count if count is not None else _nothing():
+        out = model(**inputs, labels=labels)
+        out.loss.backward()
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return out, grads, torch
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def check_vlm(model_type: str) -> dict:
+    """One image-text type's row: its tiny model, stock and fused, one step on a batch with an
+    image per row (or text alone, where the type has no recipe here) compared as check() does;
+    "vision" says how many of the vision tower's modules fuse() considered and left."""
+    import fuselet.torch as ft
+    import torch
+
+    row = {"type": model_type, "pass": "vlm"}
+    start = time.monotonic()
+    try:
+        model = build_vlm(model_type)
+    except Exception as e:  # noqa: BLE001 - reported per type
+        return {**row, "status": "no build", "why": f"{type(e).__name__}: {str(e)[:160]}"}
+    row["class"] = type(model).__name__
+    inputs, labels, row["inputs"] = vlm_inputs(model)
+    if labels is None:
+        g = torch.Generator().manual_seed(1)
+        inputs = {"input_ids": torch.randint(1, TEXT_TOKENS, (B, S), generator=g)}
+        labels = inputs["input_ids"].clone()
+        labels[0, :3] = -100
+    plain = copy.deepcopy(model)
+    try:
+        out_p, grads_p, _ = vlm_step(plain, inputs, labels)
+    except Exception as e:  # noqa: BLE001
+        return {**row, "status": "no stock step", "why": f"{type(e).__name__}: {str(e)[:160]}"}
+    compare = _Compare(model_type, None, {}, inputs["input_ids"], labels, out_p, grads_p)
+    compare.ref = {}  # no float64 second opinion for the vlm pass: held to TOLERANCE
+    try:
+        fused = ft.transformers.fuse(model)
+    except ValueError as e:
+        return {**row, "status": "nothing fused", "why": str(e)[:300]}
+    report = ft.transformers.fuse_report(fused)
+    row["fused"] = {k: v["fused"] for k, v in report.summary().items()}
+    row["left"] = {k: v["reasons"] for k, v in report.summary().items() if v["left"]}
+    row["ops_fused"] = {k: v["ops"] for k, v in report.summary().items() if v["fused"]}
+    row["encoders_left"] = sum("outside the language model" in r.detail for r in report.left())
+    try:
+        out_f, grads_f, ran = counted_step(fused, inputs, labels, step=vlm_step)
+    except Exception as e:  # noqa: BLE001
+        return {**row, "status": "fused step failed", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+    row["ops_ran"] = ran
+    row.update(compare(out_f, grads_f))
+    row["no_logits"] = out_f.logits is None
+    if row["status"] == "equal" and row["fused"].get("loss", 0) > 0 and not row["no_logits"]:
+        row["status"] = "differs"
+    row["seconds"] = round(time.monotonic() - start, 2)
+    return row
+
+
+def counted_step(model, input_ids, labels, step=step):
     """step(), and {fuselet op: calls} of the fuselet ops it ran."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -341,6 +561,7 @@ def _timeout(signum, frame):
 
 
 def _run_one(model_type: str) -> dict:
+    """check(model_type), or check_vlm for "vlm:<model_type>", in a worker: its row."""
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     # A default config that stays huge after shrinking (sub-configs the shrink does not reach)
@@ -352,10 +573,12 @@ def _run_one(model_type: str) -> dict:
     watchdog.start()
     signal.signal(signal.SIGALRM, _timeout)
     signal.alarm(TIMEOUT_S)
+    vlm = model_type.startswith("vlm:")
     try:
-        return check(model_type, door=True)
+        return check_vlm(model_type.removeprefix("vlm:")) if vlm else check(model_type, door=True)
     except Exception as e:  # noqa: BLE001 - one type's failure is its row
-        return {"type": model_type, "status": "error", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+        row = {"type": model_type.removeprefix("vlm:"), "status": "error", "why": f"{type(e).__name__}: {str(e)[:200]}"}
+        return {**row, "pass": "vlm"} if vlm else row
     finally:
         signal.alarm(0)
         watchdog.cancel()
@@ -390,7 +613,9 @@ def run_all(types, jobs: int) -> list:
             try:
                 row = pool.submit(_run_one, alone).result()
             except BrokenProcessPool:
-                row = {"type": alone, "status": "error", "why": "its process died (a crash in the model's code or out of memory)"}
+                died = "its process died (a crash in the model's code or out of memory)"
+                row = {"type": alone.removeprefix("vlm:"), "status": "error", "why": died}
+                row.update({"pass": "vlm"} if alone.startswith("vlm:") else {})
         rows.append(_report(row))
         pending = again
     return rows
@@ -402,6 +627,36 @@ def _door_cell(row) -> str:
         return "-"
     ran = ", ".join(f"{k} {v}" for k, v in door.get("ops_ran", {}).items()) or "none"
     return f"{door['status']}: {ran}" if "why" not in door else f"{door['status']}: {door['why'][:80]}"
+
+
+def vlm_table(rows) -> str:
+    """The vlm pass's section of the table."""
+
+    def kinds(row, key):
+        return ", ".join(f"{k} {v}" for k, v in row.get(key, {}).items() if v) or "-"
+
+    counts = collections.Counter(r["status"] for r in rows)
+    summary = ", ".join(f"{n} {s}" for s, n in counts.most_common())
+    images = sum(r.get("inputs") == "image" for r in rows if r["status"] == "equal")
+    lines = [
+        "## Image-text models (the vlm pass)",
+        "",
+        f"{len(rows)} image-text types (`ForConditionalGeneration`, text and vision configs shrunk): {summary}; "
+        f"{images} of the equal ones with an image in every row (multimodal rope positions included). fuse() serves "
+        "the language model and the loss; the vision tower and the projector are left as they are (their modules "
+        "counted in the report's left rows, their gradients compared all the same).",
+        "",
+        "| type | class | inputs | status | fused (modules) | encoder modules left | fuselet ops ran (calls) | max rel. error |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ran = ", ".join(f"{k} {v}" for k, v in r.get("ops_ran", {}).items()) or "-"
+        err = f"{r['max_error']:.1e}" if "max_error" in r else "-"
+        status = r["status"] if "why" not in r else f"{r['status']}: {r['why'][:120]}"
+        left = str(r.get("encoders_left", "-"))
+        cells = (r["type"], r.get("class", "-"), r.get("inputs", "-"), status, kinds(r, "fused"), left, ran, err)
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def table(rows) -> str:
@@ -445,11 +700,25 @@ def table(rows) -> str:
 
 
 def verdict(rows, min_equal: int, min_door_ops: int) -> list[str]:
-    """What fails the run: fewer than `min_equal` types equal; any type that differs from its stock
+    """What fails the run: an image-text type of the vlm pass that is not equal, or whose step
+    ran none of one of VLM_OPS (the language stack's loss, norms, rope); among the
+    causal-LM types, fewer than `min_equal` equal; any type that differs from its stock
     model; a type Liger-Kernel lists that builds and steps but is not equal; a type transformers'
     own door reaches that is not equal there; fewer than `min_door_ops` types where fuselet's ops
     ran through that door."""
     failures = []
+    vlm = [r for r in rows if r.get("pass") == "vlm"]
+    rows = [r for r in rows if r.get("pass") != "vlm"]
+    unequal = [f"{r['type']} ({r['status']})" for r in vlm if r["status"] != "equal"]
+    if unequal:
+        failures.append(f"image-text types not equal: {', '.join(unequal)}")
+    unserved = [
+        f"{r['type']} (no {', '.join(op for op in VLM_OPS if op not in r.get('ops_ran', {}))})"
+        for r in vlm
+        if r["status"] == "equal" and not all(op in r.get("ops_ran", {}) for op in VLM_OPS)
+    ]
+    if unserved:
+        failures.append(f"image-text types whose language stack did not run fuselet's ops: {', '.join(unserved)}")
     equal = sum(r["status"] == "equal" for r in rows)
     if equal < min_equal:
         failures.append(f"{equal} types equal, fewer than --min-equal {min_equal}")
@@ -473,7 +742,13 @@ def verdict(rows, min_equal: int, min_door_ops: int) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--types", help="comma-separated model types, or 'sample' (make test's: SAMPLE) (default: every causal-LM type)"
+        "--types",
+        help="comma-separated causal-LM model types, 'sample' (make test's: SAMPLE) or 'none' (default: every causal-LM type)",
+    )
+    parser.add_argument(
+        "--vlm",
+        help="comma-separated image-text model types of the vlm pass, 'all' (VLM_TYPES), 'sample' (VLM_SAMPLE) or 'none' "
+        "(default: all with every causal-LM type, VLM_SAMPLE with --types sample, else none)",
     )
     parser.add_argument(
         "--out", default=os.path.join(os.path.dirname(__file__), "results", "zoo"), help="writes OUT.md and OUT.json"
@@ -486,25 +761,33 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
-    types = sorted(SAMPLE) if args.types == "sample" else args.types.split(",") if args.types else None
-    types = types or sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+    every = not args.types
+    named = {"sample": sorted(SAMPLE), "none": [], None: sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)}
+    types = named[args.types] if args.types in named else args.types.split(",")
     unknown = [t for t in types if t not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES]
     if unknown:
         parser.error(f"--types: not causal-LM model types of this transformers: {', '.join(unknown)}")
+    vlm = args.vlm or ("all" if every else "sample" if args.types == "sample" else "none")
+    vlm = list(VLM_TYPES) if vlm == "all" else list(VLM_SAMPLE) if vlm == "sample" else [] if vlm == "none" else vlm.split(",")
+    unknown = [t for t in vlm if t not in VLM_TYPES]
+    if unknown:
+        parser.error(f"--vlm: not image-text model types of the vlm pass (VLM_TYPES): {', '.join(unknown)}")
     import torch
     import transformers
 
-    rows = run_all(types, args.jobs)
-    rows.sort(key=lambda r: r["type"])
+    rows = run_all(types + [f"vlm:{t}" for t in vlm], args.jobs)
+    rows.sort(key=lambda r: (r.get("pass", ""), r["type"]))
     header = f"fuselet {__import__('fuselet').__version__}, torch {torch.__version__}, transformers {transformers.__version__}"
-    text = f"# fuse() over transformers' causal LMs\n\n{header}; `python benchmarks/zoo.py`\n\n" + table(rows)
+    text = f"# fuse() over transformers' causal LMs\n\n{header}; `python benchmarks/zoo.py`\n\n"
+    text += table([r for r in rows if r.get("pass") != "vlm"]) if types else ""
+    text += ("\n" if types else "") + vlm_table([r for r in rows if r.get("pass") == "vlm"]) if vlm else ""
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".md", "w") as f:
         f.write(text)
     with open(args.out + ".json", "w") as f:
         json.dump({"versions": header, "tolerance": TOLERANCE, "rows": rows}, f, indent=1)
         f.write("\n")
-    print("\n".join(text.split("\n\n")[2:4]))
+    print("\n".join(p for p in text.split("\n\n")[2:] if not p.startswith(("|", "#", "Liger", "transformers'"))))
     print(f"wrote {args.out}.md and {args.out}.json")
     failures = verdict(rows, args.min_equal, args.min_door_ops)
     for failure in failures:

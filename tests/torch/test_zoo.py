@@ -186,6 +186,63 @@ def test_vision_language_text_model_with_multimodal_rope(model_type):
     assert_same_step(fused, plain, fused)
 
 
+@pytest.mark.parametrize("model_type", ["mistral3", "qwen3_vl"])
+def test_image_text_model_fuses_its_language_stack_with_an_image_per_row(model_type):
+    """zoo.py's vlm pass on two image-text classes (make test's script runs its VLM_SAMPLE): a
+    step with an image in each row (Qwen3-VL's multimodal rope positions differ per row) equals
+    the stock model's, fuselet's norms, MLPs, rope and loss ran in the language model and none
+    in the vision tower (Pixtral's has a rotary attention and RMSNorms of its own)."""
+    row = zoo.check_vlm(model_type)
+    assert row["status"] == "equal" and row["inputs"] == "image", row
+    ran, fused = row["ops_ran"], row["fused"]
+    assert ran["fused_linear_cross_entropy_reduced"] == 1 and row["no_logits"], ran
+    assert ran["rope_fwd"] == 2 * fused["rope"] and ran["swiglu_fwd"] == fused["mlp"], (ran, fused)
+    assert ran["rms_norm_fwd"] == fused["norm"], (ran, fused)  # each fused norm once: none of the tower's
+    assert row["encoders_left"] >= 4
+
+
+def test_vision_tower_and_projector_are_left_and_said_so():
+    model = ft.transformers.fuse(zoo.build_vlm("mistral3"))
+    reason = (
+        "in model.{} ({}), outside the language model (model.language_model): fuse() serves a multimodal "
+        "model's language stack and leaves its encoders and projector as they are"
+    )
+    left = {r.kind: r.detail for r in ft.transformers.fuse_report(model).left() if r.path.startswith("model.vision_tower")}
+    assert left == dict.fromkeys(("norm", "mlp", "rope"), reason.format("vision_tower", "PixtralVisionModel")), left
+    rows = ft.transformers.fuse_report(model).left()
+    assert {r.detail for r in rows if r.path.startswith("model.multi_modal_projector")} == {
+        reason.format("multi_modal_projector", "Mistral3MultiModalProjector")
+    }
+    outside = (model.model.vision_tower, model.model.multi_modal_projector)
+    assert not any("forward" in vars(m) for tower in outside for m in tower.modules())
+    assert "forward" in vars(model.model.language_model.norm) and "forward" in vars(model)
+
+
+def test_outer_loss_of_an_inner_language_model_is_fused():
+    """Llama4ForConditionalGeneration computes its loss from its inner Llama4ForCausalLM's logits:
+    fused, the outer forward takes the inner model's last hidden states and its head's fused loss
+    (text only here: the vlm pass steps it with an image), with num_items_in_batch as Trainer passes it."""
+    plain = zoo.build_vlm("llama4")
+    fused = ft.transformers.fuse(copy.deepcopy(plain))
+    loss_rows = {r.path: r.detail for r in ft.transformers.fuse_report(fused).fused("loss")}
+    assert loss_rows == {
+        "language_model": "ft.fused_linear_cross_entropy()",
+        "": "ft.fused_linear_cross_entropy on language_model.lm_head",
+    }
+    input_ids, labels = batch()
+    count = torch.tensor(int((labels[:, 1:] != -100).sum()))
+    want = plain(input_ids=input_ids, labels=labels, num_items_in_batch=count)
+    got = fused(input_ids=input_ids, labels=labels, num_items_in_batch=count)
+    assert got.logits is None and zoo._error(got.loss, want.loss) <= zoo.TOLERANCE, (got.loss, want.loss)
+    want.loss.backward()
+    got.loss.backward()
+    for (name, p), q in zip(plain.named_parameters(), fused.parameters()):
+        if p.grad is not None:
+            assert zoo._error(q.grad, p.grad) <= 2 * zoo.TOLERANCE, name
+    logits = fused(input_ids=input_ids).logits  # without labels: the class's own forward
+    torch.testing.assert_close(logits, plain(input_ids=input_ids).logits)
+
+
 def test_meta_parameters_are_left_not_probed():
     with torch.device("meta"):
         model = zoo.build("llama")
@@ -217,7 +274,8 @@ def test_the_zoo_script_over_its_sample(tmp_path):
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = json.loads((tmp_path / "zoo.json").read_text())["rows"]
-    assert sorted(r["type"] for r in rows) == sorted(zoo.SAMPLE)
+    assert sorted(r["type"] for r in rows if r.get("pass") != "vlm") == sorted(zoo.SAMPLE)
+    assert sorted(r["type"] for r in rows if r.get("pass") == "vlm") == sorted(zoo.VLM_SAMPLE)
     assert {r["type"]: r["status"] for r in rows if r["status"] != "equal"} == {}
 
 
@@ -235,3 +293,13 @@ def test_the_zoo_verdict_names_each_failure():
     ]
     left = [{"type": "afmoe", "status": "equal", "door": {"status": "error"}}]
     assert zoo.verdict(left, 0, 0) == ["not equal through transformers' door: afmoe (error)"]
+    ran = dict.fromkeys(zoo.VLM_OPS, 1)
+    vlm = [
+        {"type": "llava", "pass": "vlm", "status": "equal", "ops_ran": ran},
+        {"type": "gemma3", "pass": "vlm", "status": "no stock step"},
+        {"type": "llama4", "pass": "vlm", "status": "equal", "ops_ran": {"rms_norm_fwd": 1, "rope_fwd": 1}},
+    ]
+    assert zoo.verdict(vlm, 0, 0) == [
+        "image-text types not equal: gemma3 (no stock step)",
+        "image-text types whose language stack did not run fuselet's ops: llama4 (no fused_linear_cross_entropy_reduced)",
+    ]

@@ -42,6 +42,14 @@ How each kind is found and what it runs:
   and the output's `logits` is None. Without labels, or with output_router_logits (MoE aux
   loss), the forward is the class's own.
 
+A multimodal model (a text config apart from the model's own, and a `get_decoder()` inside the
+model: the image-text ForConditionalGeneration classes) is served as its language stack: the
+modules under the decoder and the LMs above it; its vision tower, other encoders and projector
+are left as they are, each a left row naming the module it is in. Where the head belongs to a
+causal LM inside the model and the outer forward computes the loss from that LM's logits
+(Llama4ForConditionalGeneration), the outer forward, given labels, takes the inner LM's last
+hidden states and runs its head's fused loss (fuselet.torch.transformers.multimodal).
+
 The probe runs under torch.no_grad in eval mode (restored after) on a few random tokens;
 parameters on the meta device cannot be probed, and those modules are left. A module whose
 call fuselet does not take (a norm weight of another dtype than x, a cos table of another
@@ -57,7 +65,8 @@ each checks the class it replaces with the probes above (fuselet.torch.transform
 
 The package: fuse() here, over detect (which kind of layer a module is), norms, gated_norms, mlp (gated MLPs
 and MoE experts' gates), rotary and complex_rotary (the rotary calls; shadow copies a class's
-forward with one global swapped), loss (the LM head), probe (what the checks share), report
+forward with one global swapped), loss (the LM head), multimodal (the language stack of a
+multimodal model, and a loss computed by an outer model), probe (what the checks share), report
 (fuse_report's FuseReport) and hub (transformers' own door).
 """
 
@@ -80,6 +89,7 @@ from fuselet.torch.transformers.hub import (
 )
 from fuselet.torch.transformers.loss import _fuse_loss
 from fuselet.torch.transformers.mlp import _fuse_experts, _fuse_mlp
+from fuselet.torch.transformers.multimodal import _fuse_outer_loss, _inner_lm, _language_scope, _outside, _outside_reason
 from fuselet.torch.transformers.norms import (
     _fuse_norm,
     _norm_run,  # noqa: F401 (fuselet.torch.hub.layers reads it here)
@@ -149,6 +159,7 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
     rows = []
     tables_key = None
     training = {m: m.training for m in model.modules()}
+    decoder_path = _language_scope(model)
     model.eval()
     try:
         for path, module in model.named_modules():
@@ -160,6 +171,9 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
                 continue
             if (kind, path) in done:
                 rows.append(done[kind, path])
+                continue
+            if decoder_path is not None and _outside(path, decoder_path):
+                rows.append(Row(kind, path, False, _outside_reason(model, path, decoder_path)))
                 continue
             try:
                 if kind == "norm":
@@ -186,6 +200,14 @@ def fuse(model, rms_norm: bool = True, swiglu: bool = True, rope: bool = True, l
                 rows.append(Row(kind, path, True, detail))
             except _Left as why:
                 rows.append(Row(kind, path, False, str(why)))
+        inner = _inner_lm(model) if flags["loss"] else None
+        if inner is not None and ("loss", "") in done:
+            rows.append(done["loss", ""])
+        elif inner is not None:  # the head is an inner LM's: the outer model computes the loss (Llama4's)
+            try:
+                rows.append(Row("loss", "", True, _fuse_outer_loss(model, inner)))
+            except _Left as why:
+                rows.append(Row("loss", "", False, str(why)))
     finally:
         for m, mode in training.items():
             m.training = mode

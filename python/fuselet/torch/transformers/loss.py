@@ -25,6 +25,9 @@ from fuselet.torch.transformers.probe import (
 )
 
 _LOSS_KWARGS = ("shift_labels", "num_items_in_batch", "ignore_index")
+# the keyword an outer model's fused forward passes down to its inner LM's (multimodal.py): return
+# the last hidden states as `logits`, no loss
+HIDDEN_KWARG = "_fuselet_hidden_as_logits"
 
 
 def _head_extras(model):
@@ -78,7 +81,11 @@ def _fused_loss_forward(self, *args, **kwargs):
     bound.pop("self", None)
     extra = dict(bound.pop("kwargs", {}))
     labels = bound.pop("labels", None)
-    if labels is None or extra.get("output_router_logits", getattr(self.config, "output_router_logits", False)):
+    hidden_as_logits = extra.pop(HIDDEN_KWARG, False)  # from an outer model's fused forward (multimodal.py)
+    if hidden_as_logits:
+        if labels is not None:
+            raise ValueError(f"labels: {type(self).__name__} is asked for its hidden states and a loss at once")
+    elif labels is None or extra.get("output_router_logits", getattr(self.config, "output_router_logits", False)):
         return cls_forward(self, *args, **kwargs)  # no loss asked (shift_labels alone included), or an aux loss
     return_dict = extra.pop("return_dict", bound.pop("return_dict", None))
     if return_dict is None:
@@ -86,20 +93,31 @@ def _fused_loss_forward(self, *args, **kwargs):
     if "past_key_values" in extra and base_params is not None and "cache" in base_params:
         bound["cache"] = extra.pop("past_key_values")  # the name transformers still takes for `cache`
     shift_labels, num_items, ignore_index = (extra.pop(k, None) for k in _LOSS_KWARGS)
-    ignore_index = -100 if ignore_index is None else ignore_index
     logits_to_keep = bound.pop("logits_to_keep", 0)
     if not (isinstance(logits_to_keep, int) and logits_to_keep == 0):
         raise ValueError(f"logits_to_keep: the fused loss needs every position (0) when labels are given, got {logits_to_keep!r}")
     passed = {k: v for k, v in bound.items() if base_params is None or k in base_params}
     outputs = _base_model(self)(**passed, **extra)
     hidden = outputs[0]
-    if shift_labels is None:  # tokens < n predict n
-        shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
-    loss = _head_loss(hidden, self.lm_head, shift_labels, ignore_index, extras, "mean" if num_items is None else "sum")
-    if num_items is not None:
-        loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+    if hidden_as_logits:
+        out = output_cls(loss=None, logits=hidden, **{f: getattr(outputs, f) for f in fields if hasattr(outputs, f)})
+        return out if return_dict else out.to_tuple()
+    loss = _lm_loss(self, hidden, labels, shift_labels, num_items, ignore_index)
     out = output_cls(loss=loss, logits=None, **{f: getattr(outputs, f) for f in fields if hasattr(outputs, f)})
     return out if return_dict else out.to_tuple()
+
+
+def _lm_loss(lm, hidden, labels, shift_labels=None, num_items=None, ignore_index=None):
+    """The fused LM `lm`'s loss on its last hidden states, as transformers' ForCausalLMLoss: labels
+    shifted by one (or shift_labels as given), mean over counted tokens or sum / num_items."""
+    extras = lm._fuselet_loss[4]
+    ignore_index = -100 if ignore_index is None else ignore_index
+    if shift_labels is None:  # tokens < n predict n
+        shift_labels = torch.nn.functional.pad(labels, (0, 1), value=ignore_index)[..., 1:]
+    loss = _head_loss(hidden, lm.lm_head, shift_labels, ignore_index, extras, "mean" if num_items is None else "sum")
+    if num_items is not None:
+        loss = loss / (num_items.to(loss.device) if torch.is_tensor(num_items) else num_items)
+    return loss
 
 
 def _base_model(module):
