@@ -3,8 +3,8 @@ a subprocess: XLA_FLAGS must be set before jax is imported).
 
 fused_linear_cross_entropy with the head sharded on V over "model" and the tokens over "data"
 (meshes data x model 1x2, 1x4, 2x4, 8x1), cross_entropy with logits sharded on V, the axis_name=
-form inside shard_map, uneven V (1001 over 2 and 4 devices) and the post-training losses over a
-sharded head: the loss and every gradient equal to the one-device call (float32, 1e-5
+form inside shard_map, uneven V (1001 over 2 and 4 devices), 2-D meshes of Auto and Explicit axes
+and the post-training losses over a sharded head: the loss and every gradient equal to the one-device call (float32, 1e-5
 relative), the head never gathered (no all-gather in the compiled HLO), the statistics combined
 by all-reduces of [chunk]-sized float32 values, dweight left sharded."""
 
@@ -44,7 +44,7 @@ def test_all_equal_to_one_device(results):
     """Every case: loss and gradients within 1e-5 relative of the one-device call."""
     worst = {k: v["rel_diff"] for k, v in results.items() if not v["rel_diff"] <= TOL}
     assert worst == {}, worst
-    assert len(results) >= 70, sorted(results)
+    assert len(results) >= 84, sorted(results)
 
 
 @pytest.mark.parametrize("mesh", ["1x2", "1x4", "2x4"])
@@ -107,4 +107,24 @@ def test_post_training_losses_over_sharded_head(results, loss):
     """fused_linear_grpo_loss and DPO take their log-probabilities from fused_linear_cross_entropy:
     over a head (and DPO's reference head) sharded on "model" they run vocab-parallel."""
     r = results[f"losses/{loss}"]
+    assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
+
+
+@pytest.mark.parametrize("kind", ["auto", "explicit"])
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_2d_mesh_token_layouts(results, kind, reduction):
+    """hidden [4, 8, H] on a 2 x 4 mesh of Auto or Explicit axes, the head over model: tokens over
+    data (no gather at all: the chunks run on each device's own tokens, never spanning devices),
+    or over data and model (hidden gathered over model, the head's axis, as under sequence
+    parallel); dweight stays sharded over model, and the one-device result."""
+    for tokens in ("data", "dataxmodel"):
+        r = results[f"mesh/{kind}/{tokens}/{reduction}"]
+        assert r["rel_diff"] <= TOL and r["dweight_spec"].startswith("P('model'"), r
+        assert [CHUNK] in r["all_reduces"] and [3, CHUNK] in r["all_reduces"], r["all_reduces"]
+        if tokens == "data":
+            assert r["collectives"]["all-gather"] == 0, r["collectives"]
+
+
+def test_cross_entropy_on_explicit_mesh(results):
+    r = results["mesh/explicit/ce"]
     assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r

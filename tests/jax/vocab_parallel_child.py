@@ -241,8 +241,55 @@ def loss_cases() -> dict:
     return out
 
 
+def mesh_cases() -> dict:
+    """hidden [4, 8, H] with its tokens sharded over data and model (the head's axis too: gathered
+    over it, as under sequence parallel) or over data alone, the head over model, on meshes of Auto
+    and of Explicit axes (jax.make_mesh's default: the loop then runs under jax.shard_map);
+    cross_entropy's logits sharded on V on an Explicit mesh."""
+    out = {}
+    rng = np.random.default_rng(5)
+    h = jnp.asarray(rng.standard_normal((4, 8, 16)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((64, 16)) * 0.4, jnp.float32)
+    t = jnp.asarray(rng.integers(0, 64, (4, 8)), jnp.int32).at[:, ::3].set(7)
+    opts = OPTIONS["all"]
+    for reduction in ("mean", "none"):
+
+        def f(h, w, t, reduction=reduction):
+            loss = fj.fused_linear_cross_entropy(h, w, t, reduction=reduction, chunk_size=CHUNK, **opts)
+            return jnp.sum(loss * jnp.arange(32.0).reshape(4, 8)) if reduction == "none" else loss
+
+        vg = jax.value_and_grad(f, argnums=(0, 1))
+        expected = jax.jit(vg)(h, w, t)
+        for kind in ("auto", "explicit"):
+            axis_type = jax.sharding.AxisType.Auto if kind == "auto" else jax.sharding.AxisType.Explicit
+            mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(axis_type,) * 2)
+            for tokens in (("data",), ("data", "model")):
+                hs = NamedSharding(mesh, P(*tokens, None)) if len(tokens) == 2 else NamedSharding(mesh, P("data", None, None))
+                ws, ts = NamedSharding(mesh, P("model", None)), NamedSharding(mesh, P(*tokens))
+                args = jax.device_put(h, hs), jax.device_put(w, ws), jax.device_put(t, ts)
+                compiled = jax.jit(vg).lower(*args).compile()
+                got = compiled(*args)
+                out[f"mesh/{kind}/{'x'.join(tokens)}/{reduction}"] = {
+                    "rel_diff": rel_diff(got, expected),
+                    "collectives": counts(compiled.as_text()),
+                    "all_reduces": all_reduces(compiled.as_text()),
+                    "dweight_spec": str(got[1][1].sharding.spec),
+                }
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    x = jnp.asarray(rng.standard_normal((4, 8, 64)) * 3, jnp.float32)
+    vg = jax.value_and_grad(lambda x, t: fj.cross_entropy(x, t, **opts))
+    args = jax.device_put(x, NamedSharding(mesh, P("data", None, "model"))), jax.device_put(t, NamedSharding(mesh, P("data")))
+    compiled = jax.jit(vg).lower(*args).compile()
+    out["mesh/explicit/ce"] = {
+        "rel_diff": rel_diff(compiled(*args), jax.jit(vg)(x, t)),
+        "collectives": counts(compiled.as_text()),
+    }
+    return out
+
+
 def main():
     out = {}
+    out.update(mesh_cases())
     out.update(flce_cases())
     out.update(ce_cases())
     out.update(axis_name_cases())

@@ -228,9 +228,9 @@ def _specs(kinds: str, vocab: tuple, tokens: tuple) -> tuple:
     return tuple({"h": P(n, None), "w": P(v, None), "b": P(v), "t": P(n), "s": P()}[k] for k in kinds)
 
 
-@functools.cache
-def _partitioned(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
-    """The chunked loop `kind` as one custom_partitioning call over its arrays (no None)."""
+def _local_call(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
+    """(input kinds, output kinds, call(where, *arrays)): the chunked loop `kind` on one device's
+    share, over its arrays (no None for an absent bias) and giving them (no None)."""
     ins, outs = (s if has_bias else s.replace("b", "") for s in _KINDS[kind])
     local = {
         "reduced": lambda where, *a: _local_reduced(where, opts, chunk, mean, *a),
@@ -238,21 +238,27 @@ def _partitioned(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
         "bwd": lambda where, *a: _local_bwd(where, opts, chunk, *a),
     }[kind]
 
-    def with_bias(args):
-        """args with None for an absent bias (the local functions take one)."""
+    def call(where, *args):
         args = list(args)
-        if not has_bias:
+        if not has_bias:  # the local functions take a None
             args.insert(ins.index("w") + 1, None)
-        return args
+        return tuple(r for r in local(where, *args) if r is not None)
 
-    def without_bias(results):
-        return tuple(r for r in results if r is not None)
+    return ins, outs, call
 
-    def sizes(shapes):
-        return shapes[ins.index("w")].shape[0], shapes[ins.index("h")].shape[0]
+
+def _sizes(ins: str, shapes) -> tuple:
+    """(V, N): the weight's rows, hidden's tokens."""
+    return shapes[ins.index("w")].shape[0], shapes[ins.index("h")].shape[0]
+
+
+@functools.cache
+def _partitioned(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
+    """The chunked loop `kind` as one custom_partitioning call over its arrays (no None)."""
+    ins, outs, call = _local_call(kind, opts, chunk, mean, has_bias)
 
     def fn(*args):
-        return without_bias(local(_Where((), (), *sizes(args)), *with_bias(args)))
+        return call(_Where((), (), *_sizes(ins, args)), *args)
 
     def shardings(mesh, arg_shapes):
         vocab, tokens = _layout(arg_shapes, ins)
@@ -264,14 +270,46 @@ def _partitioned(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
 
     def partition(mesh, arg_shapes, result_shape):
         vocab, tokens, in_s, out_s = shardings(mesh, arg_shapes)
-        where = _Where(vocab, tokens, *sizes(arg_shapes))
-        return mesh, lambda *a: without_bias(local(where, *with_bias(a))), out_s, in_s
+        where = _Where(vocab, tokens, *_sizes(ins, arg_shapes))
+        return mesh, lambda *a: call(where, *a), out_s, in_s
 
     rule = f"{', '.join(_FACTORS[k] for k in ins)} -> {', '.join(_FACTORS[k] for k in outs)}"
     wrapped = custom_partitioning(fn)
     wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule, need_replication_factors=("k",))
     # vmap: a loop over the batch (lax.map; custom_partitioning has no batching rule)
     return _batched(wrapped, (False,) * len(ins), False)
+
+
+def _explicit(args, ins: str):
+    """(mesh, vocab axes, token axes) where hidden or the weight is sharded over Explicit mesh axes
+    (sharding in types: jax.make_mesh's default), else None. custom_partitioning traces the
+    whole loop with the global types, which Explicit axes refuse (a chunk that straddles the
+    devices' tokens): there the loop runs under jax.shard_map instead."""
+
+    def axes(i, dim):
+        sharding = jax.typeof(args[i]).sharding
+        spec = tuple(getattr(sharding, "spec", ()))
+        return (vp.axes_of(spec[dim]) if dim < len(spec) else ()), getattr(sharding, "mesh", None)
+
+    (vocab, mesh), (tokens, _) = axes(ins.index("w"), 0), axes(ins.index("h"), 0)
+    if mesh is None or not (vocab or tokens):
+        return None
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Explicit}
+    if not set(vocab + tokens) <= explicit:
+        return None
+    return mesh, vocab, tuple(a for a in tokens if a not in vocab)
+
+
+def _shard_mapped(kind, opts, chunk, mean, has_bias, layout, args):
+    """The chunked loop `kind` under jax.shard_map over the Explicit axes of `layout`."""
+    mesh, vocab, tokens = layout
+    ins, outs, call = _local_call(kind, opts, chunk, mean, has_bias)
+    where = _Where(vocab, tokens, *_sizes(ins, args))
+    in_specs, out_specs = _specs(ins, vocab, tokens), _specs(outs, vocab, tokens)
+    given = {k: jax.typeof(a).sharding for k, a in zip(ins, args)}  # the results go back to these
+    args = tuple(jax.sharding.reshard(a, NamedSharding(mesh, s)) for a, s in zip(args, in_specs))
+    results = jax.shard_map(lambda *a: call(where, *a), mesh=mesh, in_specs=in_specs, out_specs=out_specs)(*args)
+    return tuple(r if k == "s" else jax.sharding.reshard(r, given[k]) for r, k in zip(results, outs))
 
 
 def _run(kind, cfg, *args):
@@ -286,7 +324,13 @@ def _run(kind, cfg, *args):
         extra = (mean,) if kind == "reduced" else ()
         return local(_Where(axis, (), vocab, h.shape[0]), opts, chunk, *extra, *args)
     has_bias = args[3 if kind == "bwd" else 2] is not None
-    results = iter(_partitioned(kind, opts, chunk, mean, has_bias)(*(a for a in args if a is not None)))
+    given = tuple(a for a in args if a is not None)
+    ins = _KINDS[kind][0] if has_bias else _KINDS[kind][0].replace("b", "")
+    layout = _explicit(given, ins)
+    if layout is not None:
+        results = iter(_shard_mapped(kind, opts, chunk, mean, has_bias, layout, given))
+    else:
+        results = iter(_partitioned(kind, opts, chunk, mean, has_bias)(*given))
     n_out = len(_KINDS[kind][1])
     bias_out = _KINDS[kind][1].find("b")
     return tuple(next(results) if has_bias or i != bias_out else None for i in range(n_out))
@@ -350,6 +394,15 @@ def _loss(h, w, b, t, opts, chunk, reduction, axis=None, vocab_size=None):
 _loss_jit = jax.jit(_loss, static_argnums=(4, 5, 6, 7, 8))
 
 
+def _like(a, target):
+    """a [N] reshaped to target's shape, and (Explicit mesh axes) to its sharding."""
+    sharding = jax.typeof(target).sharding
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is not None and jax.sharding.AxisType.Explicit in tuple(mesh.axis_types) and any(sharding.spec):
+        return jax.lax.reshape(a, target.shape, out_sharding=sharding)
+    return a.reshape(target.shape)
+
+
 def fused_linear_cross_entropy(
     hidden,
     weight,
@@ -405,5 +458,5 @@ def fused_linear_cross_entropy(
     else:
         loss, z = _target_errors(target, lambda: _loss_jit(h2, weight, bias, t1, opts, chunk, reduction))
     if reduction == "none":
-        loss, z = loss.reshape(shape), z.reshape(shape)
+        loss, z = _like(loss, target), _like(z, target)
     return (loss, jax.lax.stop_gradient(z)) if return_z_loss else loss
