@@ -11,6 +11,7 @@ from tests.conftest import import_layer
 
 jax = pytest.importorskip("jax", reason="jax is not installed in this environment")
 jnp = pytest.importorskip("jax.numpy")
+P = pytest.importorskip("jax.sharding").PartitionSpec
 fj = import_layer("jax")
 
 OPTIONS = {
@@ -117,3 +118,56 @@ def test_bad_input():
         fj.fused_linear_cross_entropy(hidden, weight.astype(jnp.bfloat16), target)
     with pytest.raises(ValueError, match="chunk_size: expected None or an int >= 1"):
         fj.fused_linear_cross_entropy(hidden, weight, target, chunk_size=0)
+
+
+def test_bad_axis_name_and_vocab_size():
+    """axis_name= / vocab_size= (the vocab-parallel form inside shard_map): named errors, from
+    both losses."""
+    hidden, weight, bias, target = inputs()
+    logits = hidden @ weight.T
+    for call in (
+        lambda **kw: fj.fused_linear_cross_entropy(hidden, weight, target, **kw),
+        lambda **kw: fj.cross_entropy(logits, target, **kw),
+    ):
+        with pytest.raises(TypeError, match="axis_name: expected None, a mesh axis name \\(str\\) or a tuple of them, got 3"):
+            call(axis_name=3)
+        with pytest.raises(ValueError, match="vocab_size: expected None without axis_name"):
+            call(vocab_size=5)
+    mesh = jax.make_mesh((1,), ("model",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:1])
+    v = weight.shape[0]
+
+    def bad(h, w, t):
+        return fj.fused_linear_cross_entropy(h, w, t, axis_name="model", vocab_size=v + 1)
+
+    sm = jax.shard_map(bad, mesh=mesh, in_specs=(P(), P("model"), P()), out_specs=P())
+    with pytest.raises(ValueError, match=rf"vocab_size: expected in \(0, {v}\] .* got {v + 1}"):
+        jax.jit(sm)(hidden, weight, target)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "none"])
+def test_axis_name_on_one_device(reduction):
+    """axis_name= over a mesh axis of one device (the vocab-parallel math, no peers): the loss and
+    gradients of the plain call; the last 3 classes padding (vocab_size=V - 3, NaN rows)."""
+    hidden, weight, bias, target = inputs()
+    v = weight.shape[0]
+    target = jnp.where(target >= v - 3, 1, target)
+    kw = dict(label_smoothing=0.1, z_loss=1e-3, softcap=6.0, reduction=reduction, chunk_size=7)
+    mesh = jax.make_mesh((1,), ("model",), axis_types=(jax.sharding.AxisType.Auto,), devices=jax.devices()[:1])
+    padded_w = weight.at[v - 3 :].set(jnp.nan)
+    padded_b = bias.at[v - 3 :].set(jnp.nan)
+
+    def local(h, w, b, t):
+        return jnp.sum(fj.fused_linear_cross_entropy(h, w, t, bias=b, axis_name="model", vocab_size=v - 3, **kw))
+
+    sm = jax.shard_map(local, mesh=mesh, in_specs=(P(), P("model"), P("model"), P()), out_specs=P())
+    got = jax.jit(jax.value_and_grad(sm, argnums=(0, 1, 2)))(hidden, padded_w, padded_b, target)
+
+    def plain(h, w, b, t):
+        return jnp.sum(fj.fused_linear_cross_entropy(h, w, t, bias=b, **kw))
+
+    expected = jax.value_and_grad(plain, argnums=(0, 1, 2))(hidden, weight[: v - 3], bias[: v - 3], target)
+    np.testing.assert_allclose(float(got[0]), float(expected[0]), rtol=1e-5)
+    for name, g, e in zip(("hidden", "weight", "bias"), got[1], expected[1]):
+        g = g if name == "hidden" else g[: v - 3]
+        assert not np.any(np.isnan(np.asarray(g))), name
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-6, err_msg=f"d{name}")

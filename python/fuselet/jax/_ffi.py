@@ -35,10 +35,20 @@ def _workspace_bytes(x) -> int:
 
 
 @functools.cache
-def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tuple, core_dims: int, aliases: tuple = ()):
+def _op(
+    op: str,
+    in_kinds: tuple,
+    out_kinds: tuple,
+    workspace: bool,
+    attrs: tuple,
+    core_dims: int,
+    aliases: tuple = (),
+    sharded_last=None,
+):
     """The FFI call `op` with row sharding rules (see _sharding), attrs as ((name, value), ...).
     With `workspace`, the call has one more (uint8) output, its workspace, dropped here.
-    aliases: see _call."""
+    aliases: see _call. sharded_last(axes, width, attrs, *args): see _sharding.row_partitioned
+    (its attrs: a dict)."""
 
     def call(*args):
         outs = _sharding.out_types(args, in_kinds, out_kinds, dict(attrs))
@@ -46,13 +56,15 @@ def _op(op: str, in_kinds: tuple, out_kinds: tuple, workspace: bool, attrs: tupl
             outs += (jax.ShapeDtypeStruct((_workspace_bytes(args[in_kinds.index(ROWS)]),), jnp.uint8),)
         return tuple(_call(op, outs, *args, aliases=aliases, **dict(attrs)))[: len(out_kinds)]
 
-    return _sharding.row_partitioned(call, in_kinds, out_kinds, core_dims)
+    last = None if sharded_last is None else (lambda axes, width, *a: sharded_last(axes, width, dict(attrs), *a))
+    return _sharding.row_partitioned(call, in_kinds, out_kinds, core_dims, last)
 
 
-def row_op(op, in_kinds, out_kinds, args, fold, workspace=False, core_dims=1, aliases=(), **attrs):
-    """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like)."""
+def row_op(op, in_kinds, out_kinds, args, fold, workspace=False, core_dims=1, aliases=(), sharded_last=None, **attrs):
+    """_op(...)(*args), vmappable (see _batched) and typed for shard_map (see _sharding.vary_like).
+    sharded_last: a module-level function (see _op)."""
     axes = _sharding.varying_axes(*args)
-    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())), core_dims, tuple(aliases))
+    fn = _op(op, in_kinds, out_kinds, workspace, tuple(sorted(attrs.items())), core_dims, tuple(aliases), sharded_last)
     call = lambda *a: tuple(_sharding.vary_like(axes, r) for r in fn(*a))  # noqa: E731
     return _batched(call, tuple(k in (ROWS, HALF, STATS, GROUPS) for k in in_kinds), fold)(*args)
 

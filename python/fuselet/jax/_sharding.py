@@ -69,7 +69,7 @@ def _mesh_axes(rows: tuple) -> tuple:
     return tuple(axes)
 
 
-def _rule(in_kinds, out_kinds, core_dims=1):
+def _rule(in_kinds, out_kinds, core_dims=1, whole=("h", "f", "g", "q", "z")):
     """The Shardy rule: row factors r0.. pass through, H ("h"), the half width ("f"), the groups
     ("g"), a core query dim ("q", core_dims=2) and absent parameters ("z") need replication. PARAM_SUM
     results drop the row factors (their psum is in partition)."""
@@ -96,38 +96,57 @@ def _rule(in_kinds, out_kinds, core_dims=1):
         rule = f"{ins} -> {outs}"
         used = rule.replace(",", " ").split()
         # In order of first appearance: Shardy wants them sorted by factor index.
-        return rule, {"need_replication_factors": tuple(f for f in dict.fromkeys(used) if f in ("h", "f", "g", "q", "z"))}
+        return rule, {"need_replication_factors": tuple(f for f in dict.fromkeys(used) if f in whole)}
 
     return rule
 
 
-def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple, core_dims: int = 1):
+def _last_axes(sharding, ndim: int, rows: tuple) -> tuple:
+    """The mesh axes of the last dim of an [..., H] operand (but those of its rows)."""
+    spec = (tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()) + (None,) * ndim
+    return tuple(a for a in _mesh_axes((spec[ndim - 1],)) if a not in _mesh_axes(rows))
+
+
+def row_partitioned(fn, in_kinds: tuple, out_kinds: tuple, core_dims: int = 1, sharded_last=None):
     """fn wrapped so that its rows stay sharded as x's leading dims are (see the module doc);
-    core_dims=2: the last two dims are gathered (the kernel indexes the second-to-last)."""
+    core_dims=2: the last two dims are gathered (the kernel indexes the second-to-last).
+    sharded_last(axes, width, *args) -> results: where given, a last dim of x sharded over mesh
+    axes stays so, each device running sharded_last on its block of it (width: the whole last
+    dim; the ROWS operands' blocks, collectives over `axes` its own) instead of fn."""
     rows_at = in_kinds.index(ROWS)
 
     def shardings(mesh, arg_shapes):
         x = arg_shapes[rows_at]
         rows = _row_spec(x.sharding, len(x.shape), core_dims)
-        ins = tuple(NamedSharding(mesh, _spec(k, rows, core_dims)) for k in in_kinds)
-        outs = tuple(NamedSharding(mesh, _spec(k, rows, core_dims)) for k in out_kinds)
-        return rows, ins, outs
+        last = _last_axes(x.sharding, len(x.shape), rows) if sharded_last is not None else ()
+
+        def spec(k):
+            if last and k in (ROWS, HALF):
+                return P(*rows, last)
+            return _spec(k, rows, core_dims)
+
+        ins = tuple(NamedSharding(mesh, spec(k)) for k in in_kinds)
+        outs = tuple(NamedSharding(mesh, spec(k)) for k in out_kinds)
+        return rows, last, ins, outs
 
     def infer(mesh, arg_shapes, result_shape):
-        return shardings(mesh, arg_shapes)[2]
+        return shardings(mesh, arg_shapes)[3]
 
     def partition(mesh, arg_shapes, result_shape):
-        rows, ins, outs = shardings(mesh, arg_shapes)
+        rows, last, ins, outs = shardings(mesh, arg_shapes)
         axes = _mesh_axes(rows)
+        width = arg_shapes[rows_at].shape[-1]
 
         def per_shard(*args):
-            results = fn(*args)
+            results = sharded_last(last, width, *args) if last else fn(*args)
             return tuple(jax.lax.psum(r, axes) if k == PARAM_SUM and axes else r for r, k in zip(results, out_kinds))
 
         return mesh, per_shard, outs, ins
 
+    whole = ("f", "g", "q", "z") if sharded_last is not None else ("h", "f", "g", "q", "z")
     wrapped = custom_partitioning(fn)
-    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=_rule(in_kinds, out_kinds, core_dims))
+    rule = _rule(in_kinds, out_kinds, core_dims, whole)
+    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule)
     return wrapped
 
 

@@ -10,6 +10,11 @@ no gradient. Losses are float32; the forward keeps only a float32 lse per token 
 backward. fwd_bwd's dlogits may reuse the logits' buffer (input_output_aliases). The reduction
 ("mean" over the non-ignored tokens, "sum", "none") is one jnp.sum over the per-token values:
 with row-sharded logits, one all-reduce.
+
+Logits sharded on V (the last dim) stay so: each device runs the vocab-parallel math
+(_vocab_parallel) on its block of the classes, combining per-row float32 statistics over the
+axes of V (a pmax and a psum per call); the backward needs no collective and dlogits keeps the
+logits' sharding. Inside a user's shard_map, axis_name= names those axes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fuselet.jax import _vocab_parallel as vp
 from fuselet.jax._checks import array_facts
 from fuselet.jax._ffi import row_op
 from fuselet.jax._sharding import ROWS, STATS
@@ -37,8 +43,34 @@ def _attrs(options: spec.CrossEntropyOptions) -> dict:
     }
 
 
+def _op_args(attrs: dict) -> tuple:
+    return int(attrs["ignore_index"]), float(attrs["label_smoothing"]), float(attrs["z_loss"]), float(attrs["softcap"])
+
+
+def _offset(axes, logits):
+    return vp.index(axes) * logits.shape[-1]
+
+
+# Each device's block of logits sharded on V (see _sharding.row_partitioned's sharded_last).
+def _vp_fwd(axes, vocab, attrs, logits, target):
+    return vp.stats(logits, target, _op_args(attrs), axes, vocab, _offset(axes, logits))
+
+
+def _vp_bwd(axes, vocab, attrs, dloss, logits, target, lse):
+    return (vp.dlogits(logits, target, dloss, lse, _op_args(attrs), vocab, _offset(axes, logits)),)
+
+
+def _vp_fwd_bwd(axes, vocab, attrs, logits, target):
+    op_args, offset = _op_args(attrs), _offset(axes, logits)
+    loss, z, lse = vp.stats(logits, target, op_args, axes, vocab, offset)
+    g = jnp.full(loss.shape, attrs["grad_scale"], jnp.float32)
+    return loss, z, vp.dlogits(logits, target, g, lse, op_args, vocab, offset)
+
+
 def _fwd_call(logits, target, options):
-    return row_op("cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True, **_attrs(options))
+    return row_op(
+        "cross_entropy_fwd", (ROWS, STATS), (STATS, STATS, STATS), (logits, target), True, sharded_last=_vp_fwd, **_attrs(options)
+    )
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
@@ -64,11 +96,38 @@ def _per_token_bwd(options, res, cts):
 
 def _bwd_call(dloss, logits, target, lse, options):
     return row_op(
-        "cross_entropy_bwd", (STATS, ROWS, STATS, STATS), (ROWS,), (dloss, logits, target, lse), True, **_attrs(options)
+        "cross_entropy_bwd",
+        (STATS, ROWS, STATS, STATS),
+        (ROWS,),
+        (dloss, logits, target, lse),
+        True,
+        sharded_last=_vp_bwd,
+        **_attrs(options),
     )[0]
 
 
 _per_token.defvjp(_per_token_fwd, _per_token_bwd)
+
+
+# --- inside the caller's shard_map, the classes over axis (axis_name=) ------------------------
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2, 3, 4))
+def _per_token_axis(logits, target, options, axis, vocab):
+    return _per_token_axis_fwd(logits, target, options, axis, vocab)[0]
+
+
+def _per_token_axis_fwd(logits, target, options, axis, vocab):
+    loss, z, lse = vp.stats(logits, target, options.op_args(), axis, vocab, _offset(axis, logits))
+    return (loss, z), (logits, target, lse)
+
+
+def _per_token_axis_bwd(options, axis, vocab, res, cts):
+    logits, target, lse = res
+    return vp.dlogits(logits, target, cts[0], lse, options.op_args(), vocab, _offset(axis, logits)), None
+
+
+_per_token_axis.defvjp(_per_token_axis_fwd, _per_token_axis_bwd)
 
 
 def _valid(target, ignore_index):
@@ -78,9 +137,12 @@ def _valid(target, ignore_index):
     return (target != ignore_index).astype(jnp.float32)
 
 
-def _reduced(logits, target, options):
+def _reduced(logits, target, options, axis=None, vocab=None):
     reduction, return_z_loss = options.reduction, options.return_z_loss
-    loss, z = _per_token(logits, target, options)
+    if axis is None:
+        loss, z = _per_token(logits, target, options)
+    else:
+        loss, z = _per_token_axis(logits, target, options, axis, vocab)
     z = jax.lax.stop_gradient(z)
     if reduction == "none":
         return (loss, z) if return_z_loss else loss
@@ -108,13 +170,23 @@ def cross_entropy(
     softcap: float | None = None,
     reduction: str = "mean",
     return_z_loss: bool = False,
+    axis_name=None,
+    vocab_size: int | None = None,
 ):
     """Cross-entropy of logits [..., V] against target (logits.shape[:-1]), reduced by `reduction`.
 
     z_loss adds z_loss * lse^2 per token; softcap first maps the logits to softcap * tanh(logits /
     softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
     (for logging: no gradient flows through it). A target outside [0, V) that is not
-    ignore_index raises on the CPU (the CUDA kernel gives NaN for that token)."""
+    ignore_index raises on the CPU (the CUDA kernel gives NaN for that token; so does the
+    vocab-parallel path).
+
+    Logits sharded on V under jax.jit stay sharded (docs/tensor_parallel.md). Inside shard_map,
+    axis_name (a mesh axis name or a tuple of them) says that logits [..., V_r] are this device's
+    block of the classes over that axis, in axis order, target holding global class ids; the
+    loss is the whole vocabulary's, alike on every device of the axis, the logits' gradient this
+    block's. vocab_size (with axis_name): the real V where the blocks are padded; None: V_r times
+    the axis size."""
     options = spec.cross_entropy(
         array_facts("logits", logits),
         array_facts("target", target),
@@ -125,6 +197,10 @@ def cross_entropy(
         reduction=reduction,
         return_z_loss=return_z_loss,
     )
+    axis = vp.check_axis_name(axis_name)
+    vocab_size = vp.check_vocab_size(vocab_size, axis, logits.shape[-1])
+    if axis is not None:  # inside the caller's shard_map: no jit of our own
+        return _reduced(logits, target, options, axis, vocab_size or logits.shape[-1] * vp.axis_size(axis))
     return _target_errors(target, lambda: _reduced_jit(logits, target, options))
 
 
@@ -154,6 +230,7 @@ def _fwd_bwd(logits, target, options, grad_scale):
         (logits, target),
         True,
         aliases=((0, 2),),
+        sharded_last=_vp_fwd_bwd,
         grad_scale=np.float32(grad_scale),
         **_attrs(options),
     )

@@ -8,6 +8,14 @@ into the loss and dlogits in one pass, and the chunk's dhidden and its share of 
 time. With reduction "mean" / "sum" the gradients are computed in the forward (custom_vjp
 residuals: dhidden, dweight, dbias); with "none" the backward recomputes each chunk's logits
 from hidden, weight and the per-token lse.
+
+Sharded (docs/tensor_parallel.md): the chunked loop is one custom_partitioning call, so that
+each device runs it over its own tokens (hidden's leading dim, sharded over any mesh axes: the
+chunks never span devices) and its own classes (weight's rows, sharded over other mesh axes:
+vocab-parallel, the head never gathered). With the classes sharded, each chunk's statistics
+are combined across their axes (_vocab_parallel: a pmax and a psum of [chunk]-sized float32
+values), dhidden is psum'ed over them once per call, and dweight / dbias stay sharded (psum'ed
+over the token axes). Inside a user's shard_map, axis_name= names the axes of the classes.
 """
 
 from __future__ import annotations
@@ -17,9 +25,15 @@ import math
 
 import jax
 import jax.numpy as jnp
+from jax.experimental.custom_partitioning import custom_partitioning
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from fuselet.jax import _vocab_parallel as vp
 from fuselet.jax._checks import array_facts
-from fuselet.jax.cross_entropy import _bwd_call, _fwd_bwd, _fwd_call, _target_errors, _valid
+from fuselet.jax._ffi import _batched
+from fuselet.jax._sharding import vary_like, varying_axes
+from fuselet.jax.cross_entropy import _bwd_call, _fwd_bwd, _fwd_call, _target_errors
 from fuselet.spec import fused_linear_cross_entropy as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
@@ -53,35 +67,289 @@ def _accumulate(carry, dl, h):
     return dw, None if db is None else db + jnp.sum(dl, axis=0, dtype=jnp.float32)
 
 
-def _zeros(w, b):
-    return jnp.zeros(w.shape, jnp.float32), None if b is None else jnp.zeros(b.shape, jnp.float32)
+def _zeros(w, b, *others):
+    """float32 accumulators of dweight and dbias (typed as varying over the shard_map axes of
+    all the arrays, as the scan's sums will be)."""
+    axes = varying_axes(w, b, *others)
+    zeros = lambda a: vary_like(axes, jnp.zeros(a.shape, jnp.float32))  # noqa: E731
+    return zeros(w), None if b is None else zeros(b)
 
 
 def _scaled(a, scale, dtype):
     return None if a is None else (a.astype(jnp.float32) * scale).astype(dtype)
 
 
+# --- one device's share: its tokens, its classes ---------------------------------------------
+
+
+class _Where:
+    """Where one device's block sits: the mesh axes of the classes and of the tokens (both ()
+    unsharded or in the unpartitioned call), V and N (the real ones: XLA pads uneven blocks)."""
+
+    def __init__(self, vocab_axes, token_axes, vocab, tokens):
+        self.vocab_axes, self.token_axes, self.vocab, self.tokens = vocab_axes, token_axes, vocab, tokens
+
+    def head(self, w, b):
+        """(w, b, offset): the block's rows, padding rows (past V) zeroed; the first one's class."""
+        offset = vp.index(self.vocab_axes) * w.shape[0]
+        if w.shape[0] * vp.axis_size(self.vocab_axes) != self.vocab:
+            real = offset + jnp.arange(w.shape[0]) < self.vocab
+            w = jnp.where(real[:, None], w, jnp.zeros((), w.dtype))
+            b = None if b is None else jnp.where(real, b, jnp.zeros((), b.dtype))
+        return w, b, offset
+
+    def rows_ok(self, n):
+        """[n] bool, False on padding tokens (past N), or None where there are none."""
+        if n * vp.axis_size(self.token_axes) == self.tokens:
+            return None
+        return vp.index(self.token_axes) * n + jnp.arange(n) < self.tokens
+
+    def sum_tokens(self, a):
+        return jax.lax.psum(a, self.token_axes) if self.token_axes else a
+
+    def sum_classes(self, a):
+        return jax.lax.psum(a, self.vocab_axes) if self.vocab_axes else a
+
+
+def _masked(rows_ok, t, *per_row):
+    """Padding tokens out of the kernel's way (a valid class id) and of the results (0)."""
+    if rows_ok is None:
+        return t, per_row
+    t = jnp.where(rows_ok, t, jnp.zeros((), t.dtype))
+    return t, tuple(jnp.where(rows_ok.reshape(-1, *(1,) * (a.ndim - 1)), a, jnp.zeros((), a.dtype)) for a in per_row)
+
+
+def _chunk_fwd_bwd(where, logits, t, ok, opts, offset, g=None, lse=None):
+    """(loss, z, lse, dlogits) of one chunk of this device's logits: fuselet's kernel where the
+    classes are whole, else the vocab-parallel math (statistics combined over the vocab axes).
+    With g and lse (the "none" backward): dlogits alone, scaled by g."""
+    if not where.vocab_axes:
+        if g is not None:
+            t_k, _ = _masked(ok, t)
+            dl = _bwd_call(g, logits, t_k, lse, opts)
+            return _masked(ok, t, dl)[1][0]
+        t_k, _ = _masked(ok, t)
+        loss, z, dl = _fwd_bwd(logits, t_k, opts, 1.0)
+        return _masked(ok, t, loss, z, dl)[1]
+    op_args = opts.op_args()
+    if g is not None:
+        return vp.dlogits(logits, t, g, lse, op_args, where.vocab, offset, ok)
+    loss, z, lse = vp.stats(logits, t, op_args, where.vocab_axes, where.vocab, offset, ok)
+    return loss, z, vp.dlogits(logits, t, jnp.ones_like(loss), lse, op_args, where.vocab, offset, ok)
+
+
+def _local_reduced(where, opts, chunk, mean, h, w, b, t):
+    """(loss, z, dhidden, dweight, dbias) of this device's tokens and classes, the loss and z
+    summed (mean: divided by the count) over all tokens, the gradients of the "sum" / "mean" loss."""
+    w, b, offset = where.head(w, b)
+    ok = where.rows_ok(h.shape[0])
+    ok_all = jnp.ones(h.shape[0], bool) if ok is None else ok
+
+    def body(carry, xs):
+        h_i, t_i, ok_i = xs
+        loss_i, z_i, dl = _chunk_fwd_bwd(where, _logits(h_i, w, b), t_i, None if ok is None else ok_i, opts, offset)
+        return _accumulate(carry, dl, h_i), (loss_i, z_i, jnp.dot(dl, w))
+
+    (dw, db), (loss, z, dh) = _over_chunks(body, _zeros(w, b, h, t), (h, t, ok_all), chunk)
+    dh = where.sum_classes(dh)  # each device's dlogits_r @ weight_r: its share of dhidden
+    count = jnp.sum(vp.kept(t, opts.ignore_index) & ok_all, dtype=jnp.float32)
+    sums = where.sum_tokens(jnp.stack([jnp.sum(loss), jnp.sum(z), count]))
+    dw = where.sum_tokens(dw)
+    db = None if db is None else where.sum_tokens(db)
+    scale = 1.0 / jnp.maximum(sums[2], 1.0) if mean else 1.0
+    grads = (_scaled(dh, scale, h.dtype), _scaled(dw, scale, w.dtype), None if b is None else _scaled(db, scale, b.dtype))
+    return (sums[0] * scale, sums[1] * scale, *grads)
+
+
+def _local_fwd(where, opts, chunk, h, w, b, t):
+    """(loss, z, lse) per token of this device's tokens [n], float32."""
+    w, b, offset = where.head(w, b)
+    ok = where.rows_ok(h.shape[0])
+
+    def body(carry, xs):
+        h_i, t_i = xs[:2]
+        ok_i = xs[2] if ok is not None else None
+        logits = _logits(h_i, w, b)
+        if where.vocab_axes:
+            return carry, vp.stats(logits, t_i, opts.op_args(), where.vocab_axes, where.vocab, offset, ok_i)
+        t_k, _ = _masked(ok_i, t_i)
+        return carry, _masked(ok_i, t_i, *_fwd_call(logits, t_k, opts))[1]
+
+    arrays = (h, t) if ok is None else (h, t, ok)
+    return _over_chunks(body, (), arrays, chunk)[1]
+
+
+def _local_bwd(where, opts, chunk, g, h, w, b, t, lse):
+    """(dhidden, dweight, dbias) of the per-token loss under the cotangent g [n]."""
+    w, b, offset = where.head(w, b)
+    ok = where.rows_ok(h.shape[0])
+
+    def body(carry, xs):
+        h_i, t_i, g_i, l_i = xs[:4]
+        ok_i = xs[4] if ok is not None else None
+        dl = _chunk_fwd_bwd(where, _logits(h_i, w, b), t_i, ok_i, opts, offset, g_i, l_i)
+        return _accumulate(carry, dl, h_i), (jnp.dot(dl, w),)
+
+    arrays = (h, t, g.astype(jnp.float32), lse) + (() if ok is None else (ok,))
+    (dw, db), (dh,) = _over_chunks(body, _zeros(w, b, *arrays), arrays, chunk)
+    dh = where.sum_classes(dh)
+    dw, db = where.sum_tokens(dw), None if db is None else where.sum_tokens(db)
+    return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype)
+
+
+# --- the partitioned calls -------------------------------------------------------------------
+
+# The factors of each array (Shardy): n tokens, k hidden (whole on every device), v classes.
+_FACTORS = {"h": "n k", "w": "v k", "b": "v", "t": "n", "s": ""}
+# kind: (inputs, outputs); "b" entries are dropped without a bias
+_KINDS = {
+    "reduced": ("hwbt", "sshwb"),
+    "fwd": ("hwbt", "ttt"),
+    "bwd": ("thwbtt", "hwb"),
+}
+
+
+def _layout(arg_shapes, ins: str):
+    """(vocab axes, token axes) of the operands: weight's rows', hidden's leading dim's (but the
+    vocab axes, which its tokens cannot share)."""
+
+    def axes(i, dim):
+        sharding = arg_shapes[i].sharding
+        spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
+        return vp.axes_of(spec[dim]) if dim < len(spec) else ()
+
+    vocab = axes(ins.index("w"), 0)
+    tokens = tuple(a for a in axes(ins.index("h"), 0) if a not in vocab)
+    return vocab, tokens
+
+
+def _specs(kinds: str, vocab: tuple, tokens: tuple) -> tuple:
+    v, n = vocab or None, tokens or None
+    return tuple({"h": P(n, None), "w": P(v, None), "b": P(v), "t": P(n), "s": P()}[k] for k in kinds)
+
+
+def _local_call(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
+    """(input kinds, output kinds, call(where, *arrays)): the chunked loop `kind` on one device's
+    share, over its arrays (no None for an absent bias) and giving them (no None)."""
+    ins, outs = (s if has_bias else s.replace("b", "") for s in _KINDS[kind])
+    local = {
+        "reduced": lambda where, *a: _local_reduced(where, opts, chunk, mean, *a),
+        "fwd": lambda where, *a: _local_fwd(where, opts, chunk, *a),
+        "bwd": lambda where, *a: _local_bwd(where, opts, chunk, *a),
+    }[kind]
+
+    def call(where, *args):
+        args = list(args)
+        if not has_bias:  # the local functions take a None
+            args.insert(ins.index("w") + 1, None)
+        return tuple(r for r in local(where, *args) if r is not None)
+
+    return ins, outs, call
+
+
+def _sizes(ins: str, shapes) -> tuple:
+    """(V, N): the weight's rows, hidden's tokens."""
+    return shapes[ins.index("w")].shape[0], shapes[ins.index("h")].shape[0]
+
+
+@functools.cache
+def _partitioned(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
+    """The chunked loop `kind` as one custom_partitioning call over its arrays (no None)."""
+    ins, outs, call = _local_call(kind, opts, chunk, mean, has_bias)
+
+    def fn(*args):
+        return call(_Where((), (), *_sizes(ins, args)), *args)
+
+    def shardings(mesh, arg_shapes):
+        vocab, tokens = _layout(arg_shapes, ins)
+        named = lambda kinds: tuple(NamedSharding(mesh, s) for s in _specs(kinds, vocab, tokens))  # noqa: E731
+        return vocab, tokens, named(ins), named(outs)
+
+    def infer(mesh, arg_shapes, result_shape):
+        return shardings(mesh, arg_shapes)[3]
+
+    def partition(mesh, arg_shapes, result_shape):
+        vocab, tokens, in_s, out_s = shardings(mesh, arg_shapes)
+        where = _Where(vocab, tokens, *_sizes(ins, arg_shapes))
+        return mesh, lambda *a: call(where, *a), out_s, in_s
+
+    rule = f"{', '.join(_FACTORS[k] for k in ins)} -> {', '.join(_FACTORS[k] for k in outs)}"
+    wrapped = custom_partitioning(fn)
+    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule, need_replication_factors=("k",))
+    # vmap: a loop over the batch (lax.map; custom_partitioning has no batching rule)
+    return _batched(wrapped, (False,) * len(ins), False)
+
+
+def _explicit(args, ins: str):
+    """(mesh, vocab axes, token axes) where hidden or the weight is sharded over Explicit mesh axes
+    (sharding in types: jax.make_mesh's default), else None. custom_partitioning traces the
+    whole loop with the global types, which Explicit axes refuse (a chunk that straddles the
+    devices' tokens): there the loop runs under jax.shard_map instead."""
+
+    def axes(i, dim):
+        sharding = jax.typeof(args[i]).sharding
+        spec = tuple(getattr(sharding, "spec", ()))
+        return (vp.axes_of(spec[dim]) if dim < len(spec) else ()), getattr(sharding, "mesh", None)
+
+    (vocab, mesh), (tokens, _) = axes(ins.index("w"), 0), axes(ins.index("h"), 0)
+    if mesh is None or not (vocab or tokens):
+        return None
+    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Explicit}
+    if not set(vocab + tokens) <= explicit:
+        return None
+    return mesh, vocab, tuple(a for a in tokens if a not in vocab)
+
+
+def _shard_mapped(kind, opts, chunk, mean, has_bias, layout, args):
+    """The chunked loop `kind` under jax.shard_map over the Explicit axes of `layout`."""
+    mesh, vocab, tokens = layout
+    ins, outs, call = _local_call(kind, opts, chunk, mean, has_bias)
+    where = _Where(vocab, tokens, *_sizes(ins, args))
+    in_specs, out_specs = _specs(ins, vocab, tokens), _specs(outs, vocab, tokens)
+    given = {k: jax.typeof(a).sharding for k, a in zip(ins, args)}  # the results go back to these
+    args = tuple(jax.sharding.reshard(a, NamedSharding(mesh, s)) for a, s in zip(args, in_specs))
+    results = jax.shard_map(lambda *a: call(where, *a), mesh=mesh, in_specs=in_specs, out_specs=out_specs)(*args)
+    return tuple(r if k == "s" else jax.sharding.reshard(r, given[k]) for r, k in zip(results, outs))
+
+
+def _run(kind, cfg, *args):
+    """The chunked loop `kind` (cfg: opts, chunk, mean, axis, vocab_size): partitioned, or with
+    axis (inside the caller's shard_map) this device's share, the classes over axis."""
+    opts, chunk, mean, axis, vocab_size = cfg
+    if axis is not None:
+        h = args[1] if kind == "bwd" else args[0]
+        w = args[2] if kind == "bwd" else args[1]
+        vocab = vocab_size or w.shape[0] * vp.axis_size(axis)
+        local = {"reduced": _local_reduced, "fwd": _local_fwd, "bwd": _local_bwd}[kind]
+        extra = (mean,) if kind == "reduced" else ()
+        return local(_Where(axis, (), vocab, h.shape[0]), opts, chunk, *extra, *args)
+    has_bias = args[3 if kind == "bwd" else 2] is not None
+    given = tuple(a for a in args if a is not None)
+    ins = _KINDS[kind][0] if has_bias else _KINDS[kind][0].replace("b", "")
+    layout = _explicit(given, ins)
+    if layout is not None:
+        results = iter(_shard_mapped(kind, opts, chunk, mean, has_bias, layout, given))
+    else:
+        results = iter(_partitioned(kind, opts, chunk, mean, has_bias)(*given))
+    n_out = len(_KINDS[kind][1])
+    bias_out = _KINDS[kind][1].find("b")
+    return tuple(next(results) if has_bias or i != bias_out else None for i in range(n_out))
+
+
 # --- reduction "mean" / "sum": gradients in the forward --------------------------------------
 
 
-def _reduced_fwd(h, w, b, t, opts, chunk, mean):
-    def body(carry, xs):
-        h_i, t_i = xs
-        loss_i, z_i, dl = _fwd_bwd(_logits(h_i, w, b), t_i, opts, 1.0)
-        return _accumulate(carry, dl, h_i), (loss_i, z_i, jnp.dot(dl, w))
-
-    (dw, db), (loss, z, dh) = _over_chunks(body, _zeros(w, b), (h, t), chunk)
-    scale = 1.0 / jnp.maximum(jnp.sum(_valid(t, opts.ignore_index)), 1.0) if mean else 1.0
-    res = (_scaled(dh, scale, h.dtype), _scaled(dw, scale, w.dtype), None if b is None else _scaled(db, scale, b.dtype))
-    return (jnp.sum(loss) * scale, jnp.sum(z) * scale), res
+def _reduced_fwd(h, w, b, t, cfg):
+    loss, z, *grads = _run("reduced", cfg, h, w, b, t)
+    return (loss, z), tuple(grads)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _reduced(h, w, b, t, opts, chunk, mean):
-    return _reduced_fwd(h, w, b, t, opts, chunk, mean)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _reduced(h, w, b, t, cfg):
+    return _reduced_fwd(h, w, b, t, cfg)[0]
 
 
-def _reduced_bwd(opts, chunk, mean, res, g):
+def _reduced_bwd(cfg, res, g):
     gl = g[0]  # z is for logging: no gradient flows through it
     return (*(None if a is None else _scaled(a, gl, a.dtype) for a in res), None)
 
@@ -92,43 +360,47 @@ _reduced.defvjp(_reduced_fwd, _reduced_bwd)
 # --- reduction "none": the backward recomputes the logits ------------------------------------
 
 
-def _per_token_fwd(h, w, b, t, opts, chunk):
-    def body(carry, xs):
-        h_i, t_i = xs
-        return carry, _fwd_call(_logits(h_i, w, b), t_i, opts)
-
-    _, (loss, z, lse) = _over_chunks(body, (), (h, t), chunk)
+def _per_token_fwd(h, w, b, t, cfg):
+    loss, z, lse = _run("fwd", cfg, h, w, b, t)
     return (loss, z), (h, w, b, t, lse)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _per_token(h, w, b, t, opts, chunk):
-    return _per_token_fwd(h, w, b, t, opts, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _per_token(h, w, b, t, cfg):
+    return _per_token_fwd(h, w, b, t, cfg)[0]
 
 
-def _per_token_bwd(opts, chunk, res, g):
+def _per_token_bwd(cfg, res, g):
     h, w, b, t, lse = res
-
-    def body(carry, xs):
-        h_i, t_i, g_i, l_i = xs
-        dl = _bwd_call(g_i, _logits(h_i, w, b), t_i, l_i, opts)
-        return _accumulate(carry, dl, h_i), (jnp.dot(dl, w),)
-
-    (dw, db), (dh,) = _over_chunks(body, _zeros(w, b), (h, t, g[0].astype(jnp.float32), lse), chunk)
-    return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype), None
+    return (*_run("bwd", cfg, g[0], h, w, b, t, lse), None)
 
 
 _per_token.defvjp(_per_token_fwd, _per_token_bwd)
 
 
-def _loss(h, w, b, t, opts, chunk, reduction):
+def _loss(h, w, b, t, opts, chunk, reduction, axis=None, vocab_size=None):
+    if axis is not None:
+        # The head's gradient is summed over the axes the tokens vary over (the transpose of
+        # this cast); hidden's over the classes' axes inside (psum): it is not cast.
+        varying = varying_axes(h, t) - frozenset(axis)
+        w, b = vary_like(varying, w), vary_like(varying, b)
+    cfg = (opts, chunk, reduction == "mean", axis, vocab_size)
     if reduction == "none":
-        return _per_token(h, w, b, t, opts, chunk)
-    return _reduced(h, w, b, t, opts, chunk, reduction == "mean")
+        return _per_token(h, w, b, t, cfg)
+    return _reduced(h, w, b, t, cfg)
 
 
 # Jitted so that an eager call runs as one computation (inside jit it is inlined).
-_loss_jit = jax.jit(_loss, static_argnums=(4, 5, 6))
+_loss_jit = jax.jit(_loss, static_argnums=(4, 5, 6, 7, 8))
+
+
+def _like(a, target):
+    """a [N] reshaped to target's shape, and (Explicit mesh axes) to its sharding."""
+    sharding = jax.typeof(target).sharding
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is not None and jax.sharding.AxisType.Explicit in tuple(mesh.axis_types) and any(sharding.spec):
+        return jax.lax.reshape(a, target.shape, out_sharding=sharding)
+    return a.reshape(target.shape)
 
 
 def fused_linear_cross_entropy(
@@ -144,13 +416,24 @@ def fused_linear_cross_entropy(
     reduction: str = "mean",
     return_z_loss: bool = False,
     chunk_size: int | None = None,
+    axis_name=None,
+    vocab_size: int | None = None,
 ):
     """cross_entropy(hidden @ weight.T + bias, target, ...) without materializing the logits.
 
     hidden [..., H], weight [V, H], bias [V] or None, all of one dtype (float32, float16 or
     bfloat16); target hidden.shape[:-1] of int32 class ids (int64 with x64). The options are
     cross_entropy's; chunk_size: tokens per chunk (None: chunk_size_for(N, H, V)). Returns the
-    float32 loss (target's shape for reduction="none"), and with return_z_loss=True (loss, z)."""
+    float32 loss (target's shape for reduction="none"), and with return_z_loss=True (loss, z).
+
+    Under jax.jit, a weight (and bias) sharded on V over mesh axes stays sharded: each device
+    computes the logits of its classes only (docs/tensor_parallel.md). Inside shard_map,
+    axis_name (a mesh axis name or a tuple of them) says that weight and bias are this device's
+    block of the classes over that axis, in axis order, target holding global class ids: the
+    result and hidden's gradient are the whole head's (alike on every device of the axis), the
+    weight's gradient this block's; the reduction is over this device's tokens. vocab_size (with
+    axis_name): the real V where the blocks are padded (the classes from vocab_size on are
+    ignored); None: V_r times the axis size."""
     options = spec.fused_linear_cross_entropy(
         array_facts("hidden", hidden),
         array_facts("weight", weight),
@@ -164,12 +447,16 @@ def fused_linear_cross_entropy(
         reduction=reduction,
         return_z_loss=return_z_loss,
     )
+    axis = vp.check_axis_name(axis_name)
+    vocab_size = vp.check_vocab_size(vocab_size, axis, weight.shape[0])
     shape, h_dim = target.shape, hidden.shape[-1]
     chunk = chunk_size or chunk_size_for(math.prod(shape), h_dim, weight.shape[0])
     opts = options.cross_entropy
-    loss, z = _target_errors(
-        target, lambda: _loss_jit(hidden.reshape(-1, h_dim), weight, bias, target.reshape(-1), opts, chunk, reduction)
-    )
+    h2, t1 = hidden.reshape(-1, h_dim), target.reshape(-1)
+    if axis is not None:  # inside the caller's shard_map: no jit of our own
+        loss, z = _loss(h2, weight, bias, t1, opts, chunk, reduction, axis, vocab_size)
+    else:
+        loss, z = _target_errors(target, lambda: _loss_jit(h2, weight, bias, t1, opts, chunk, reduction))
     if reduction == "none":
-        loss, z = loss.reshape(shape), z.reshape(shape)
+        loss, z = _like(loss, target), _like(z, target)
     return (loss, jax.lax.stop_gradient(z)) if return_z_loss else loss
