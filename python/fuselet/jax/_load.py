@@ -37,6 +37,7 @@ OPS = (
     "cross_entropy_fwd_bwd",
     "divergence_fwd",
     "divergence_bwd",
+    "divergence_logits",
 )
 TARGETS = tuple(f"fuselet_{op}" for op in OPS)
 _lib = None
