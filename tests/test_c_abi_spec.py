@@ -192,6 +192,10 @@ C_OPS = {
     ),
     "divergence_fwd": ("kind log_target beta", [("fuselet_divergence_fwd_check", "input target opts")]),
     "divergence_bwd": ("kind log_target beta wrt_target", [("fuselet_divergence_bwd_check", "dloss input target opts")]),
+    "divergence_logits_": (
+        "kind log_target beta scale",
+        [("fuselet_divergence_logits_check", "input target dloss opts scale")],
+    ),
 }
 
 

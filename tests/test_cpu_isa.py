@@ -92,6 +92,19 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
         y = torch.stack(rows, -1)
         dy = dy[..., :3].contiguous().float()
         b = target
+    elif op == "divergence_logits":  # the one pass over logits: every kind, a scale, the gradient in place
+        target = x.detach().flip(0).contiguous()
+        rows, grads_in_place = [], []
+        for kind, beta, scale in ((0, 0.0, 1.0), (1, 0.3, 0.5), (2, 0.0, 2.0)):
+            logits = x.detach().clone()
+            rows.append(
+                torch.ops.fuselet.divergence_logits_(logits, target, dy[..., 0].contiguous().float(), kind, True, beta, scale)
+            )
+            grads_in_place.append(logits)
+        return [
+            v.contiguous().view(torch.int16 if v.dtype != torch.float32 else torch.int32).numpy().copy()
+            for v in (torch.stack(rows, -1), *grads_in_place)
+        ]
     else:
         y = ft.softmax(x, 0.5, True)
     params = [v for v in (x, w, b) if v.requires_grad]
@@ -122,6 +135,7 @@ def outputs(op: str, shape, dtype: str) -> list[np.ndarray]:
         "cross_entropy",
         "logprobs",
         "divergence",
+        "divergence_logits",
     ],
 )
 def test_bit_identical_across_isas(op, dtype, shape):

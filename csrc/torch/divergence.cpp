@@ -44,9 +44,35 @@ Tensor divergence_bwd(const Tensor& dloss_in, const Tensor& input_in, const Tens
   return grad;
 }
 
+Tensor logits_into(Arg& input, Arg& target, Arg& dloss, const fuselet_divergence_options& o, float scale) {
+  Tensor loss = row_stats(input.t);
+  fuselet_tensor vl = view(loss, "loss");
+  run_on(
+      input.t, [&] { return fuselet_divergence_logits(&input.v, &target.v, &dloss.v, &o, scale, &vl); },
+      [&](void* stream) {
+        return fuselet_divergence_logits_cuda(&input.v, &target.v, &dloss.v, &o, scale, &vl, stream);
+      });
+  return loss;
+}
+
+// Over logits: the loss per row, input's memory overwritten with its gradient.
+Tensor divergence_logits_(const Tensor& input_in, const Tensor& target_in, const Tensor& dloss_in, int64_t kind,
+                          bool log_target, double beta, double scale) {
+  const fuselet_divergence_options o = options(kind, log_target, beta);
+  const float s = static_cast<float>(scale);
+  check_devices(input_in, "input", {{"target", &target_in}, {"dloss", &dloss_in}});
+  Arg input(input_in, "input"), target(target_in, "target"), dloss(dloss_in, "dloss");
+  check_args(fuselet_divergence_logits_check(&input.v, &target.v, &dloss.v, &o, s));
+  for (Arg* a : {&input, &target, &dloss}) a->contiguous();
+  Tensor loss = logits_into(input, target, dloss, o, s);
+  if (!input_in.is_contiguous()) copy_into(input_in, input.t);
+  return loss;
+}
+
 void impls(Library& m) {
   FUSELET_IMPL(m, "divergence_fwd", divergence_fwd);
   FUSELET_IMPL(m, "divergence_bwd", divergence_bwd);
+  FUSELET_IMPL(m, "divergence_logits_", divergence_logits_);
 }
 
 }  // namespace

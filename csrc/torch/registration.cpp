@@ -96,4 +96,9 @@ FUSELET_TORCH_LIBRARY(m) {
   m.def(
       "divergence_bwd(Tensor dloss, Tensor input, Tensor target, int kind, bool log_target, float beta,"
       " bool wrt_target) -> Tensor grad");
+  // Over logits in one pass (fuselet_divergence_logits): input and target the logits, times scale;
+  // the float32 loss per row returned, input overwritten with the gradient of sum(dloss * loss).
+  m.def(
+      "divergence_logits_(Tensor(a!) input, Tensor target, Tensor dloss, int kind, bool log_target, float beta,"
+      " float scale) -> Tensor loss");
 }

@@ -146,6 +146,8 @@ def _bad_op_calls(torch):
         (ValueError, "beta: expected", "divergence_fwd", (x, x, 1, True, 2.0)),
         (ValueError, "target: expected 2 rows of 4 elements", "divergence_fwd", (x, f(2, 3), 0, True, 0.0)),
         (ValueError, "dloss: expected", "divergence_bwd", (f(3), x, x, 0, True, 0.0, True)),
+        (ValueError, "scale: expected a finite number > 0", "divergence_logits_", (x, x, r, 1, True, 0.5, 0.0)),
+        (ValueError, "log_target: expected", "divergence_logits_", (x, x, r, 0, False, 0.0, 1.0)),
         (
             ValueError,
             "weight: expected shape [V, 4]",
@@ -237,6 +239,7 @@ def _mixed_calls(torch):
         ("dentropy", "logits", "logprobs_bwd_", (x, t, r, r, None, r, -100, 0.0)),
         ("target", "input", "divergence_fwd", (x, x, 0, True, 0.0)),
         ("dloss", "input", "divergence_bwd", (r, x, x, 1, True, 0.5, False)),
+        ("dloss", "input", "divergence_logits_", (x, x, r, 1, True, 0.5, 1.0)),
         ("lse", "logits", "cross_entropy_bwd", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
         ("dloss", "logits", "cross_entropy_bwd_", (r, x, t, r, -100, 0.0, 0.0, 0.0)),
         ("target", "logits", "cross_entropy_fwd_bwd", (x, t, -100, 0.0, 0.0, 0.0, 1.0)),

@@ -2,7 +2,9 @@
 // at beta 0, 1 and between, TVD) against a float64 reference of the loss and of both gradients,
 // the 0 log 0 = 0 rule, and the error values of the C ABI. Prints "N passed, N failed".
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -111,9 +113,95 @@ void check(int kind, bool log_target, float beta, int64_t N, int64_t V) {
          name + " one gradient at a time");
 }
 
+// fuselet_divergence_logits against float64: log_softmax of the scaled logits in float64, the
+// reference's loss and dx, then dz_j = g scale (dx_j - Q_j sum dx); float32 and bfloat16 logits.
+void check_logits(int kind, float beta, float scale, int64_t N, int64_t V, fuselet_dtype dtype) {
+  std::mt19937 rng(static_cast<unsigned>(kind * 131 + N * 7 + V + 3));
+  std::normal_distribution<float> dist(0.f, 3.f);
+  const bool bf16 = dtype == FUSELET_BFLOAT16;
+  auto round = [&](float v) {  // the value the dtype holds (bfloat16: round to nearest even)
+    if (!bf16) return v;
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    b = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;
+    std::memcpy(&v, &b, 4);
+    return v;
+  };
+  std::vector<float> z(N * V), t(N * V), loss(N), g(N);
+  for (auto& v : z) v = round(dist(rng));
+  for (auto& v : t) v = round(dist(rng));
+  for (auto& v : g) v = dist(rng);
+  g[0] = 0.f;  // a row no gradient reaches (an ignored label): zeros, its loss still written
+  std::vector<uint16_t> zb(N * V), tb(N * V);
+  auto to_bits = [](float v) {
+    uint32_t b;
+    std::memcpy(&b, &v, 4);
+    return static_cast<uint16_t>(b >> 16);
+  };
+  auto from_bits = [](uint16_t h) {
+    const uint32_t b = uint32_t{h} << 16;
+    float v;
+    std::memcpy(&v, &b, 4);
+    return v;
+  };
+  for (int64_t i = 0; i < N * V; ++i) zb[i] = to_bits(z[i]), tb[i] = to_bits(t[i]);
+  std::vector<float> dz = z;
+  const fuselet_divergence_options opts{kind, 1, beta};
+  fuselet_tensor tz = bf16 ? view(zb.data(), N, V, dtype) : view(dz.data(), N, V),
+                 tt = bf16 ? view(tb.data(), N, V, dtype) : view(t.data(), N, V), tl = vec(loss.data(), N),
+                 tg = vec(g.data(), N);
+  const std::string name = "divergence logits kind=" + std::to_string(kind) + " beta=" + std::to_string(beta) +
+                           " scale=" + std::to_string(scale) + " N=" + std::to_string(N) + " V=" + std::to_string(V) +
+                           (bf16 ? " bfloat16" : " float32");
+  expect(fuselet_divergence_logits_check(&tz, &tt, &tg, &opts, scale) == FUSELET_OK, name + " check");
+  expect(fuselet_divergence_logits(&tz, &tt, &tg, &opts, scale, &tl) == FUSELET_OK, name + " run");
+  if (bf16)
+    for (int64_t i = 0; i < N * V; ++i) dz[i] = from_bits(zb[i]);
+  double err_loss = 0, err_grad = 0;
+  std::vector<double> rdx(V), rdt(V), xs(V), ts(V);
+  std::vector<float> xf(V), tf(V);
+  for (int64_t r = 0; r < N; ++r) {
+    for (int i = 0; i < 2; ++i) {  // float64 log_softmax of the scaled row
+      const float* src = (i ? t.data() : z.data()) + r * V;
+      std::vector<double>& out = i ? ts : xs;
+      double m = -INFINITY, s = 0;
+      for (int64_t j = 0; j < V; ++j) m = std::fmax(m, double(scale) * src[j]);
+      for (int64_t j = 0; j < V; ++j) s += std::exp(double(scale) * src[j] - m);
+      for (int64_t j = 0; j < V; ++j) out[j] = double(scale) * src[j] - m - std::log(s);
+    }
+    for (int64_t j = 0; j < V; ++j) xf[j] = static_cast<float>(xs[j]), tf[j] = static_cast<float>(ts[j]);
+    const double ref = reference(kind, true, beta, xf.data(), tf.data(), V, rdx.data(), rdt.data());
+    double sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += rdx[j];
+    err_loss = std::fmax(err_loss, std::fabs(loss[r] - ref) / (1 + std::fabs(ref)));
+    for (int64_t j = 0; j < V; ++j) {
+      const double want = double(g[r]) * scale * (rdx[j] - std::exp(xs[j]) * sum);
+      // bfloat16 output: its rounding (8 bits) relative to the value
+      const double tol = bf16 ? 8e-3 * std::fabs(want) : 0.0;
+      err_grad = std::fmax(err_grad, std::fabs(dz[r * V + j] - want) - tol);
+    }
+    if (r == 0) {
+      bool zeros = true;
+      for (int64_t j = 0; j < V; ++j) zeros = zeros && dz[j] == 0.f;
+      expect(zeros, name + " a row with dloss 0 gets zeros");
+    }
+  }
+  expect(err_loss < 2e-5, name + " loss, max relative error " + std::to_string(err_loss));
+  expect(err_grad < 2e-5, name + " dlogits, max error " + std::to_string(err_grad));
+}
+
 }  // namespace
 
 int main() {
+  for (int64_t V : {1, 5, 127, 4097}) {
+    for (fuselet_dtype dt : {FUSELET_FLOAT32, FUSELET_BFLOAT16}) {
+      check_logits(FUSELET_DIVERGENCE_KL, 0.f, 1.f, 3, V, dt);
+      for (float beta : {0.f, 0.25f, 0.5f, 1.f}) check_logits(FUSELET_DIVERGENCE_JSD, beta, 0.5f, 3, V, dt);
+      check_logits(FUSELET_DIVERGENCE_TVD, 0.f, 2.f, 3, V, dt);
+    }
+  }
+  check_logits(FUSELET_DIVERGENCE_JSD, 0.5f, 1.f, 67, 300, FUSELET_FLOAT32);  // rows over several tasks
+
   for (int64_t V : {1, 5, 127, 4096, 4097}) {
     check(FUSELET_DIVERGENCE_KL, true, 0.f, 3, V);
     check(FUSELET_DIVERGENCE_KL, false, 0.f, 3, V);
@@ -172,9 +260,29 @@ int main() {
                "dinput, dtarget: expected at least one", "no outputs");
   expect_error(fuselet_divergence_bwd(&vg, &vx, &vl, &kl_log, &th, nullptr), "dinput: expected dtype float32",
                "dinput dtype");
-  if (!fuselet_has_cuda())
+  {  // over logits: log_target 1, a finite scale > 0, dloss of N elements
+    bad = kl_log;
+    bad.log_target = 0;
+    expect_error(fuselet_divergence_logits(&vx, &vl, &vg, &bad, 1.f, &vloss), "log_target: expected 1",
+                 "logits: log_target 0");
+    for (float s : {0.f, -1.f, NAN, INFINITY})
+      expect_error(fuselet_divergence_logits(&vx, &vl, &vg, &jsd, s, &vloss), "scale: expected a finite number > 0",
+                   "logits: scale " + std::to_string(s));
+    fuselet_tensor g2 = vec(g, 1);
+    g2.shape[0] = 2;
+    expect_error(fuselet_divergence_logits(&vx, &vl, &g2, &jsd, 1.f, &vloss), "dloss: expected 1 elements",
+                 "logits: dloss size");
+    expect_error(fuselet_divergence_logits(&vx, &th, &vg, &jsd, 1.f, &vloss), "target: expected dtype float32",
+                 "logits: target dtype");
+    expect_error(fuselet_divergence_logits_check(&vx, &vl, &vg, &jsd, 0.f), "scale: expected a finite number > 0",
+                 "logits_check: scale");
+  }
+  if (!fuselet_has_cuda()) {
     expect(fuselet_divergence_fwd_cuda(&vx, &vl, &kl_log, &vloss, nullptr) == FUSELET_ERR_UNSUPPORTED,
            "CPU-only build");
+    expect(fuselet_divergence_logits_cuda(&vx, &vl, &vg, &jsd, 1.f, &vloss, nullptr) == FUSELET_ERR_UNSUPPORTED,
+           "CPU-only build: logits");
+  }
   {  // the `_check` functions: stride-0 and transposed views with no data, the entry points' messages
     const int64_t N = int64_t{1} << 40;
     const fuselet_tensor big = fuselet_test::view(nullptr, {N, 8}, {0, 1}), g = fuselet_test::view(nullptr, {N}, {0});

@@ -423,6 +423,22 @@ void divergence_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, 
   compare(name + " dtarget", dt.download(), dt.values());
 }
 
+// Divergences over logits (fuselet_divergence_logits): the loss and the logits' gradient written in
+// place, on the GPU against the CPU.
+void divergence_logits_case(int64_t rows, int64_t vocab, fuselet_divergence_options o, float scale, cudaStream_t s) {
+  const std::string name = "divergence logits kind=" + std::to_string(o.kind) + " beta=" + std::to_string(o.beta) +
+                           " scale=" + std::to_string(scale) + " " + std::to_string(rows) + "x" +
+                           std::to_string(vocab);
+  Buf x(rows * vocab, 31), t(rows * vocab, 32), g(rows, 33, FUSELET_FLOAT32), loss(rows, 0, FUSELET_FLOAT32);
+  fuselet_tensor hx = hv(x, {rows, vocab}), ht = hv(t, {rows, vocab}), hg = hv(g, {rows}), hl = hv(loss, {rows});
+  fuselet_tensor vx = dv(x, {rows, vocab}), vt = dv(t, {rows, vocab}), vg = dv(g, {rows}), vl = dv(loss, {rows});
+  check(fuselet_divergence_logits_cuda(&vx, &vt, &vg, &o, scale, &vl, s) == FUSELET_OK, name + " cuda");
+  check(fuselet_divergence_logits(&hx, &ht, &hg, &o, scale, &hl) == FUSELET_OK, name + " cpu");
+  CUDA_OK(cudaStreamSynchronize(s));
+  compare(name + " loss", loss.download(), loss.values(), g_dt);
+  compare(name + " dlogits", x.download(), x.values());
+}
+
 // A target outside [0, V) (not ignored): NaN loss and a zero gradient row on the GPU, the
 // other rows as usual.
 void cross_entropy_bad_target(cudaStream_t s) {
@@ -500,6 +516,8 @@ void bad_input(cudaStream_t s) {
           "label_smoothing: expected 0", "logprobs with label smoothing");
   const fuselet_divergence_options kl{FUSELET_DIVERGENCE_KL, 1, 0.f};
   refused(fuselet_divergence_fwd_cuda(&xo, &y, &kl, &lossv, s), "not aligned", "divergence input misaligned");
+  refused(fuselet_divergence_logits_cuda(&xo, &y, &lossv, &kl, 1.f, &lossv, s), "not aligned",
+          "divergence logits input misaligned");
   fuselet_tensor w = dv(b, {v}), wo = odd(b, {v});
   refused(fuselet_rms_norm_fwd_cuda(&xo, &w, 1e-5f, 0, &y, &lossv, s), "not aligned", "rms_norm x misaligned");
   refused(fuselet_rms_norm_fwd_cuda(&x, &wo, 1e-5f, 0, &y, &lossv, s), "not aligned", "rms_norm weight misaligned");
@@ -607,10 +625,15 @@ void run_all(cudaStream_t s, bool wide) {
     divergence_case(9, v, {FUSELET_DIVERGENCE_KL, 0, 0.f}, s);
     for (float beta : {0.f, 0.3f, 1.f}) divergence_case(9, v, {FUSELET_DIVERGENCE_JSD, 1, beta}, s);
     divergence_case(9, v, {FUSELET_DIVERGENCE_TVD, 1, 0.f}, s);
+    divergence_logits_case(9, v, {FUSELET_DIVERGENCE_KL, 1, 0.f}, 1.f, s);
+    for (float beta : {0.f, 0.3f, 1.f}) divergence_logits_case(9, v, {FUSELET_DIVERGENCE_JSD, 1, beta}, 0.5f, s);
+    divergence_logits_case(9, v, {FUSELET_DIVERGENCE_TVD, 1, 0.f}, 2.f, s);
   }
   if (wide) {
     divergence_case(0, 8, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
     divergence_case(70000, 4, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, s);
+    divergence_logits_case(0, 8, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, 1.f, s);
+    divergence_logits_case(70000, 4, {FUSELET_DIVERGENCE_JSD, 1, 0.5f}, 1.f, s);
     bad_input(s);
   }
 }

@@ -1,5 +1,5 @@
 // The divergences' entry points under the fuzzer (fuselet/divergence.h: kl_div, jsd, tvd, forward
-// and backward, CPU and `_cuda`); fuzz_c_abi.cc picks them, fuzz.h builds their views.
+// and backward, the one pass over logits, CPU and `_cuda`); fuzz_c_abi.cc picks them, fuzz.h builds their views.
 #include "fuselet/divergence.h"
 #include "fuzz.h"
 
@@ -8,7 +8,8 @@ namespace fuselet_fuzz {
 // Divergences: kind (mostly a known one), log_target, beta from the bytes; input and target
 // of the same shape (or target of its own, sometimes), dinput / dtarget each optional.
 void op_divergence(Ctx& c, bool cuda) {
-  const bool backward = c.in.u8() & 1;
+  const uint8_t mode = c.in.u8();
+  const bool backward = mode & 1, logits = (mode & 6) == 6;  // logits: a quarter of the inputs
   const int32_t dtype = pick_dtype(c.in);
   fuselet_divergence_options opts;
   const uint8_t kb = c.in.u8();
@@ -24,6 +25,16 @@ void op_divergence(Ctx& c, bool cuda) {
   fuselet_tensor* tx = c.tensor(x, dtype);
   fuselet_tensor* tt = c.tensor(t, c.in.u8() < 0xF0 ? dtype : pick_dtype(c.in));
   void* stream = c.arena.alloc(0);
+  if (logits) {  // scale from the bytes; input is written in place
+    const float scale = pick_float(c.in, 1.f);
+    fuselet_tensor* dloss = c.tensor(n, FUSELET_FLOAT32);
+    fuselet_tensor* loss = c.tensor(n, FUSELET_FLOAT32);
+    if (c.too_large) return;
+    if (cuda) return check_cuda(fuselet_divergence_logits_cuda(tx, tt, dloss, popts, scale, loss, stream));
+    check_then(fuselet_divergence_logits_check(c.no_data(tx), c.no_data(tt), c.no_data(dloss), popts, scale),
+               [&] { return fuselet_divergence_logits(tx, tt, dloss, popts, scale, loss); });
+    return;
+  }
   if (!backward) {
     fuselet_tensor* loss = c.tensor(n, FUSELET_FLOAT32);
     if (c.too_large) return;

@@ -29,6 +29,32 @@ def unfused(hs, ws, ht, wt, labels, beta, temperature):
     return jnp.sum(rows * keep) / jnp.maximum(jnp.sum(keep), 1)
 
 
+def float64_loss_and_grads(hs, ws, ht, wt, labels, beta, temperature):
+    """The loss and the student's gradients in float64 (numpy): log_softmax of both models' logits,
+    the generalized JSD per token, its gradient through the student's log_softmax and head."""
+    hs, ws, ht, wt = (np.asarray(a, np.float64) for a in (hs, ws, ht, wt))
+    h = hs.reshape(-1, hs.shape[-1])
+
+    def log_softmax(z):
+        z = z - z.max(-1, keepdims=True)
+        return z - np.log(np.exp(z).sum(-1, keepdims=True))
+
+    s = log_softmax(h @ ws.T / temperature)
+    t = log_softmax(ht.reshape(-1, ht.shape[-1]) @ wt.T / temperature)
+    p, q = np.exp(t), np.exp(s)
+    if beta == 0.0:
+        rows, ds = np.sum(p * (t - s), -1), -p
+    elif beta == 1.0:
+        rows, ds = np.sum(q * (s - t), -1), q * (s - t + 1)
+    else:
+        m = np.log(beta * p + (1 - beta) * q)
+        rows, ds = np.sum(beta * p * (t - m) + (1 - beta) * q * (s - m), -1), (1 - beta) * q * (s - m)
+    keep = np.ones(rows.shape) if labels is None else (np.asarray(labels).reshape(-1) != -100).astype(np.float64)
+    w = keep / max(keep.sum(), 1)
+    dz = w[:, None] * (ds - q * ds.sum(-1, keepdims=True)) / temperature
+    return float(np.sum(rows * w)), (dz @ ws).reshape(hs.shape), dz.T @ h
+
+
 def models(seed=0):
     rng = np.random.default_rng(seed)
     hs = jnp.asarray(rng.standard_normal((3, 11, 16)), jnp.float32)
@@ -52,6 +78,10 @@ def test_matches_unfused(beta, chunk_size):
     np.testing.assert_allclose(float(a), float(b), rtol=1e-5, atol=1e-6)
     for x, y in zip(ga, gb):
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-4, atol=1e-6)
+    loss64, *grads64 = float64_loss_and_grads(hs, ws, ht, wt, labels, beta, 2.0)
+    np.testing.assert_allclose(float(a), loss64, rtol=1e-5, atol=1e-6)
+    for x, y in zip(ga, grads64):
+        np.testing.assert_allclose(np.asarray(x, np.float64), y, rtol=1e-4, atol=1e-6)
 
 
 def test_jit_and_teacher_cotangents_are_zero():

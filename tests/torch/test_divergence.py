@@ -180,6 +180,31 @@ def test_non_contiguous(view):
     torch.testing.assert_close(got, ft.jsd(x.detach(), t.detach(), beta=0.3))
 
 
+@pytest.mark.parametrize("op,options", [c for c in CASES if c[1].get("log_target", True)], ids=lambda v: str(v))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_logits_one_pass_against_float64(op, options, dtype):
+    """divergence_logits_ (fused_linear_jsd's one pass over a chunk): from logits, times a scale,
+    the loss per row and, written over the logits, their gradient through log_softmax, against
+    log_softmax, the divergence and its gradient in float64."""
+    rng = np.random.default_rng(5)
+    z64, t64 = (rng.standard_normal((6, 300)) * 3.0 for _ in range(2))
+    z, t = (torch.from_numpy(v.astype(np.float32)).to(getattr(torch, dtype)) for v in (z64, t64))
+    g = torch.from_numpy(rng.standard_normal(6).astype(np.float32))
+    g[1] = 0.0  # a row no gradient reaches (an ignored token): zeros
+    scale, beta = 0.5, options.get("beta", 0.0)
+    x, tt = (ref.log_softmax(f64(a) * scale) for a in (z, t))
+    rows = ref.divergence_fwd(op, x, tt, True, beta)
+    dx, _ = ref.divergence_bwd(op, f64(g), x, tt, True, beta)
+    dz = scale * (dx - np.exp(x) * dx.sum(-1, keepdims=True))
+    logits = z.clone()
+    got = ops.divergence_logits_(logits, t, g, KINDS[op], True, beta, scale)
+    assert got.dtype == torch.float32 and logits.dtype == z.dtype
+    np.testing.assert_allclose(f64(got), rows, rtol=1e-5, atol=1e-6)
+    tol = {"float32": (1e-5, 1e-7), "bfloat16": (8e-3, 1e-6)}[dtype]
+    np.testing.assert_allclose(f64(logits), dz, rtol=tol[0], atol=tol[1])
+    assert torch.all(logits[1] == 0)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_opcheck(dtype):
     x, t = pair((2, 3, 40), dtype)
@@ -191,6 +216,7 @@ def test_opcheck(dtype):
         (ops.divergence_fwd, (x, t, 2, True, 0.0)),
         (ops.divergence_bwd, (dloss, x, t, 1, True, 0.25, False)),
         (ops.divergence_bwd, (dloss, x, t, 0, True, 0.0, True)),
+        (ops.divergence_logits_, (x.clone(), t, dloss, 1, True, 0.5, 0.5)),
     ]:
         torch.library.opcheck(op.default, args)
 

@@ -14,10 +14,10 @@ ft = import_layer("torch")
 F = torch.nn.functional
 
 
-def unfused(hs, ws, ht, wt, labels, beta, temperature):
-    """TRL's generalized JSD over the materialized logits, the mean over kept tokens."""
-    s = (hs @ ws.T).float().div(temperature).log_softmax(-1).flatten(0, -2)
-    t = (ht @ wt.T).float().div(temperature).log_softmax(-1).flatten(0, -2)
+def unfused(hs, ws, ht, wt, labels, beta, temperature, dtype=torch.float32):
+    """TRL's generalized JSD over the materialized logits (computed in `dtype`), the mean over kept tokens."""
+    s = (hs @ ws.T).to(dtype).div(temperature).log_softmax(-1).flatten(0, -2)
+    t = (ht @ wt.T).to(dtype).div(temperature).log_softmax(-1).flatten(0, -2)
     if beta == 0.0:
         per = F.kl_div(s, t, reduction="none", log_target=True)
     elif beta == 1.0:
@@ -49,14 +49,16 @@ def models(b=3, s=11, hs=16, ht=24, v=50, dtype=torch.float32, seed=0):
 @pytest.mark.parametrize("temperature", [1.0, 2.0])
 @pytest.mark.parametrize("chunk_size", [None, 4, 7, 1000])
 def test_matches_unfused(beta, temperature, chunk_size):
+    """float32 inputs against the unfused loss of the same values in float64."""
     hs, ws, ht, wt, labels = models()
     got = ft.fused_linear_jsd(hs, ws, ht, wt, labels, beta=beta, temperature=temperature, chunk_size=chunk_size)
-    want = unfused(hs, ws, ht, wt, labels, beta, temperature)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    hs64, ws64 = (a.detach().double().requires_grad_(True) for a in (hs, ws))
+    want = unfused(hs64, ws64, ht.double(), wt.double(), labels, beta, temperature, dtype=torch.float64)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
     g = torch.autograd.grad(got * 3.0, (hs, ws))
-    w = torch.autograd.grad(want * 3.0, (hs, ws))
+    w = torch.autograd.grad(want * 3.0, (hs64, ws64))
     for a, b in zip(g, w):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(a.double(), b, rtol=1e-4, atol=1e-6)
 
 
 def test_without_labels_and_bfloat16():

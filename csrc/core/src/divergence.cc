@@ -63,6 +63,65 @@ struct BwdRows {
   }
 };
 
+// Over logits, rows [r0, r1) (buf: 2V floats of scratch): the scaled rows of input and target in
+// float32, their log-sum-exps, then per element x, t, q, p, the term and dx (the buffers then hold
+// q and dx), the row's loss and sum of dx, and last the gradient through log_softmax over input.
+template <typename T>
+struct LogitsRows {
+  static FUSELET_INLINE void run(const DivergenceProblem* p, float* buf, int64_t r0, int64_t r1) {
+    const int64_t V = p->vocab;
+    const float scale = p->scale;
+    float* a = buf;
+    float* b = buf + V;
+    with_divergence_math<ExpApprox, LogApprox>(*p, [&](auto math) FUSELET_INLINE_LAMBDA {
+      for (int64_t r = r0; r < r1; ++r) {
+        T* x = static_cast<T*>(p->dinput) + r * p->dinput_stride;
+        const T* t = static_cast<const T*>(p->target) + r * p->target_stride;
+        for (int64_t j = 0; j < V; ++j) a[j] = scale * to_float(x[j]);
+        for (int64_t j = 0; j < V; ++j) b[j] = scale * to_float(t[j]);
+        const float mx = lane_max(V, [=](int64_t j) { return a[j]; });
+        const float mt = lane_max(V, [=](int64_t j) { return b[j]; });
+        const float lx = mx + std::log(lane_reduce(V, [=](int64_t j) { return exp_approx(a[j] - mx); }));
+        const float lt = mt + std::log(lane_reduce(V, [=](int64_t j) { return exp_approx(b[j] - mt); }));
+        float loss[kLanes] = {}, sum[kLanes] = {};
+        auto element = [&](int64_t j, int l) FUSELET_INLINE_LAMBDA {
+          const float xj = a[j] - lx, tj = b[j] - lt;
+          const float q = exp_approx(xj);
+          const DivergenceTermDx e = math.term_dx(xj, q, tj, exp_approx(tj));
+          loss[l] += e.term;
+          sum[l] += e.dx;
+          a[j] = q;
+          b[j] = e.dx;
+        };
+        int64_t j = 0;
+        for (; j + kLanes <= V; j += kLanes)
+          for (int l = 0; l < kLanes; ++l) element(j + l, l);
+        for (int l = 0; j < V; ++j, ++l) element(j, l);
+        float row_loss = 0.f, s = 0.f;
+        for (int l = 0; l < kLanes; ++l) {
+          row_loss += loss[l];
+          s += sum[l];
+        }
+        p->loss[r] = row_loss;
+        const float c = p->dloss[r] * scale;
+        for (int64_t k = 0; k < V; ++k) x[k] = from_float<T>(c * (b[k] - a[k] * s));
+      }
+    });
+  }
+};
+
+fuselet_status run_logits(const DivergenceProblem& p) {
+  if (p.rows == 0) return ok();
+  const int64_t tasks = parallel_chunks(p.rows, row_grain(p.vocab));
+  return with_scratch("input", tasks, 2, p.vocab, [&](Scratch& s) {
+    dispatch(p.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      parallel_rows<T>(p.rows, row_grain(p.vocab), s.tasks, {{nullptr, 0, p.vocab}},
+                       [&](int64_t c, int64_t r0, int64_t r1) { run_best<LogitsRows<T>>(&p, s.task(c), r0, r1); });
+    });
+  });
+}
+
 fuselet_status run(const DivergenceProblem& p, bool backward) {
   if (p.rows == 0) return ok();
   const int64_t tasks = parallel_chunks(p.rows, row_grain(p.vocab));
@@ -104,6 +163,16 @@ fuselet_status fuselet_divergence_bwd(const fuselet_tensor* dloss, const fuselet
   });
 }
 
+fuselet_status fuselet_divergence_logits(fuselet_tensor* input, const fuselet_tensor* target,
+                                         const fuselet_tensor* dloss, const fuselet_divergence_options* opts,
+                                         float scale, fuselet_tensor* loss) {
+  return fuselet::guarded("fuselet_divergence_logits", [&] {
+    fuselet::DivergenceProblem p;
+    if (fuselet_status s = fuselet::check_divergence_logits(input, target, dloss, opts, scale, loss, &p)) return s;
+    return fuselet::run_logits(p);
+  });
+}
+
 #ifndef FUSELET_WITH_CUDA
 fuselet_status fuselet_divergence_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*,
                                            const fuselet_divergence_options*, fuselet_tensor*, void*) {
@@ -112,6 +181,10 @@ fuselet_status fuselet_divergence_fwd_cuda(const fuselet_tensor*, const fuselet_
 fuselet_status fuselet_divergence_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
                                            const fuselet_divergence_options*, fuselet_tensor*, fuselet_tensor*,
                                            void*) {
+  return fuselet::no_cuda();
+}
+fuselet_status fuselet_divergence_logits_cuda(fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                              const fuselet_divergence_options*, float, fuselet_tensor*, void*) {
   return fuselet::no_cuda();
 }
 #endif

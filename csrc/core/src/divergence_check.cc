@@ -84,6 +84,22 @@ fuselet_status inputs(const fuselet_tensor* dloss, bool backward, const fuselet_
   return FUSELET_OK;
 }
 
+// The inputs and options over logits: those of a backward, log_target 1 and scale.
+fuselet_status logits_inputs(const fuselet_tensor* input, const fuselet_tensor* target, const fuselet_tensor* dloss,
+                             const fuselet_divergence_options* opts, float scale, Layout layout,
+                             DivergenceProblem* p) {
+  if (fuselet_status s = inputs(dloss, true, input, target, opts, layout, p)) return s;
+  if (!p->log_target)
+    return fail(FUSELET_ERR_INVALID_ARGUMENT,
+                "log_target: expected 1 (the log_softmax of target's logits are log-probabilities), got 0");
+  char buf[32];
+  if (!(scale > 0.f && scale <= 3.40282347e38f))
+    return fail(FUSELET_ERR_INVALID_ARGUMENT, "scale: expected a finite number > 0, got %s",
+                float_string(scale, buf, sizeof buf));
+  p->scale = scale;
+  return FUSELET_OK;
+}
+
 // The checks of the inputs and options alone (the `_check` functions).
 fuselet_status check_inputs(const char* entry, const fuselet_tensor* dloss, bool backward, const fuselet_tensor* input,
                             const fuselet_tensor* target, const fuselet_divergence_options* opts) {
@@ -119,6 +135,18 @@ fuselet_status check_divergence_bwd(const fuselet_tensor* dloss, const fuselet_t
   return ok();
 }
 
+fuselet_status check_divergence_logits(fuselet_tensor* input, const fuselet_tensor* target,
+                                       const fuselet_tensor* dloss, const fuselet_divergence_options* opts,
+                                       float scale, fuselet_tensor* loss, DivergenceProblem* p) {
+  if (fuselet_status s = logits_inputs(input, target, dloss, opts, scale, Layout::kKernel, p)) return s;
+  void* data = nullptr;
+  if (fuselet_status s = as_vector(loss, "loss", FUSELET_FLOAT32, p->rows, &data)) return s;
+  p->loss = static_cast<float*>(data);
+  p->dinput = const_cast<void*>(p->input);  // in place: the rows of input, their stride checked above
+  p->dinput_stride = p->input_stride;
+  return ok();
+}
+
 }  // namespace fuselet
 
 extern "C" {
@@ -131,6 +159,17 @@ fuselet_status fuselet_divergence_fwd_check(const fuselet_tensor* input, const f
 fuselet_status fuselet_divergence_bwd_check(const fuselet_tensor* dloss, const fuselet_tensor* input,
                                             const fuselet_tensor* target, const fuselet_divergence_options* opts) {
   return fuselet::check_inputs("fuselet_divergence_bwd_check", dloss, true, input, target, opts);
+}
+
+fuselet_status fuselet_divergence_logits_check(const fuselet_tensor* input, const fuselet_tensor* target,
+                                               const fuselet_tensor* dloss, const fuselet_divergence_options* opts,
+                                               float scale) {
+  return fuselet::guarded("fuselet_divergence_logits_check", [&] {
+    fuselet::DivergenceProblem p;
+    if (fuselet_status s = fuselet::logits_inputs(input, target, dloss, opts, scale, fuselet::Layout::kAny, &p))
+      return s;
+    return fuselet::ok();
+  });
 }
 
 }  // extern "C"

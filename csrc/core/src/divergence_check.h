@@ -29,6 +29,7 @@ struct DivergenceProblem {
   void* dinput = nullptr;        int64_t dinput_stride = 0;   // bwd (NULL: not computed)
   void* dtarget = nullptr;       int64_t dtarget_stride = 0;  // bwd (NULL: not computed)
   // clang-format on
+  float scale = 1.f;  // logits: input and target are logits, times scale; dinput is input (in place)
 };
 
 fuselet_status check_divergence_fwd(const fuselet_tensor* input, const fuselet_tensor* target,
@@ -37,6 +38,9 @@ fuselet_status check_divergence_fwd(const fuselet_tensor* input, const fuselet_t
 fuselet_status check_divergence_bwd(const fuselet_tensor* dloss, const fuselet_tensor* input,
                                     const fuselet_tensor* target, const fuselet_divergence_options* opts,
                                     fuselet_tensor* dinput, fuselet_tensor* dtarget, DivergenceProblem* p);
+fuselet_status check_divergence_logits(fuselet_tensor* input, const fuselet_tensor* target,
+                                       const fuselet_tensor* dloss, const fuselet_divergence_options* opts,
+                                       float scale, fuselet_tensor* loss, DivergenceProblem* p);
 
 // The math of fuselet/divergence.h for one element (x = input, t = target), templated on its
 // form and on whether t holds log-probabilities, and on the exp / log functions (the CPU kernels'
@@ -47,6 +51,10 @@ enum class DivergenceForm { kForwardKl, kReverseKl, kMixture, kTvd };
 
 struct DivergenceGrad {
   float dx, dt;
+};
+
+struct DivergenceTermDx {
+  float term, dx;
 };
 
 template <DivergenceForm Form, bool LogTarget, typename Exp, typename Log>
@@ -70,6 +78,21 @@ struct DivergenceMath {
     const float a = p > 0.f ? beta * p * (lp - lm) : 0.f;
     const float b = q > 0.f ? (1.f - beta) * q * (x - lm) : 0.f;
     return a + b;
+  }
+
+  // The term and d term / dx of element j from the log-probabilities x, t (log_target) and their
+  // exponentials q, p, computed once by the caller (the kernels over logits).
+  FUSELET_DIVERGENCE_INLINE DivergenceTermDx term_dx(float x, float q, float t, float p) const {
+    if (Form == DivergenceForm::kTvd) {
+      const float d = p - q;
+      const float s = p > q ? 0.5f : (p < q ? -0.5f : 0.f);
+      return {0.5f * (d < 0.f ? -d : d), -s * q};
+    }
+    if (Form == DivergenceForm::kForwardKl) return {p > 0.f ? p * (t - x) : 0.f, -p};
+    if (Form == DivergenceForm::kReverseKl) return {q > 0.f ? q * (x - t) : 0.f, q > 0.f ? q * (x - t + 1.f) : 0.f};
+    const float lm = log(beta * p + (1.f - beta) * q);
+    const float b = q > 0.f ? (1.f - beta) * q * (x - lm) : 0.f;
+    return {(p > 0.f ? beta * p * (t - lm) : 0.f) + b, b};
   }
 
   // d term / dx and d term / dt of element j.

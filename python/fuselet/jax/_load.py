@@ -39,6 +39,7 @@ OPS = (
     "logprobs_bwd",
     "divergence_fwd",
     "divergence_bwd",
+    "divergence_logits",
 )
 TARGETS = tuple(f"fuselet_{op}" for op in OPS)
 _lib = None

@@ -49,6 +49,21 @@ def _bwd_call(dloss, input, target, options, wrt_target):
     )[0]
 
 
+def _logits_call(input, target, dloss, options, scale):
+    """(the loss per row, input's gradient) of divergence_logits: one pass over the logits input and
+    target (times scale) of fused_linear_jsd's chunks. The gradient may reuse input's buffer."""
+    return row_op(
+        "divergence_logits",
+        (ROWS, ROWS, STATS),
+        (STATS, ROWS),
+        (input, target, dloss),
+        True,
+        aliases=((0, 1),),
+        scale=np.float32(scale),
+        **_attrs(options),
+    )
+
+
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _per_row(input, target, options):
     return _fwd_call(input, target, options)

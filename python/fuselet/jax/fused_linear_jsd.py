@@ -2,9 +2,10 @@
 a teacher's token distributions from their last hidden states, without [tokens, V] logits.
 
 As fuselet.torch.fused_linear_jsd: the tokens are taken chunk by chunk (a lax.scan; the last chunk
-padded with tokens that count for nothing), each chunk's logits of both models from jnp's matmul,
-fuselet's divergence kernel for the loss and its gradient, the gradient through log_softmax and
-the head at once. The loss is a mean, so the gradients are computed in the forward (custom_vjp)
+padded with tokens that count for nothing), each chunk's logits of both models from jnp's matmul (in
+the inputs' dtype), one pass of fuselet's divergence kernel over them (divergence_logits: both
+log_softmaxes, the loss per token and its gradient through the student's log_softmax and the
+temperature), then the head's matmuls. The loss is a mean, so the gradients are computed in the forward (custom_vjp)
 and kept as its residuals instead of any logits. Gradients flow to the student (hidden and
 weight) only: the teacher's cotangents are zeros. Rules: fuselet/spec/fused_linear_jsd.py.
 """
@@ -17,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from fuselet.jax._checks import array_facts
-from fuselet.jax.divergence import _bwd_call, _fwd_call
+from fuselet.jax.divergence import _logits_call
 from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
@@ -31,15 +32,16 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptio
     def split(a):
         return jnp.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1)).reshape(chunks, chunk, *a.shape[1:])
 
+    common = jnp.promote_types(hs.dtype, ht.dtype)  # the kernel's one dtype: both models' where they differ
+
     def step(dws, xs):
         h, t, g = xs
-        logq = jax.nn.log_softmax(jnp.matmul(h, ws.T).astype(jnp.float32) * inv_t, axis=-1)
-        logp = jax.nn.log_softmax(jnp.matmul(t, wt.T).astype(jnp.float32) * inv_t, axis=-1)
-        rows = _fwd_call(logq, logp, jsd)
-        dlogq = _bwd_call(g, logq, logp, jsd, 0)
-        dlogits = (dlogq - jnp.exp(logq) * jnp.sum(dlogq, -1, keepdims=True)) * inv_t
-        dh = jnp.matmul(dlogits.astype(ws.dtype), ws)
-        dws = dws + jnp.matmul(dlogits.T, h.astype(jnp.float32))
+        # one pass: both log_softmaxes, the divergence and its gradient through the student's
+        # log_softmax and the temperature, over the logits in their dtype
+        rows, dlogits = _logits_call(jnp.matmul(h, ws.T).astype(common), jnp.matmul(t, wt.T).astype(common), g, jsd, inv_t)
+        dlogits = dlogits.astype(ws.dtype)
+        dh = jnp.matmul(dlogits, ws)
+        dws = dws + jnp.matmul(dlogits.T, h, preferred_element_type=jnp.float32)
         return dws, (jnp.sum(jnp.where(g > 0, rows * g, 0.0)), dh)
 
     dws, (losses, dhs) = jax.lax.scan(step, jnp.zeros(ws.shape, jnp.float32), (split(hs), split(ht), split(weight_of)))

@@ -100,6 +100,19 @@ def op(input: tuple, target: tuple, kind, log_target, beta, tokens: dict | None 
     return DivergenceOptions(ops[kind], log_target, beta)
 
 
+def logits_op(input: tuple, target: tuple, dloss: tuple, kind, log_target, beta, scale) -> DivergenceOptions:
+    """divergence_logits_ (the one pass over logits of fused_linear_jsd's chunks): input, target,
+    kind, log_target, beta as op()'s and dloss its per-row float32 vector; log_target True (the
+    log_softmax of logits are log-probabilities); scale (1 / temperature) a finite number > 0 that
+    float32 holds."""
+    options = op(input, target, kind, log_target, beta, {"dloss": dloss})
+    if not log_target:
+        raise ValueError("log_target: expected True (the log_softmax of target's logits are log-probabilities), got False")
+    r.number("scale", scale, low=0, low_open=True)
+    r.float32("scale", scale, positive=True)
+    return options
+
+
 # --- the table of bad values (tests/test_spec.py) -----------------------------------------------
 
 X = Array((2, 4))
@@ -172,5 +185,41 @@ OP_REFUSALS = [
         {"dloss": Array((3,)), **_op(wrt_target=False)},
         ValueError,
         "dloss: expected 2 elements, got shape [3]",
+    ),
+    Refusal(
+        ("divergence_logits_",),
+        {"dloss": Array((3,)), **_op(scale=1.0)},
+        ValueError,
+        "dloss: expected 2 elements, got shape [3]",
+    ),
+    Refusal(
+        ("divergence_logits_",),
+        {"dloss": Array((2,)), **_op(kind=0, log_target=False, beta=0.0, scale=1.0)},
+        ValueError,
+        "log_target: expected True (the log_softmax of target's logits are log-probabilities), got False",
+    ),
+    Refusal(
+        ("divergence_logits_",),
+        {"dloss": Array((2,)), **_op(scale=0.0)},
+        ValueError,
+        "scale: expected a finite number > 0, got 0.0",
+    ),
+    Refusal(
+        ("divergence_logits_",),
+        {"dloss": Array((2,)), **_op(scale=float("nan"))},
+        ValueError,
+        "scale: expected a finite number > 0, got nan",
+    ),
+    Refusal(
+        ("divergence_logits_",),
+        {"dloss": Array((2,)), **_op(scale=1e39)},
+        ValueError,
+        "scale: expected a magnitude float32 can hold",
+    ),
+    Refusal(
+        ("divergence_logits_",),
+        {"dloss": Array((2,)), **_op(scale=1e-50)},
+        ValueError,
+        "scale: expected a value > 0 in float32",
     ),
 ]

@@ -108,6 +108,13 @@ def _(dloss, input, target, kind, log_target, beta, wrt_target):
     return torch.empty_like(target if wrt_target else input, memory_format=torch.contiguous_format)
 
 
+@torch.library.register_fake("fuselet::divergence_logits_")
+def _(input, target, dloss, kind, log_target, beta, scale):
+    op_tensors(input=input, target=target, dloss=dloss)
+    spec.logits_op(facts(input), facts(target), facts(dloss), kind, log_target, beta, scale)
+    return input.new_empty(input.shape[:-1], dtype=torch.float32)
+
+
 # --- DTensor sharding (fuselet.torch._dtensor): rows keep their sharding, V is whole (a
 # vocab-sharded input is redistributed); the per-row losses are sharded like the rows, and a sum
 # over them is Partial until DTensor reduces it.
@@ -121,6 +128,11 @@ def _(input, target, kind, log_target, beta):
 @sharding("divergence_bwd")
 def _(dloss, input, target, kind, log_target, beta, wrt_target):
     return rowwise([(dloss, "rows"), (input, "rows"), (target, "rows"), *scalars(4)], ["rows"])
+
+
+@sharding("divergence_logits_")
+def _(input, target, dloss, kind, log_target, beta, scale):
+    return rowwise([(input, "rows"), (target, "rows"), (dloss, "rows"), *scalars(4)], ["rows"])
 
 
 # --- autograd: input's gradient, and target's where it requires grad ---------------------

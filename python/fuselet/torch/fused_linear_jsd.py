@@ -4,10 +4,12 @@ and a teacher's token distributions from their last hidden states, without [toke
 fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_weight, labels) =
 jsd(log_softmax(student_hidden @ student_weight.T / T), log_softmax(teacher_hidden @
 teacher_weight.T / T), beta=beta, labels=labels), computed chunk by chunk over the tokens: each
-chunk's logits of both models from torch's matmul, fuselet's divergence kernel for the loss and
-its gradient, the gradient through log_softmax and the head at once. The loss is a mean, so the
-gradients are computed during the forward and kept instead of any logits; the backward scales
-them. At most one chunk of [chunk, V] float32 tensors exists at a time. Gradients flow to the
+chunk's logits of both models from torch's matmul (in the inputs' dtype), then one pass of
+fuselet's divergence kernel over them (divergence_logits_: both log_softmaxes, the loss per token,
+its gradient through the student's log_softmax and the temperature, written over the student's
+logits), then the head's matmuls. The loss is a mean, so the gradients are computed during the
+forward and kept instead of any logits; the backward scales them. Two [chunk, V] buffers in the
+inputs' dtype exist, reused by every chunk; no [chunk, V] float32 tensor. Gradients flow to the
 student (hidden and weight) only: the teacher is a constant. Rules: fuselet/spec/fused_linear_jsd.py.
 
 On DTensors (the tokens of both hiddens sharded, the heads replicated) each rank runs the chunks
@@ -23,6 +25,7 @@ from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 from fuselet.torch._args import check_dense, check_same_device, facts
 from fuselet.torch._dtensor import check_dtensors, is_dtensor, on_row_shards
+from fuselet.torch.fused_linear_cross_entropy import _Accumulator, _Logits
 
 ops = torch.ops.fuselet
 
@@ -34,22 +37,22 @@ class _FusedLinearJSD(torch.autograd.Function):
         jsd = options.divergence.op_args()
         loss = torch.zeros((), dtype=torch.float32, device=hs.device)
         dhs = torch.empty_like(hs)
-        dws = torch.zeros(ws.shape, dtype=torch.float32, device=ws.device)
+        acc = _Accumulator(ws, None)
+        student, teacher = _Logits(hs, ws, None, chunk), _Logits(ht, wt, None, chunk)
+        common = torch.promote_types(hs.dtype, ht.dtype)  # the kernel's one dtype: both models' where they differ
         for a in range(0, n, chunk):
             b = min(n, a + chunk)
-            logq = torch.log_softmax(torch.mm(hs[a:b], ws.t()).float() * inv_t, -1)
-            logp = torch.log_softmax(torch.mm(ht[a:b], wt.t()).float() * inv_t, -1)
-            rows = ops.divergence_fwd(logq, logp, *jsd)
             g = weight_of[a:b]
+            logits, teacher_logits = student(hs[a:b]).to(common), teacher(ht[a:b]).to(common)
+            # one pass: both log_softmaxes, the divergence and its gradient through the student's
+            # log_softmax and the temperature; logits then holds dlogits
+            rows = ops.divergence_logits_(logits, teacher_logits, g, *jsd, inv_t)
+            logits = logits.to(ws.dtype)
             loss += torch.where(g > 0, rows * g, 0.0).sum()
-            dlogq = ops.divergence_bwd(g, logq, logp, *jsd, False)
-            del logp
-            # through log_softmax (q = exp(logq)), then the temperature: in place, one [chunk, V] at a time
-            dlogits = dlogq.sub_(logq.exp_().mul_(dlogq.sum(-1, keepdim=True))).mul_(inv_t)
-            del logq
-            dhs[a:b] = torch.mm(dlogits.to(ws.dtype), ws)
-            dws.addmm_(dlogits.t(), hs[a:b].float())
-        ctx.save_for_backward(dhs, dws.to(ws.dtype))
+            torch.mm(logits, ws, out=dhs[a:b])
+            acc.add(logits, hs[a:b])
+        student = teacher = logits = None  # the chunk buffers go before dweight is converted
+        ctx.save_for_backward(dhs, acc.results()[0])
         return loss
 
     @staticmethod

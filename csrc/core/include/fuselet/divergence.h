@@ -28,6 +28,15 @@
  *        dt_j = -g Q_j
  *   TVD: dx_j = -0.5 g sign(P_j - Q_j) Q_j,  dt_j = 0.5 g sign(P_j - Q_j) P_j  (sign(0) = 0)
  *
+ * Over logits, forward and backward in one pass (fuselet_divergence_logits: a chunk of a fused
+ * linear distillation loss). input [..., V] holds the logits of the distribution being trained
+ * (the student's), target [..., V] those of P (the teacher's), of one shape and dtype; scale > 0
+ * (1 / temperature) multiplies both; log_target must be 1. Per row r, with g = dloss[r]:
+ *   x = log_softmax(scale input_r), t = log_softmax(scale target_r), loss[r] = the row's divergence
+ *   of x and t as above (g does not enter it), and input_r is overwritten with the gradient of
+ *   g loss[r] with respect to input_r: g scale (dx_j - Q_j sum_k dx_k), dx of the backward above,
+ *   in input's dtype (float32 math). A row with g = 0 gets zeros.
+ *
  * Host entry points take host pointers and run on the calling thread plus fuselet's own
  * worker threads; `_cuda` entry points take device pointers and enqueue on `stream`. No
  * workspace. Builds without CUDA return FUSELET_ERR_UNSUPPORTED from the `_cuda` ones.
@@ -65,6 +74,13 @@ FUSELET_API fuselet_status fuselet_divergence_bwd(const fuselet_tensor* dloss, c
                                                   const fuselet_tensor* target, const fuselet_divergence_options* opts,
                                                   fuselet_tensor* dinput, fuselet_tensor* dtarget);
 
+/* Forward and backward over logits. In: input (the logits, overwritten by their gradient), target
+   [..., V], dloss [N] (g per row), scale. Out: loss [N], float32. */
+FUSELET_API fuselet_status fuselet_divergence_logits(fuselet_tensor* input, const fuselet_tensor* target,
+                                                     const fuselet_tensor* dloss,
+                                                     const fuselet_divergence_options* opts, float scale,
+                                                     fuselet_tensor* loss);
+
 /* The checks of the inputs and options of the entry points above, host and `_cuda` alike, on
  * views of any strides >= 0 with no data read (fuselet.h: the `_check` functions). */
 FUSELET_API fuselet_status fuselet_divergence_fwd_check(const fuselet_tensor* input, const fuselet_tensor* target,
@@ -72,6 +88,9 @@ FUSELET_API fuselet_status fuselet_divergence_fwd_check(const fuselet_tensor* in
 FUSELET_API fuselet_status fuselet_divergence_bwd_check(const fuselet_tensor* dloss, const fuselet_tensor* input,
                                                         const fuselet_tensor* target,
                                                         const fuselet_divergence_options* opts);
+FUSELET_API fuselet_status fuselet_divergence_logits_check(const fuselet_tensor* input, const fuselet_tensor* target,
+                                                           const fuselet_tensor* dloss,
+                                                           const fuselet_divergence_options* opts, float scale);
 
 FUSELET_API fuselet_status fuselet_divergence_fwd_cuda(const fuselet_tensor* input, const fuselet_tensor* target,
                                                        const fuselet_divergence_options* opts, fuselet_tensor* loss,
@@ -80,6 +99,10 @@ FUSELET_API fuselet_status fuselet_divergence_bwd_cuda(const fuselet_tensor* dlo
                                                        const fuselet_tensor* target,
                                                        const fuselet_divergence_options* opts, fuselet_tensor* dinput,
                                                        fuselet_tensor* dtarget, void* stream);
+FUSELET_API fuselet_status fuselet_divergence_logits_cuda(fuselet_tensor* input, const fuselet_tensor* target,
+                                                          const fuselet_tensor* dloss,
+                                                          const fuselet_divergence_options* opts, float scale,
+                                                          fuselet_tensor* loss, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

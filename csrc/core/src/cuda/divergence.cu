@@ -54,6 +54,68 @@ __global__ void __launch_bounds__(1024) divergence_bwd_kernel(const DivergencePr
   }
 }
 
+// Over logits (fuselet_divergence_logits): per row, the maxima of the scaled input and target, their
+// sums of exponentials, then the loss and the sum of dx, and last each element's gradient through
+// log_softmax written over input by the thread that read it (every read of the row is behind the
+// last reduction's barrier).
+template <typename T, typename Math>
+__global__ void __launch_bounds__(1024) divergence_logits_kernel(const DivergenceProblem p, const Math math) {
+  FUSELET_SHARED(float[33], scratch);
+  FUSELET_SHARED(float2[33], scratch2);
+  const float scale = p.scale;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    T* x = static_cast<T*>(p.dinput) + r * p.dinput_stride;
+    const T* t = static_cast<const T*>(p.target) + r * p.target_stride;
+    float mx = -INFINITY, mt = -INFINITY;
+    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+      mx = fmaxf(mx, scale * to_float(x[j]));
+      mt = fmaxf(mt, scale * to_float(t[j]));
+    }
+    mx = block_allreduce(mx, Max(), scratch, -INFINITY);
+    mt = block_allreduce(mt, Max(), scratch, -INFINITY);
+    float2 e = make_float2(0.f, 0.f);
+    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+      e.x += expf(scale * to_float(x[j]) - mx);
+      e.y += expf(scale * to_float(t[j]) - mt);
+    }
+    e = block_allreduce(e, Add(), scratch2);
+    const float lx = mx + logf(e.x), lt = mt + logf(e.y);
+    float2 sums = make_float2(0.f, 0.f);  // the loss, the sum of dx
+    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+      const float xj = scale * to_float(x[j]) - lx, tj = scale * to_float(t[j]) - lt;
+      const DivergenceTermDx d = math.term_dx(xj, expf(xj), tj, expf(tj));
+      sums.x += d.term;
+      sums.y += d.dx;
+    }
+    sums = block_allreduce(sums, Add(), scratch2);
+    if (threadIdx.x == 0) p.loss[r] = sums.x;
+    const float c = p.dloss[r] * scale;
+    for (int64_t j = threadIdx.x; j < p.vocab; j += blockDim.x) {
+      const float xj = scale * to_float(x[j]) - lx, tj = scale * to_float(t[j]) - lt;
+      const float q = expf(xj);
+      const DivergenceTermDx d = math.term_dx(xj, q, tj, expf(tj));
+      x[j] = from_float<T>(c * (d.dx - q * sums.y));
+    }
+  }
+}
+
+fuselet_status run_logits(const DivergenceProblem& p, void* stream) {
+  if (p.rows == 0) return FUSELET_OK;
+  const cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int threads = team_threads(p.vocab, 8, 1024);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(p.rows, kMaxGrid));
+  return dispatch(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (fuselet_status st = check_alignment({{"input", p.input}, {"target", p.target}}, sizeof(T))) return st;
+    fuselet_status st = FUSELET_OK;
+    with_divergence_math<ExpF, LogF>(p, [&](auto math) {
+      launch_kernel<divergence_logits_kernel<T, decltype(math)>>(grid, threads, 0, s, p, math);
+      st = launch_status("divergence_logits_kernel");
+    });
+    return st;
+  });
+}
+
 fuselet_status run(const DivergenceProblem& p, bool backward, void* stream) {
   if (p.rows == 0) return FUSELET_OK;
   const cudaStream_t s = static_cast<cudaStream_t>(stream);
@@ -100,6 +162,16 @@ fuselet_status fuselet_divergence_bwd_cuda(const fuselet_tensor* dloss, const fu
     fuselet::DivergenceProblem p;
     if (fuselet_status s = fuselet::check_divergence_bwd(dloss, input, target, opts, dinput, dtarget, &p)) return s;
     return fuselet::run(p, true, stream);
+  });
+}
+
+fuselet_status fuselet_divergence_logits_cuda(fuselet_tensor* input, const fuselet_tensor* target,
+                                              const fuselet_tensor* dloss, const fuselet_divergence_options* opts,
+                                              float scale, fuselet_tensor* loss, void* stream) {
+  return fuselet::guarded("fuselet_divergence_logits_cuda", [&] {
+    fuselet::DivergenceProblem p;
+    if (fuselet_status s = fuselet::check_divergence_logits(input, target, dloss, opts, scale, loss, &p)) return s;
+    return fuselet::run_logits(p, stream);
   });
 }
 
