@@ -61,6 +61,8 @@ def model(x, residual, w, b, cos, sin, wv, target, chunk_size=None):
     # Its chunks call logprobs_fwd, and logprobs_bwd for the gradients of log p and the entropy.
     stats = fj.fused_linear_logprobs(h, wv.T, target, temperature=0.8, outputs=("entropy",), chunk_size=chunk_size)
     loss = loss - 0.1 * jnp.mean(stats.log_probs + 0.5 * stats.entropy)
+    # Its chunks call divergence_logits (loss and student gradient in one pass).
+    loss = loss + fj.fused_linear_jsd(g, wv.T, h, wv.T, beta=0.3, temperature=1.5, chunk_size=chunk_size)
     # Its chunks call cross_entropy_fwd_bwd.
     return loss + fj.fused_linear_cross_entropy(g, wv.T, target, label_smoothing=0.1, chunk_size=chunk_size)
 

@@ -401,6 +401,8 @@ _UNSUPPORTED = {
     "fused_linear_cross_entropy_none_bwd": _BACKWARD,
     "fused_linear_logprobs_bwd": _BACKWARD,
     "logprobs_bwd_": _BACKWARD,
+    "divergence_logits_": "it writes the gradient into the student's logits (the training step of "
+    "fused_linear_jsd's chunks): export the model for inference",
     "cross_entropy_fwd_bwd_": "it writes the gradient into the logits (cross_entropy.fwd_bwd(inplace=True), a "
     "training helper): call fuselet.torch.cross_entropy in the exported model",
 }
