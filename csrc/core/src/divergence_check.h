@@ -114,13 +114,19 @@ struct DivergenceMath {
 
 // Calls f(DivergenceMath<form, log_target, Exp, Log>{...}) for the problem's kind, beta and
 // log_target (JSD and TVD take log-probability targets only: checked), on the host.
-template <typename Exp, typename Log, typename F>
+// LogTargetOnly: the caller's problems have log_target (checked: the mode over logits), so no
+// math of probability targets is instantiated for it.
+template <typename Exp, typename Log, bool LogTargetOnly = false, typename F>
 __attribute__((always_inline)) inline void with_divergence_math(const DivergenceProblem& p, F&& f) {
   using Form = DivergenceForm;
+  if constexpr (!LogTargetOnly) {
+    if (p.kind == FUSELET_DIVERGENCE_KL && !p.log_target) {
+      f(DivergenceMath<Form::kForwardKl, false, Exp, Log>{Exp{}, Log{}, 0.f});
+      return;
+    }
+  }
   if (p.kind == FUSELET_DIVERGENCE_TVD) {
     f(DivergenceMath<Form::kTvd, true, Exp, Log>{Exp{}, Log{}, 0.f});
-  } else if (p.kind == FUSELET_DIVERGENCE_KL && !p.log_target) {
-    f(DivergenceMath<Form::kForwardKl, false, Exp, Log>{Exp{}, Log{}, 0.f});
   } else if (p.kind == FUSELET_DIVERGENCE_KL || p.beta == 0.f) {
     f(DivergenceMath<Form::kForwardKl, true, Exp, Log>{Exp{}, Log{}, 0.f});
   } else if (p.beta == 1.f) {

@@ -108,7 +108,7 @@ fuselet_status run_logits(const DivergenceProblem& p, void* stream) {
     using T = decltype(tag);
     if (fuselet_status st = check_alignment({{"input", p.input}, {"target", p.target}}, sizeof(T))) return st;
     fuselet_status st = FUSELET_OK;
-    with_divergence_math<ExpF, LogF>(p, [&](auto math) {
+    with_divergence_math<ExpF, LogF, true>(p, [&](auto math) {  // log_target: checked
       launch_kernel<divergence_logits_kernel<T, decltype(math)>>(grid, threads, 0, s, p, math);
       st = launch_status("divergence_logits_kernel");
     });
