@@ -241,7 +241,7 @@ def fused_linear_grpo_loss(
         return_per_token=return_per_token,
     )
     entropy = None
-    if return_per_token or options.top_entropy_quantile < 1.0 or options.entropy_coef:
+    if return_per_token or options.uses_entropy:
         logp, entropy = fused_linear_logprobs(
             hidden,
             weight,

@@ -108,6 +108,11 @@ class GRPOOptions:
     top_entropy_quantile: float = 1.0
     entropy_coef: float = 0.0
 
+    @property
+    def uses_entropy(self) -> bool:
+        """Whether the loss takes the per-token entropies (the entropy mask or bonus)."""
+        return self.top_entropy_quantile < 1.0 or bool(self.entropy_coef)
+
 
 def _number(name: str, v, low=None, high=None, low_open=False) -> None:
     """A finite number ("a finite number"), then in its bounds ("a number > 0.0")."""

@@ -348,7 +348,7 @@ def fused_linear_grpo_loss(
         hidden=hidden, weight=weight, bias=bias, target=target, advantages=advantages, old_logps=old_logps, ref_logps=ref_logps
     )
     entropy = None
-    if return_per_token or options.top_entropy_quantile < 1.0 or options.entropy_coef:
+    if return_per_token or options.uses_entropy:
         logp, entropy = fused_linear_logprobs(
             hidden,
             weight,
