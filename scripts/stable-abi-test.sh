@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The torch layer's stable-ABI build (FUSELET_TORCH_ABI=stable: LibTorch's stable C ABI, for every
 # torch >= FUSELET_TORCH_TARGET, 2.12) proven across torch releases: built ONCE against .venv's
-# torch into build/stable-abi/site, then the torch smoke (tests/conftest.py SMOKE_TESTS: every op's
-# schema by opcheck, numerics, bad input, torch.compile; and tests/torch/test_stable_abi.py) runs
-# against that one build under .venv-stable-abi's newer torch (requirements/stable-abi.txt: torch
+# torch into build/stable-abi/site. First the pip user's way: an isolated `pip wheel .` with
+# FUSELET_TORCH_ABI=stable against torch 2.14.1 (pip's CUDA wheel: a CPU-only library, built
+# without any CUDA toolkit), whose wheel must require torch>=2.12 and nothing narrower, installed
+# from that wheel and its torch smoke (tests/conftest.py SMOKE_TESTS: every op's schema by
+# opcheck, numerics, bad input, torch.compile; and tests/torch/test_stable_abi.py) run under
+# .venv's 2.13.0: a torch older than the headers it was compiled with. Then the same smoke
+# against the one build under .venv-stable-abi's newer torch (requirements/stable-abi.txt: torch
 # 2.14.1 and the oldest transformers fuse() supports, whose tests/torch/test_transformers.py runs
 # there too). The library's whole torch suite runs once, on the exact build, in make check.
-# Then the pip user's way: an isolated `pip wheel .` with FUSELET_TORCH_ABI=stable against torch
-# 2.14.1 (pip's CUDA wheel: a CPU-only library, built without any CUDA toolkit), whose wheel
-# must require torch>=2.12 and nothing narrower, installed from that wheel and tested under
-# .venv's 2.13.0: a torch older than the headers it was compiled with.
+# FUSELET_FREE_DISK=1 (.ci/run) removes .venv-stable-abi when its tests are done.
 # FUSELET_EXPECT_TORCH_ABI=stable makes tests/torch/test_stable_abi.py fail if any other build
 # was imported. Extra arguments go to each pytest run.
 # FUSELET_STABLE_ABI_HERE=1 (scripts/test-latest.sh: the newest torch) runs only the smoke under
@@ -44,16 +45,9 @@ if [[ -n "${FUSELET_STABLE_ABI_HERE:-}" ]]; then
   suite "$site" "$VENV" "$@"
   exit "$status"
 fi
-# (its smoke under the torch it was built with is left out here: the isolated pip wheel below is
-# built against 2.14.1 and its smoke runs under .venv's older torch, this one under the newer)
-second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
-"$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
-suite "$site" "$second" "$@"
-log "stable ABI: fuse() under the oldest transformers it supports (requirements/stable-abi.txt)"
-(cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable FUSELET_REQUIRE_IMPORTS="torch transformers" \
-  "$second/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 tests/torch/test_transformers.py "$@") ||
-  { status=1; log "stable ABI: fuse() under the oldest transformers failed"; }
-
+# The isolated build's environment (torch 2.14.1 with its CUDA libraries, ~4.7 GB, removed by pip
+# when the build ends) comes before .venv-stable-abi (~5.8 GB, the same torch) is made: the two
+# never lie on the disk together.
 wheels="$out/wheel" pipsite="$out/pip-site"
 log "stable ABI: an isolated pip build against torch 2.14.1 ($wheels)"
 start=$(date +%s)
@@ -78,4 +72,17 @@ if [[ "$requires" != "torch>=2.12" || "$built" != "stable-2.14.1"* ]]; then
 fi
 "$PY" -m pip install --quiet --no-deps --target "$pipsite" "$wheel"
 suite "$pipsite" "$VENV" "$@"
+# (its smoke under the torch it was built with is left out here: the isolated pip wheel above is
+# built against 2.14.1 and its smoke runs under .venv's older torch, this one under the newer)
+second="${FUSELET_STABLE_ABI_VENV:-$ROOT/.venv-stable-abi}"
+"$ROOT/scripts/bootstrap.sh" "$second" "$ROOT/requirements/stable-abi.txt"
+suite "$site" "$second" "$@"
+log "stable ABI: fuse() under the oldest transformers it supports (requirements/stable-abi.txt)"
+(cd "$ROOT" && PYTHONPATH="$site" FUSELET_EXPECT_TORCH_ABI=stable FUSELET_REQUIRE_IMPORTS="torch transformers" \
+  "$second/bin/python" -m pytest -c "$ROOT/pyproject.toml" -p no:cacheprovider -q -n 2 tests/torch/test_transformers.py "$@") ||
+  { status=1; log "stable ABI: fuse() under the oldest transformers failed"; }
+if [[ -n "${FUSELET_FREE_DISK:-}" ]]; then
+  log "stable ABI: removing $second (FUSELET_FREE_DISK)"
+  rm -rf "$second"
+fi
 exit "$status"

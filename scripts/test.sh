@@ -8,6 +8,9 @@
 #     distributed, multi-process, export across processes, pip builds, the zoo's sample), then
 #     the CUDA compile check (scripts/cuda-build.sh), then the stable-ABI build's smoke under two
 #     torch releases and the oldest transformers (scripts/stable-abi-test.sh).
+# FUSELET_FREE_DISK=1 (.ci/run: a fresh clone on a disk of ~30 GB free) runs the stable-ABI step
+# after both lanes instead, once the packages' environments are removed: the run's peak on the
+# disk falls from ~33 GB to ~23 GB (docs/development.md).
 # Extra arguments go to one pytest run over what they name, after the packages. The nightly
 # workflow runs what this leaves out: the whole zoo (make zoo) and the CUDA kernels' line
 # coverage under the emulator (make emu-test ARGS=--coverage).
@@ -51,18 +54,18 @@ fi
 tests_log="$ROOT/build/pytest-processes.log" cuda_log="$ROOT/build/cuda-build.log"
 stable_log="$ROOT/build/stable-abi.log" lane2="$ROOT/build/lane2"
 rm -rf "$lane2" && mkdir -p "$lane2"
+part() {  # part NAME LOG COMMAND...: run it, its exit status and seconds to $lane2/NAME
+  local name=$1 out=$2 status=0 t0
+  shift 2
+  t0=$(date +%s)
+  "$@" >"$out" 2>&1 || status=$?
+  echo "$status $(( $(date +%s) - t0 ))" >"$lane2/$name"
+}
 log "lane 2 (beside the package build): pytest tests/ -m 'processes or builds' ($tests_log), the CUDA compile check ($cuda_log), the stable-ABI step ($stable_log)"
 (
-  part() {  # part NAME LOG COMMAND...: run it, its exit status and seconds to $lane2/NAME
-    local name=$1 out=$2 status=0 t0
-    shift 2
-    t0=$(date +%s)
-    "$@" >"$out" 2>&1 || status=$?
-    echo "$status $(( $(date +%s) - t0 ))" >"$lane2/$name"
-  }
   part tests "$tests_log" "${pytest[@]}" -q --basetemp "$TMPDIR/processes" -m "processes or builds" tests
   part cuda "$cuda_log" env FUSELET_CUDA_FRAMEWORK=jax "$ROOT/scripts/cuda-build.sh"
-  part stable "$stable_log" "$ROOT/scripts/stable-abi-test.sh"
+  [[ -n "${FUSELET_FREE_DISK:-}" ]] || part stable "$stable_log" "$ROOT/scripts/stable-abi-test.sh"
 ) &
 lane2_pid=$!
 trap 'pkill -TERM -P "$lane2_pid" 2>/dev/null; kill "$lane2_pid" 2>/dev/null; wait 2>/dev/null || true' EXIT
@@ -84,6 +87,13 @@ fi
 log "waiting for lane 2"
 wait "$lane2_pid" || true
 trap - EXIT
+if [[ -n "${FUSELET_FREE_DISK:-}" ]]; then
+  # A small disk: the packages' environments (.rattler-cache, ~11 GB) are removed before the
+  # stable-ABI step makes its own (~5 GB), which then runs alone.
+  log "FUSELET_FREE_DISK: removing .rattler-cache and the packaging tests' folders; then the stable-ABI step ($stable_log)"
+  rm -rf "$RATTLER_CACHE_DIR" "$TMPDIR/tools"
+  part stable "$stable_log" "$ROOT/scripts/stable-abi-test.sh"
+fi
 read_part() { cat "$lane2/$1" 2>/dev/null || echo "1 -"; }  # "STATUS SECONDS"; 1 where it did not finish
 read -r tests_status tests_seconds < <(read_part tests)
 read -r cuda_status cuda_seconds < <(read_part cuda)
