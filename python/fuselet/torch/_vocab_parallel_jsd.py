@@ -18,8 +18,11 @@ The chunk's student dlogits are then g / T (dx_j - Q_j S) on every rank's own cl
 gradient through the global log_softmax), with no further collective; the teacher gets none.
 hidden's gradient (each rank's dlogits_r @ weight_r) is all-reduced once per call; the student
 weight's gradient stays the rank's own rows. The math is fuselet/divergence.h's (its forms at
-beta 0 and 1, every weight-0 term 0), in float32 on [n, V_r] temporaries: the kernel over
-logits normalizes over the classes it is given, which here are one rank's share.
+beta 0 and 1, every weight-0 term 0), in float32 on [n, V_r] temporaries (four, five with beta in
+(0, 1)): the kernel over logits normalizes over the classes it is given, which here are one
+rank's share. So the default chunk_size is chunk_size_for(N, H, V) of the whole V (one process's):
+each rank's [chunk, V_r] buffers are then 1 / ranks of one process's chunk buffers, times the
+temporaries.
 """
 
 from __future__ import annotations
@@ -39,17 +42,21 @@ def _lse(a: torch.Tensor) -> torch.Tensor:
     return torch.logsumexp(a, -1)
 
 
-def _terms(x, q, t, p, beta: float):
-    """(term, dx) per class of fuselet/divergence.h's JSD (DivergenceMath.term_dx): x, t the
-    log-probabilities, q, p their exponentials; every weight-0 term selected to 0."""
-    zero = torch.zeros((), dtype=x.dtype, device=x.device)
-    if beta == 0.0:  # forward KL(P || Q)
-        return torch.where(p > 0, p * (t - x), zero), -p
-    if beta == 1.0:  # reverse KL(Q || P)
-        return torch.where(q > 0, q * (x - t), zero), torch.where(q > 0, q * (x - t + 1.0), zero)
-    lm = torch.log(beta * p + (1.0 - beta) * q)
-    b = torch.where(q > 0, (1.0 - beta) * q * (x - lm), zero)
-    return torch.where(p > 0, beta * p * (t - lm), zero) + b, b
+def _terms_(x, q, t, p, beta: float):
+    """(term, dx) per class of fuselet/divergence.h's JSD (DivergenceMath.term_dx), computed over
+    the buffers of x and t (the log-probabilities; q, p their exponentials, p consumed): every
+    weight-0 term selected to 0. At most one more [n, V_r] float32 buffer (the mixture's log)."""
+    if beta == 0.0:  # forward KL(P || Q): p (t - x), -p
+        term = t.sub_(x).mul_(p).masked_fill_(p == 0, 0.0)
+        return term, p.neg_()
+    if beta == 1.0:  # reverse KL(Q || P): q (x - t), q (x - t + 1)
+        dx = x.sub_(t)
+        term = torch.mul(dx, q, out=t).masked_fill_(q == 0, 0.0)
+        return term, dx.add_(1.0).mul_(q).masked_fill_(q == 0, 0.0)
+    lm = torch.mul(p, beta).add_(q, alpha=1.0 - beta).log_()  # log M
+    term = t.sub_(lm).mul_(p).mul_(beta).masked_fill_(p == 0, 0.0)
+    dx = x.sub_(lm).mul_(q).mul_(1.0 - beta).masked_fill_(q == 0, 0.0)
+    return term.add_(dx), dx
 
 
 def _combine(stats: torch.Tensor, shard: vp.Shard) -> torch.Tensor:
@@ -66,11 +73,10 @@ def jsd_chunk_(student, teacher, g, shard: vp.Shard, beta: float, inv_t: float) 
     lse = torch.logsumexp(lse, 0)  # [2, n]: the global log-sum-exps of the student's and the teacher's
     x.sub_(lse[0, :, None])
     t.sub_(lse[1, :, None])
-    q, p = x.exp(), t.exp()
-    term, dx = _terms(x, q, t, p, beta)
-    del x, t, p
+    q = x.exp()
+    term, dx = _terms_(x, q, t, t.exp(), beta)
     sums = _combine(torch.stack([term.sum(-1), dx.sum(-1)]), shard).sum(0)
-    del term
+    del term, x, t
     # the gradient through the global log_softmax: g / T (dx_j - Q_j S)
     student.copy_(dx.sub_(q.mul_(sums[1, :, None])).mul_((g * inv_t)[:, None]))
     return sums[0]
@@ -108,7 +114,7 @@ class _VocabParallelJSD(torch.autograd.Function):
 
 def _local(hs, ws, ht, wt, weight_of, shard: vp.Shard, options: spec.FusedLinearJSDOptions):
     """This rank's loss (the sum over its tokens of weight_of times the row's divergence)."""
-    chunk = options.chunk_size or chunk_size_for(hs.shape[0], max(hs.shape[1], ht.shape[1]), max(max(shard.sizes), 1))
+    chunk = options.chunk_size or chunk_size_for(hs.shape[0], hs.shape[1], max(shard.vocab, 1))
     shard = vp.Shard(shard.group, shard.rank, shard.sizes, chunk, shard.reduce_hidden)
     return _VocabParallelJSD.apply(hs, ws, ht, wt, weight_of, shard, float(options.beta), 1.0 / options.temperature)
 
