@@ -8,6 +8,10 @@ log_softmaxes, the loss per token and its gradient through the student's log_sof
 temperature), then the head's matmuls. The loss is a mean, so the gradients are computed in the forward (custom_vjp)
 and kept as its residuals instead of any logits. Gradients flow to the student (hidden and
 weight) only: the teacher's cotangents are zeros. Rules: fuselet/spec/fused_linear_jsd.py.
+
+Sharded (fuselet.jax._vocab_parallel_jsd, docs/tensor_parallel.md): the loop is one
+custom_partitioning call, each device running it over its own tokens, and with the heads sharded
+on V over mesh axes over its own classes (vocab-parallel: the heads never gathered).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from fuselet.jax import _vocab_parallel_jsd as vpj
 from fuselet.jax._checks import array_facts
 from fuselet.jax.divergence import _logits_call
 from fuselet.spec import fused_linear_jsd as spec
@@ -50,11 +55,11 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptio
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
 def _fused(hs, ws, ht, wt, weight_of, options, chunk):
-    return _loss_and_grads(hs, ws, ht, wt, weight_of, options, chunk)[0]
+    return vpj.loss_and_grads(_loss_and_grads, hs, ws, ht, wt, weight_of, options, chunk)[0]
 
 
 def _fused_fwd(hs, ws, ht, wt, weight_of, options, chunk):
-    loss, dhs, dws = _loss_and_grads(hs, ws, ht, wt, weight_of, options, chunk)
+    loss, dhs, dws = vpj.loss_and_grads(_loss_and_grads, hs, ws, ht, wt, weight_of, options, chunk)
     return loss, (dhs, dws, ht, wt, weight_of)
 
 

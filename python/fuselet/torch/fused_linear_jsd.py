@@ -15,6 +15,8 @@ student (hidden and weight) only: the teacher is a constant. Rules: fuselet/spec
 On DTensors (the tokens of both hiddens sharded, the heads replicated) each rank runs the chunks
 over its own tokens (fuselet.torch._dtensor.on_row_shards): the loss and dweight come out Partial,
 dhidden keeps the tokens' sharding; the mean's count of kept tokens is the global one.
+Vocab-parallel (heads Shard(0) over a mesh dim, or with process_group each rank's rows of both
+heads): fuselet.torch._vocab_parallel_jsd, docs/tensor_parallel.md.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import torch
 
 from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
+from fuselet.torch import _vocab_parallel_jsd as vpj
 from fuselet.torch._args import check_dense, check_same_device, facts
 from fuselet.torch._dtensor import check_dtensors, is_dtensor, on_row_shards
 from fuselet.torch.fused_linear_cross_entropy import _Accumulator, _Logits
@@ -72,12 +75,17 @@ def fused_linear_jsd(
     temperature: float = 1.0,
     ignore_index: int = -100,
     chunk_size: int | None = None,
+    process_group=None,
 ) -> torch.Tensor:
     """The generalized JSD (jsd's beta: 0 forward KL, 1 reverse KL) of the student's and the
     teacher's softmax(hidden @ weight.T / temperature), the mean over the tokens whose label is not
     ignore_index, without [tokens, V] logits. student_hidden [..., Hs], student_weight [V, Hs],
     teacher_hidden [..., Ht] (the same tokens; Ht may differ), teacher_weight [V, Ht], labels the
-    tokens' shape or None. float32 loss; gradients to the student only."""
+    tokens' shape or None. float32 loss; gradients to the student only.
+
+    Vocab-parallel (docs/tensor_parallel.md): with process_group, student_weight and
+    teacher_weight are this rank's rows of both heads (the same classes), the tokens alike on
+    every rank; DTensor heads Shard(0) over a mesh dim are kept sharded the same way."""
     tensors = {
         "student_hidden": student_hidden,
         "student_weight": student_weight,
@@ -110,6 +118,9 @@ def fused_linear_jsd(
     else:
         weight_of = torch.full_like(hs[:, 0], 1.0 / max(n, 1), dtype=torch.float32)
     chunk = chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0])
+
+    if process_group is not None or (is_dtensor(student_weight) and vpj.vocab_dim(student_weight, teacher_weight) is not None):
+        return vpj.fused_linear_jsd(hs, student_weight, ht, teacher_weight.detach(), weight_of, options, process_group)
 
     def loss_of(hs, ht, weight_of, ws, wt):
         return _FusedLinearJSD.apply(hs, ws, ht, wt, weight_of, options, chunk)
