@@ -11,13 +11,15 @@ too). Peers in the same run: that path in torch eager and under torch.compile, a
 fuselet's fused_linear_preference_loss (loss="dpo", with a reference model),
 fused_linear_kto_loss (with a reference model and a KL estimate), fused_linear_grpo_loss
 (old and reference log-probabilities given) and fused_linear_jsd (a teacher of the same size, its
-logits under no_grad in the unfused path: they count in the peak) through both layers. Each (method, repeat) runs in a
+logits under no_grad in the unfused path: they count in the peak) through both layers;
+"jsd_per_token" the same distillation through fused_linear_jsd_per_token (each token's divergence
+and the student's entropy, as TRL's DistillationTrainer takes them; the loss their mean). Each (method, repeat) runs in a
 child process of its own that builds the inputs and runs one warm-up step, then measures the
 peak (torch on the CPU: the resident set's peak, glibc mapping each allocation of 128 KiB or
 more on its own; JAX: XLA's buffer assignment of the compiled step) or the median time of
 --steps steps. Tables give medians over --processes children with the spread (min-max).
 
-    python benchmarks/bench_losses.py [--loss dpo|kto|grpo|jsd] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
+    python benchmarks/bench_losses.py [--loss dpo|kto|grpo|jsd|jsd_per_token] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
         [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...]
 """
 
@@ -34,7 +36,7 @@ import common
 
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "liger", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile", "liger"), "fuselet.jax": ("jax.jit",)}
-LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "jsd")
+LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "jsd", "jsd_per_token")
 # 2 chosen + 2 rejected (dpo, cpo, simpo, orpo), 2 desirable + 2 undesirable (kto), 4 completions (grpo), 4 sequences (jsd)
 SEQUENCES = 4
 # Liger-Kernel's chunked losses (liger_kernel.chunked_loss: plain torch, torch.compile per chunk) under the options that
@@ -59,6 +61,9 @@ def liger_loss(loss):
         from liger_kernel import chunked_loss
     except ImportError as e:
         print(f"Liger-Kernel is not importable here ({e}): its column is left out")
+        return None
+    if loss not in LIGER:
+        print(f"Liger-Kernel has no loss of {loss}: its column is left out")
         return None
     name, kwargs = LIGER[loss]
     return getattr(chunked_loss, name)(**kwargs)
@@ -138,7 +143,9 @@ def _unfused(loss, x, logps, logits):
         per = beta * F.kl_div(mix, t, reduction="none", log_target=True)
         return (per + (1 - beta) * F.kl_div(mix, s, reduction="none", log_target=True)).sum(-1).mean()
 
-    return {"dpo": dpo, "cpo": cpo, "simpo": simpo, "orpo": orpo, "kto": kto, "grpo": grpo, "jsd": jsd}[loss]
+    return {"dpo": dpo, "cpo": cpo, "simpo": simpo, "orpo": orpo, "kto": kto, "grpo": grpo, "jsd": jsd, "jsd_per_token": jsd}[
+        loss
+    ]
 
 
 def reference_loss(loss, x) -> float:
@@ -154,7 +161,7 @@ def reference_loss(loss, x) -> float:
         rows = [logits(hid[i], w).log_softmax(-1).gather(-1, x["target"][i, :, None])[:, 0] for i in range(len(hid))]
         return torch.stack(rows)
 
-    if loss == "jsd":  # per token: the mean over the sequences of their means
+    if loss in ("jsd", "jsd_per_token"):  # per token: the mean over the sequences of their means
         per = []
         for i in range(SEQUENCES):
             one = dict(x, ref_hidden=x["ref_hidden"][i : i + 1])
@@ -186,6 +193,8 @@ def _torch_step(loss, method, dtype, n, h, v):
             return ft.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
         if loss == "grpo":
             return ft.fused_linear_grpo_loss(a, b, target, x["advantages"], old_logps=x["old"], ref_logps=x["ref"])
+        if loss == "jsd_per_token":
+            return ft.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
         return ft.fused_linear_jsd(a, b, ref_hidden, ref_weight)
 
     def liger(a, b):
@@ -283,6 +292,8 @@ def _jax_step(loss, method, dtype, n, h, v):
             return fj.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl)
         if loss == "grpo":
             return fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref)
+        if loss == "jsd_per_token":
+            return fj.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
         return fj.fused_linear_jsd(a, b, ref_hidden, ref_weight)
 
     unfused = {
@@ -293,6 +304,7 @@ def _jax_step(loss, method, dtype, n, h, v):
         "kto": unfused_kto,
         "grpo": unfused_grpo,
         "jsd": unfused_jsd,
+        "jsd_per_token": unfused_jsd,
     }[loss]
     loss_fn = fused if method == "fuselet.jax" else unfused
     grad = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
@@ -381,6 +393,7 @@ def main() -> None:
         "kto": "fused_linear_kto_loss(reference model, KL estimate)",
         "grpo": "fused_linear_grpo_loss",
         "jsd": "fused_linear_jsd(beta=0.5, a teacher of the same size)",
+        "jsd_per_token": "fused_linear_jsd_per_token(beta=0.5, a teacher of the same size, with_entropy).divergence.mean()",
     }[args.loss]
     print(
         f"{op}: {args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype} on the CPU; "
