@@ -11,18 +11,20 @@ loss; DPO's and KTO's reference model the same way under no_grad (its logits cou
 too). Peers in the same run: that path in torch eager and under torch.compile, and under jax.jit;
 fuselet's fused_linear_preference_loss (loss="dpo", with a reference model),
 fused_linear_kto_loss (with a reference model and a KL estimate), fused_linear_grpo_loss
-(old and reference log-probabilities given; grpo-entropy adds top_entropy_quantile 0.2 and
+(old and reference log-probabilities given; grpo_entropy adds top_entropy_quantile 0.2 and
 entropy_coef 0.01, which take the per-token entropies), fused_linear_logprobs (the per-token
 log-probabilities and entropies TRL's trainers take, reduced to -mean(log p) - 0.01 mean(entropy)
-for the backward) and fused_linear_jsd (a teacher of the same size, its
-logits under no_grad in the unfused path: they count in the peak) through both layers. Each (method, repeat) runs in a
+for the backward) and fused_linear_jsd (a teacher of the same size, its logits under no_grad in
+the unfused path: they count in the peak) through both layers; "jsd_per_token" the same
+distillation through fused_linear_jsd_per_token (each token's divergence and the student's
+entropy, as TRL's DistillationTrainer takes them; the loss their mean). Each (method, repeat) runs in a
 child process of its own that builds the inputs and runs one warm-up step, then measures the
 peak (torch on the CPU: the resident set's peak, glibc mapping each allocation of 128 KiB or
 more on its own; JAX: XLA's buffer assignment of the compiled step) or the median time of
 --steps steps. Tables give medians over --processes children with the spread (min-max).
 
-    python benchmarks/bench_losses.py [--loss dpo|cpo|simpo|orpo|kto|grpo|grpo-entropy|logprobs|jsd] [--dtype bfloat16]
-        [--tokens N --hidden H --vocab V]
+    python benchmarks/bench_losses.py [--loss dpo|cpo|simpo|orpo|kto|grpo|grpo_entropy|logprobs|jsd|jsd_per_token]
+        [--dtype bfloat16] [--tokens N --hidden H --vocab V]
         [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...]
 """
 
@@ -39,13 +41,13 @@ import common
 
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "liger", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile", "liger"), "fuselet.jax": ("jax.jit",)}
-LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "grpo-entropy", "logprobs", "jsd")
+LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "grpo_entropy", "logprobs", "jsd", "jsd_per_token")
 # 2 chosen + 2 rejected (dpo, cpo, simpo, orpo), 2 desirable + 2 undesirable (kto), 4 completions (grpo), 4 sequences
 # (logprobs, jsd)
 SEQUENCES = 4
 # Liger-Kernel's chunked losses (liger_kernel.chunked_loss: plain torch, torch.compile per chunk) under the options that
-# give fuselet's math; Liger has no fused linear loss but these, so other losses (grpo-entropy, logprobs) leave its
-# column out.
+# give fuselet's math; Liger has no fused linear loss but these, so other losses (grpo_entropy, logprobs,
+# jsd_per_token) leave its column out.
 LIGER = {
     "dpo": ("LigerFusedLinearDPOLoss", dict(beta=0.1, use_ref_model=True, average_log_prob=False, compute_nll_loss=False)),
     "cpo": ("LigerFusedLinearCPOLoss", dict(beta=0.1, alpha=1.0, average_log_prob=False, compute_nll_loss=True)),
@@ -70,6 +72,9 @@ def liger_loss(loss):
         from liger_kernel import chunked_loss
     except ImportError as e:
         print(f"Liger-Kernel is not importable here ({e}): its column is left out")
+        return None
+    if loss not in LIGER:
+        print(f"Liger-Kernel has no loss of {loss}: its column is left out")
         return None
     name, kwargs = LIGER[loss]
     return getattr(chunked_loss, name)(**kwargs)
@@ -99,7 +104,7 @@ def _torch_inputs(dtype, n, h, v):
 def _unfused(loss, x, logps, logits, logp_entropy):
     """The unfused loss (TRL's math) of the case's tensors x as fn(hidden, weight): logps(hid, w) the targets'
     log-probabilities [SEQUENCES, T], logits(hid, w) the logits in the compute dtype (jsd), logp_entropy(hid, w) the
-    log-probabilities and the entropies [SEQUENCES, T] (grpo-entropy, logprobs). Run by torch eager and torch.compile
+    log-probabilities and the entropies [SEQUENCES, T] (grpo_entropy, logprobs). Run by torch eager and torch.compile
     over the inputs' dtype, and in float64 as the reference."""
     import torch
     import torch.nn.functional as F
@@ -164,7 +169,7 @@ def _unfused(loss, x, logps, logits, logp_entropy):
         return (per + (1 - beta) * F.kl_div(mix, s, reduction="none", log_target=True)).sum(-1).mean()
 
     losses = {"dpo": dpo, "cpo": cpo, "simpo": simpo, "orpo": orpo, "kto": kto, "grpo": grpo, "jsd": jsd}
-    return dict(losses, **{"grpo-entropy": grpo_entropy, "logprobs": logprobs})[loss]
+    return dict(losses, grpo_entropy=grpo_entropy, logprobs=logprobs, jsd_per_token=jsd)[loss]
 
 
 def reference_loss(loss, x) -> float:
@@ -187,7 +192,7 @@ def reference_loss(loss, x) -> float:
             rows.append((logp.gather(-1, x["target"][i, :, None])[:, 0], -(logp.exp() * logp).sum(-1)))
         return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
 
-    if loss == "jsd":  # per token: the mean over the sequences of their means
+    if loss in ("jsd", "jsd_per_token"):  # per token: the mean over the sequences of their means
         per = []
         for i in range(SEQUENCES):
             one = dict(x, ref_hidden=x["ref_hidden"][i : i + 1])
@@ -222,11 +227,13 @@ def _torch_step(loss, method, dtype, n, h, v):
         if loss == "kto":
             return ft.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
         if loss.startswith("grpo"):
-            entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo-entropy" else {}
+            entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo_entropy" else {}
             return ft.fused_linear_grpo_loss(a, b, target, x["advantages"], old_logps=x["old"], ref_logps=x["ref"], **entropy)
         if loss == "logprobs":
             out = ft.fused_linear_logprobs(a, b, target, outputs=("log_probs", "entropy"))
             return -out.log_probs.mean() - 0.01 * out.entropy.mean()
+        if loss == "jsd_per_token":
+            return ft.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
         return ft.fused_linear_jsd(a, b, ref_hidden, ref_weight)
 
     def liger(a, b):
@@ -341,11 +348,13 @@ def _jax_step(loss, method, dtype, n, h, v):
         if loss == "kto":
             return fj.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl)
         if loss.startswith("grpo"):
-            entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo-entropy" else {}
+            entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo_entropy" else {}
             return fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref, **entropy)
         if loss == "logprobs":
             out = fj.fused_linear_logprobs(a, b, target, outputs=("log_probs", "entropy"))
             return -out.log_probs.mean() - 0.01 * out.entropy.mean()
+        if loss == "jsd_per_token":
+            return fj.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
         return fj.fused_linear_jsd(a, b, ref_hidden, ref_weight)
 
     unfused = {
@@ -355,9 +364,10 @@ def _jax_step(loss, method, dtype, n, h, v):
         "orpo": unfused_orpo,
         "kto": unfused_kto,
         "grpo": unfused_grpo,
-        "grpo-entropy": unfused_grpo_entropy,
+        "grpo_entropy": unfused_grpo_entropy,
         "logprobs": unfused_logprobs,
         "jsd": unfused_jsd,
+        "jsd_per_token": unfused_jsd,
     }[loss]
     loss_fn = fused if method == "fuselet.jax" else unfused
     grad = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
@@ -445,9 +455,10 @@ def main() -> None:
         "orpo": "fused_linear_preference_loss(loss='orpo')",
         "kto": "fused_linear_kto_loss(reference model, KL estimate)",
         "grpo": "fused_linear_grpo_loss",
-        "grpo-entropy": "fused_linear_grpo_loss(top_entropy_quantile=0.2, entropy_coef=0.01)",
+        "grpo_entropy": "fused_linear_grpo_loss(top_entropy_quantile=0.2, entropy_coef=0.01)",
         "logprobs": "fused_linear_logprobs(outputs=('log_probs', 'entropy'))",
         "jsd": "fused_linear_jsd(beta=0.5, a teacher of the same size)",
+        "jsd_per_token": "fused_linear_jsd_per_token(beta=0.5, a teacher of the same size, with_entropy).divergence.mean()",
     }[args.loss]
     print(
         f"{op}: {args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype} on the CPU; "

@@ -17,13 +17,16 @@ on V over mesh axes over its own classes (vocab-parallel: the heads never gather
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
 from fuselet.jax import _vocab_parallel_jsd as vpj
 from fuselet.jax._checks import array_facts
+from fuselet.jax.cross_entropy import logprobs_chunk
 from fuselet.jax.divergence import _logits_call
+from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
 from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
@@ -120,3 +123,131 @@ def fused_linear_jsd(
         weight_of = jnp.full((n,), 1.0 / max(n, 1), jnp.float32)
     chunk = min(chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0]), max(n, 1))
     return _fused_jit(hs, student_weight, ht, jax.lax.stop_gradient(teacher_weight), weight_of, options, chunk)
+
+
+# --- the per-token form (TRL's ChunkedDivergenceFunction's) ------------------------------------
+
+
+class JSDPerToken(NamedTuple):
+    """fused_linear_jsd_per_token's outputs, the tokens' shape each: divergence float32 with its
+    gradient to the student; entropy (the student's, float32, no gradient) None unless asked for."""
+
+    divergence: jax.Array
+    entropy: jax.Array | None = None
+
+
+def _capped(h, w, b, scale, cap):
+    """(z, tanh or None) of a chunk's logits y = h @ w.T + b as the kernels take them:
+    z = cap * tanh(scale * y / cap), or scale * y without a cap (as fuselet.torch's _capped_)."""
+    y = _logits(h, w, b)
+    if cap is None:
+        return (y if scale == 1.0 else y * scale), None
+    th = jnp.tanh(y * (scale / cap))
+    return th * cap, th
+
+
+def _per_token_fwd(hs, ws, bs, ht, wt, bt, options: spec.FusedLinearJSDPerTokenOptions, chunk):
+    (s_scale, s_cap), (t_scale, t_cap) = options.logits("student"), options.logits("teacher")
+    common = jnp.promote_types(hs.dtype, ht.dtype)
+
+    def body(carry, xs):
+        h, t = xs
+        z = _capped(h, ws, bs, s_scale, s_cap)[0].astype(common)
+        zt = _capped(t, wt, bt, t_scale, t_cap)[0].astype(common)
+        out = ()
+        if options.with_entropy:
+            ids = jnp.zeros(h.shape[:1], jnp.int32)
+            out = (logprobs_chunk(z, ids, ignore_index=-100, softcap=None, outputs=("entropy",))["entropy"],)
+        rows, _ = _logits_call(z, zt, jnp.zeros(h.shape[:1], jnp.float32), options.divergence, 1.0)
+        return carry, (rows, *out)
+
+    _, ys = _over_chunks(body, (), (hs, ht), chunk)
+    return (ys[0], ys[1] if options.with_entropy else None), (hs, ws, bs, ht, wt, bt)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(6, 7))
+def _per_token(hs, ws, bs, ht, wt, bt, options, chunk):
+    return _per_token_fwd(hs, ws, bs, ht, wt, bt, options, chunk)[0]
+
+
+def _per_token_bwd(options, chunk, res, g):
+    """Each chunk's logits of both heads again, the divergence kernel with the upstream gradient of
+    the divergence (the entropy's is none), dlogits through the scale and the cap."""
+    hs, ws, bs, ht, wt, bt = res
+    (s_scale, s_cap), (t_scale, t_cap) = options.logits("student"), options.logits("teacher")
+    common = jnp.promote_types(hs.dtype, ht.dtype)
+    g = jnp.zeros(hs.shape[:1], jnp.float32) if g[0] is None else g[0].astype(jnp.float32)
+
+    def body(carry, xs):
+        h, t, g_i = xs
+        z, th = _capped(h, ws, bs, s_scale, s_cap)
+        zt = _capped(t, wt, bt, t_scale, t_cap)[0]
+        _, dz = _logits_call(z.astype(common), zt.astype(common), g_i, options.divergence, 1.0)
+        if th is not None:  # dz/dy = scale (1 - tanh^2)
+            dz = dz * ((1 - th * th) * s_scale).astype(dz.dtype)
+        elif s_scale != 1.0:
+            dz = dz * s_scale
+        dl = dz.astype(ws.dtype)
+        return _accumulate(carry, dl, h), (jnp.dot(dl, ws),)
+
+    (dw, db), (dh,) = _over_chunks(body, _zeros(ws, bs), (hs, ht, g), chunk)
+    zero = lambda a: None if a is None else jnp.zeros_like(a)  # noqa: E731
+    return dh, dw.astype(ws.dtype), None if bs is None else db.astype(bs.dtype), zero(ht), zero(wt), zero(bt)
+
+
+_per_token.defvjp(_per_token_fwd, _per_token_bwd)
+_per_token_jit = jax.jit(_per_token, static_argnums=(6, 7))
+
+
+def fused_linear_jsd_per_token(
+    student_hidden,
+    student_weight,
+    teacher_hidden,
+    teacher_weight,
+    *,
+    student_bias=None,
+    teacher_bias=None,
+    beta: float = 0.5,
+    temperature: float = 1.0,
+    student_logit_scale: float = 1.0,
+    teacher_logit_scale: float = 1.0,
+    student_softcap: float | None = None,
+    teacher_softcap: float | None = None,
+    with_entropy: bool = False,
+    chunk_size: int | None = None,
+) -> JSDPerToken:
+    """fused_linear_jsd per token, without [tokens, V] logits: each token's generalized JSD (beta 0
+    forward KL(teacher || student), 1 reverse KL) of the student's and the teacher's softmax over
+    `softcap(logit_scale * (hidden @ weight.T + bias)) / temperature` (softcap c: c * tanh(x / c);
+    each model its own bias, logit_scale and softcap), and with_entropy the entropy of the
+    student's. student_hidden [..., Hs], student_weight [V, Hs], teacher_hidden [..., Ht] (the same
+    tokens), teacher_weight [V, Ht], each bias [V] or None. Returns JSDPerToken, float32, the tokens'
+    shape each; gradients flow from the divergence to the student (hidden, weight, bias) only, the
+    entropy has none. The backward computes both heads' logits again, chunk by chunk."""
+    arrays = {
+        "student_hidden": student_hidden,
+        "student_weight": student_weight,
+        "teacher_hidden": teacher_hidden,
+        "teacher_weight": teacher_weight,
+        "student_bias": student_bias,
+        "teacher_bias": teacher_bias,
+    }
+    options = spec.fused_linear_jsd_per_token(
+        *(array_facts(name, a, optional=name.endswith("bias")) for name, a in arrays.items()),
+        beta=beta,
+        temperature=temperature,
+        student_logit_scale=student_logit_scale,
+        teacher_logit_scale=teacher_logit_scale,
+        student_softcap=student_softcap,
+        teacher_softcap=teacher_softcap,
+        with_entropy=with_entropy,
+        chunk_size=chunk_size,
+    )
+    shape = student_hidden.shape[:-1]
+    hs = jnp.reshape(student_hidden, (-1, student_hidden.shape[-1]))
+    ht = jax.lax.stop_gradient(jnp.reshape(teacher_hidden, (-1, teacher_hidden.shape[-1])))
+    n = hs.shape[0]
+    chunk = chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0])
+    wt, bt = (None if a is None else jax.lax.stop_gradient(a) for a in (teacher_weight, teacher_bias))
+    divergence, entropy = _per_token_jit(hs, student_weight, student_bias, ht, wt, bt, options, chunk)
+    return JSDPerToken(divergence.reshape(shape), None if entropy is None else jax.lax.stop_gradient(entropy.reshape(shape)))
