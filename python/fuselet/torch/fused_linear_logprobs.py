@@ -17,6 +17,7 @@ from typing import NamedTuple
 import torch
 
 from fuselet.spec import fused_linear_logprobs as spec
+from fuselet.torch import _vocab_parallel as vp
 from fuselet.torch import _vocab_parallel_logprobs as vpl
 from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import check_dtensors, rowwise, scalars, sharding
@@ -217,7 +218,7 @@ def fused_linear_logprobs(
         chunk_size=chunk_size,
     )
     check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
-    vpl.vp.check_group(process_group)
+    vp.check_group(process_group)
     check_dtensors(hidden=hidden, weight=weight, bias=bias, target=target)
     vocab_dim = vpl.vocab_dim(weight)
     shape, h_dim = target.shape, hidden.shape[-1]
