@@ -228,7 +228,6 @@ def test_process_group_refusals(results):
         "tokens": "ValueError: student_hidden: expected the same on every rank of process_group (the tokens [N, H]",
         "group_type": "TypeError: process_group: expected None or a torch.distributed ProcessGroup, got str",
         "dtensor_and_group": "ValueError: process_group: expected None for DTensor inputs",
-        "grpo_entropy": "ValueError: process_group: expected None where the loss takes the entropies",
     }
     for name, start in expected.items():
         assert errors[name].startswith(start), (name, errors[name])

@@ -534,7 +534,7 @@ def jsd_bfloat16():
 
 @check("process_group_refusals")
 def process_group_refusals():
-    """fused_linear_jsd's process_group door, and GRPO's where it takes the entropies."""
+    """fused_linear_jsd's process_group door."""
     rank, world = rank_world()
     t = jsd_data(8 * world)
     group = dist.group.WORLD
@@ -553,11 +553,6 @@ def process_group_refusals():
                 distribute_tensor(t["teacher_hidden"], mesh, [Replicate()]),
                 distribute_tensor(t["teacher_weight"], mesh, [Shard(0)]),
                 process_group=group,
-            )
-        ),
-        "grpo_entropy": _error(
-            lambda: ft.fused_linear_grpo_loss(
-                t["student_hidden"][None], ws, t["labels"][None], torch.ones(1), entropy_coef=0.1, process_group=group
             )
         ),
     }

@@ -19,6 +19,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fuselet.jax import _vocab_parallel as vp
+from fuselet.jax import _vocab_parallel_logprobs as vpl
 from fuselet.jax._checks import array_facts
 from fuselet.jax.cross_entropy import _target_errors, logprobs_chunk, logprobs_chunk_grad
 from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
@@ -56,7 +58,7 @@ def _fwd(h, w, b, t, options: spec.FusedLinearLogProbsOptions, chunk):
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
 def _logprobs(h, w, b, t, options, chunk):
-    return _fwd(h, w, b, t, options, chunk)[0]
+    return _fwd_partitioned(h, w, b, t, options, chunk)[0]
 
 
 def _bwd(options, chunk, res, g):
@@ -85,7 +87,23 @@ def _bwd(options, chunk, res, g):
     return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype), None
 
 
-_logprobs.defvjp(_fwd, _bwd)
+# Sharded (fuselet.jax._vocab_parallel_logprobs, docs/tensor_parallel.md): _fwd and _bwd are one
+# device's loops over whole heads; each device runs them over its own tokens, or with the head
+# sharded on V the vocab-parallel loop over its own classes (the head never gathered).
+
+
+def _fwd_partitioned(h, w, b, t, options, chunk):
+    out, lse = vpl.forward(_fwd, h, w, b, t, options, chunk)
+    return out, (h, w, b, t, lse, out.get("entropy"))
+
+
+def _bwd_partitioned(options, chunk, res, g):
+    h, w, b, t, lse, entropy = res
+    dentropy = None if entropy is None else g["entropy"]
+    return (*vpl.backward(_bwd, options, chunk, h, w, b, t, lse, entropy, g["log_probs"], dentropy), None)
+
+
+_logprobs.defvjp(_fwd_partitioned, _bwd_partitioned)
 # Jitted so that an eager call runs as one computation (inside jit it is inlined).
 _logprobs_jit = jax.jit(_logprobs, static_argnums=(4, 5))
 
@@ -113,7 +131,11 @@ def fused_linear_logprobs(
     chunk_size_for(N, H, V)).
 
     hidden and bias are multiplied by logit_scale / temperature before the matmul (no [tokens, V]
-    copy), which rounds them once to their dtype where it is not float32."""
+    copy), which rounds them once to their dtype where it is not float32.
+
+    Under jax.jit, a weight (and bias) sharded on V over mesh axes stays sharded: each device
+    computes the logits of its classes only, the outputs combined over those axes
+    (docs/tensor_parallel.md)."""
     options = spec.fused_linear_logprobs(
         array_facts("hidden", hidden),
         array_facts("weight", weight),
@@ -132,6 +154,7 @@ def fused_linear_logprobs(
     if options.scale != 1.0:
         h2 = (h2 * options.scale).astype(hidden.dtype)
         bias = None if bias is None else (bias * options.scale).astype(bias.dtype)
+    vp.refuse_targets(target, weight, 0, weight.shape[0], options.ignore_index)
     out = _target_errors(target, lambda: _logprobs_jit(h2, weight, bias, target.reshape(-1), options, chunk))
     got = {}
     for name, value in out.items():

@@ -330,8 +330,8 @@ def fused_linear_grpo_loss(
     Not here: vLLM's importance sampling correction, the off-policy mask, the adaptive entropy
     coefficient (a trainer's state: pass its current entropy_coef). The float32 scalar loss.
     process_group: vocab-parallel (docs/tensor_parallel.md): weight and bias are this rank's rows of
-    the classes, the other tensors alike on every rank; not with the entropies (return_per_token,
-    entropy_coef, top_entropy_quantile < 1)."""
+    the classes, the other tensors alike on every rank (the entropies too: fused_linear_logprobs'
+    vocab-parallel path)."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target), ("advantages", advantages)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
@@ -370,11 +370,6 @@ def fused_linear_grpo_loss(
     )
     entropy = None
     if return_per_token or options.uses_entropy:
-        if process_group is not None:
-            raise ValueError(
-                "process_group: expected None where the loss takes the entropies (return_per_token, entropy_coef or "
-                "top_entropy_quantile < 1): fused_linear_logprobs has no vocab-parallel path"
-            )
         logp, entropy = fused_linear_logprobs(
             hidden,
             weight,
@@ -384,6 +379,7 @@ def fused_linear_grpo_loss(
             ignore_index=ignore_index,
             outputs=("entropy",),
             chunk_size=chunk_size,
+            process_group=process_group,
         )[:2]
     else:
         if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t, no [tokens, V] copy
