@@ -54,10 +54,17 @@ def counts(hlo: str) -> dict:
 
 
 def rel_diff(got, expected) -> float:
+    """The largest max |got - expected| / max |expected| over the arrays; inf where got has a NaN
+    (or an inf) that expected has not."""
     out = 0.0
     for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        out = max(out, float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)))
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        diff = np.where(same, 0.0, np.abs(a - e))
+        if not np.all(np.isfinite(diff)):
+            return float("inf")
+        scale = np.max(np.abs(np.where(np.isfinite(e), e, 0.0))) if e.size else 0.0
+        out = max(out, float(np.max(diff, initial=0.0)) / max(float(scale), 1e-30))
     return out
 
 
