@@ -30,7 +30,6 @@ run gives about the same table.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import socket
@@ -219,14 +218,8 @@ def main() -> None:
             f"{world:<7}{args.vocab // world:>15}{cell['gathered head']:>16}{cell['sharded head']:>15}"
             f"{cell['loss_parallel']:>16}{ratio:>18}{loss:>9.4f}"
         )
-    text = "\n".join(lines)
-    print(text)
-    if args.output != "none":
-        name = "bench_vocab_parallel-cpu.txt" if args.loss == "cross_entropy" else "bench_vocab_parallel_jsd-cpu.txt"
-        out = Path(args.output) if args.output else RESULTS / name
-        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = f"# python benchmarks/bench_vocab_parallel.py {' '.join(sys.argv[1:])}".rstrip()
-        out.write_text(f"{command}   ({when}; sizes measured, not timed)\n{text}\n")
+    name = "bench_vocab_parallel-cpu.txt" if args.loss == "cross_entropy" else "bench_vocab_parallel_jsd-cpu.txt"
+    common.write_table("\n".join(lines), args.output, RESULTS / name, "bench_vocab_parallel.py", "sizes measured, not timed")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
-"""fuselet.jax's vocab-parallel losses on 8 CPU devices (tests/jax/vocab_parallel_child.py runs in
-a subprocess: XLA_FLAGS must be set before jax is imported).
+"""fuselet.jax's vocab-parallel losses on 8 CPU devices (tests/jax/vocab_parallel_child.py runs in a
+subprocess: XLA_FLAGS must be set before jax is imported).
 
 fused_linear_cross_entropy with the head sharded on V over "model" and the tokens over "data"
 (meshes data x model 1x2, 1x4, 2x4, 8x1), cross_entropy with logits sharded on V, the axis_name=
-form inside shard_map, uneven V (1001 over 2 and 4 devices), 2-D meshes of Auto and Explicit axes
-and the post-training losses over a sharded head, fused_linear_jsd over sharded student and teacher
-heads: the loss and every gradient equal to the one-device call (float32, 1e-5
-relative), the head never gathered (no all-gather in the compiled HLO), the statistics combined
-by all-reduces of [chunk]-sized float32 values, dweight left sharded; and an out-of-range target
-refused in eager calls over sharded classes as over whole ones."""
+form inside shard_map (fused_linear_cross_entropy, cross_entropy, fused_linear_jsd), uneven V (1001
+over 2 and 4 devices), 2-D meshes of Auto and Explicit axes and the post-training losses over a
+sharded head, fused_linear_jsd over sharded student and teacher heads: the loss and every gradient
+equal to the one-device call (float32, 1e-5 relative), the head never gathered (no all-gather in
+the compiled HLO), the statistics combined by all-reduces of [chunk]-sized float32 values, dweight
+left sharded; and an out-of-range target refused in eager calls over sharded classes as over whole
+ones."""
 
 from __future__ import annotations
 
@@ -99,9 +100,12 @@ def test_cross_entropy_vocab_sharded_logits(results, mesh):
 
 def test_axis_name_form(results):
     """Inside shard_map over (data 2, model 4), axis_name="model": fused_linear_cross_entropy
-    (V 64; V 1001 in blocks padded with NaN, vocab_size=1001) and cross_entropy."""
-    for name in ("axis_name/flce/v64", "axis_name/flce/v1001", "axis_name/ce/v64"):
-        assert results[name]["rel_diff"] <= TOL, (name, results[name])
+    (V 64; V 1001 in blocks padded with NaN, vocab_size=1001), cross_entropy, and
+    fused_linear_jsd (tokens over data without labels; with labels the tokens whole, V 64 and
+    the padded V 1001)."""
+    names = ("flce/v64", "flce/v1001", "ce/v64", "jsd/v64/no_labels", "jsd/v64", "jsd/v1001")
+    for name in names:
+        assert results[f"axis_name/{name}"]["rel_diff"] <= TOL, (name, results[f"axis_name/{name}"])
 
 
 @pytest.mark.parametrize("loss", ["grpo", "dpo", "kto"])

@@ -3,13 +3,13 @@
 is imported).
 
 The head (weight, bias) sharded on V over "model", the tokens over "data" (meshes 1x2, 1x4, 2x4,
-8x1, and 2x4 of Explicit axes): every output (log_probs, entropy, log_sum_sq_probs, mean_logits,
-is_top1) and every gradient (through log_probs and entropy) equal to the one-device call (float32,
-1e-5 relative; is_top1 exactly, ties of the largest logit across devices included), the head never
-gathered (no all-gather in the compiled HLO), the statistics combined by all-reduces of
-[chunk]-sized values, dweight left sharded; uneven V (1001 over 4) and tokens (30 over 2); and
-fused_linear_grpo_loss with entropy_coef, top_entropy_quantile < 1 and its per-token outputs over
-the sharded head."""
+8x1, and 2x4 of Explicit axes; the axis_name= form inside shard_map): every output (log_probs,
+entropy, log_sum_sq_probs, mean_logits, is_top1) and every gradient (through log_probs and entropy)
+equal to the one-device call (float32, 1e-5 relative; is_top1 exactly, ties of the largest logit
+across devices included), the head never gathered (no all-gather in the compiled HLO), the
+statistics combined by all-reduces of [chunk]-sized values, dweight left sharded; uneven V (1001
+over 4) and tokens (30 over 2); and fused_linear_grpo_loss with entropy_coef, top_entropy_quantile
+< 1 and its per-token outputs over the sharded head."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_all_equal_to_one_device(results):
     differing is_top1 would be 1)."""
     worst = {k: v["rel_diff"] for k, v in results.items() if not v["rel_diff"] <= TOL}
     assert worst == {}, worst
-    assert len(results) == 14, sorted(results)
+    assert len(results) == 16, sorted(results)
 
 
 @pytest.mark.parametrize("case", ["1x2/scaled", "1x4/scaled", "2x4/plain", "2x4/scaled", "2x4/no_bias", "explicit/scaled"])
@@ -85,6 +85,15 @@ def test_data_parallel_only_mesh(results):
     gather, one all-reduce (the head's gradient over data)."""
     r = results["logprobs/8x1/scaled"]
     assert r["rel_diff"] <= TOL and others(r["collectives"], "all-reduce") == {} and r["collectives"]["all-reduce"] == 1, r
+
+
+@pytest.mark.parametrize("v", [64, 1001])
+def test_axis_name_form(results, v):
+    """Inside shard_map over (data 2, model 4), axis_name="model", the tokens over data: every
+    output and the gradients through log_probs and entropy (V 64; V 1001 in blocks padded with
+    NaN, vocab_size=1001)."""
+    r = results[f"axis_name/v{v}"]
+    assert r["rel_diff"] <= TOL, r
 
 
 @pytest.mark.parametrize("case", ["entropy_coef", "top_entropy_quantile", "both"])

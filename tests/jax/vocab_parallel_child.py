@@ -54,10 +54,17 @@ def counts(hlo: str) -> dict:
 
 
 def rel_diff(got, expected) -> float:
+    """The largest max |got - expected| / max |expected| over the arrays; inf where got has a NaN
+    (or an inf) that expected has not."""
     out = 0.0
     for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        out = max(out, float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)))
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        diff = np.where(same, 0.0, np.abs(a - e))
+        if not np.all(np.isfinite(diff)):
+            return float("inf")
+        scale = np.max(np.abs(np.where(np.isfinite(e), e, 0.0))) if e.size else 0.0
+        out = max(out, float(np.max(diff, initial=0.0)) / max(float(scale), 1e-30))
     return out
 
 
@@ -348,6 +355,40 @@ def jsd_cases() -> dict:
     return out
 
 
+def jsd_axis_name_cases() -> dict:
+    """fused_linear_jsd's axis_name= form inside the caller's shard_map over (data 2, model 4):
+    without labels the tokens over "data" (the mean over each device's 16 tokens, pmean'ed over
+    "data"); with labels the tokens whole on every device (the mean over them all), V 64 and V
+    1001 in blocks padded with NaN (vocab_size=1001); the loss and the student's gradients
+    against the one-device call."""
+    mesh = mesh_of((2, 4))
+    out = {}
+    opts = JSD_OPTIONS["beta03"]
+    for v, vocab_size, labels in ((64, None, False), (64, None, True), (1001, 1001, True)):
+        rng = np.random.default_rng(6)
+        pad = 4 * -(-v // 4) - v
+        hs, ht = (jnp.asarray(rng.standard_normal((32, d)), jnp.float32) for d in (16, 12))
+        ws, wt = (jnp.asarray(rng.standard_normal((v, d)) * 0.4, jnp.float32) for d in (16, 12))
+        lab = jnp.asarray(rng.integers(0, v, 32), jnp.int32).at[::5].set(-100)
+        wsp, wtp = (jnp.pad(w, ((0, pad), (0, 0)), constant_values=jnp.nan) for w in (ws, wt))
+        tokens = None if labels else "data"
+
+        def local(hs, ws, ht, wt, lab, vocab_size=vocab_size, labels=labels):
+            loss = fj.fused_linear_jsd(
+                hs, ws, ht, wt, lab if labels else None, chunk_size=CHUNK, axis_name="model", vocab_size=vocab_size, **opts
+            )
+            return loss if labels else jax.lax.pmean(loss, "data")
+
+        specs = (P(tokens, None), P("model", None), P(tokens, None), P("model", None), P(tokens))
+        sm = shard_map(local, mesh=mesh, in_specs=specs, out_specs=P())
+        got = jax.jit(jax.value_and_grad(sm, argnums=(0, 1)))(hs, wsp, ht, wtp, lab)
+        got = (got[0], (got[1][0], got[1][1][:v]))
+        ref = jax.jit(jax.value_and_grad(functools.partial(fj.fused_linear_jsd, **opts), argnums=(0, 1)))
+        expected = ref(hs, ws, ht, wt, lab if labels else None)
+        out[f"axis_name/jsd/v{v}" + ("" if labels else "/no_labels")] = {"rel_diff": rel_diff(got, expected)}
+    return out
+
+
 def _error(fn) -> str:
     try:
         jax.block_until_ready(fn())
@@ -395,6 +436,7 @@ def main():
     out.update(flce_cases())
     out.update(ce_cases())
     out.update(axis_name_cases())
+    out.update(jsd_axis_name_cases())
     out.update(loss_cases())
     print(json.dumps(out))
 

@@ -22,6 +22,7 @@ import fuselet.jax as fj  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from jax import shard_map  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
@@ -119,6 +120,42 @@ def logprobs_cases() -> dict:
     return out
 
 
+def axis_name_cases() -> dict:
+    """The axis_name= form inside the caller's shard_map over (data 2, model 4), the tokens over
+    "data": sum(g1 log_probs + g2 entropy) psum'ed over "data" and every output, against the
+    one-device call; V 64, and V 1001 in blocks padded with NaN (vocab_size=1001)."""
+    mesh = mesh_of((2, 4))
+    out = {}
+    kw = {"outputs": OUTPUTS, **OPTIONS["scaled"]}
+    for v, vocab_size in ((64, None), (1001, 1001)):
+        h, w, b, t = problem(v, ignore_index=7)
+        rng = np.random.default_rng(1)
+        g1, g2 = (jnp.asarray(rng.standard_normal(32), jnp.float32) for _ in range(2))
+        pad = 4 * -(-v // 4) - v
+        wp, bp = jnp.pad(w, ((0, pad), (0, 0)), constant_values=jnp.nan), jnp.pad(b, (0, pad), constant_values=jnp.nan)
+
+        def loss_of(out, g1, g2):
+            stats = tuple(jnp.asarray(x, jnp.float32) for x in out)
+            return jnp.sum(out.log_probs * g1) + jnp.sum(out.entropy * g2), stats
+
+        def local(h, w, b, t, g1, g2, vocab_size=vocab_size):
+            got = fj.fused_linear_logprobs(h, w, t, bias=b, chunk_size=CHUNK, axis_name="model", vocab_size=vocab_size, **kw)
+            loss, stats = loss_of(got, g1, g2)
+            return jax.lax.psum(loss, "data"), stats
+
+        specs = (P("data", None), P("model", None), P("model"), P("data"), P("data"), P("data"))
+        sm = shard_map(local, mesh=mesh, in_specs=specs, out_specs=(P(), (P("data"),) * (1 + len(OUTPUTS))))
+        got = jax.jit(jax.value_and_grad(sm, argnums=(0, 1, 2), has_aux=True))(h, wp, bp, t, g1, g2)
+        got = (got[0], (got[1][0], got[1][1][:v], got[1][2][:v]))
+
+        def ref(h, w, b, t, g1, g2):
+            return loss_of(fj.fused_linear_logprobs(h, w, t, bias=b, chunk_size=CHUNK, **kw), g1, g2)
+
+        expected = jax.jit(jax.value_and_grad(ref, argnums=(0, 1, 2), has_aux=True))(h, w, b, t, g1, g2)
+        out[f"axis_name/v{v}"] = {"rel_diff": rel_diff(got, expected)}
+    return out
+
+
 GRPO_OPTIONS = {
     "entropy_coef": {"entropy_coef": 0.05, "beta": 0.1},
     "top_entropy_quantile": {"top_entropy_quantile": 0.4, "temperature": 0.8},
@@ -169,6 +206,7 @@ def grpo_case(opts) -> dict:
 
 def main():
     out = logprobs_cases()
+    out.update(axis_name_cases())
     for name, opts in GRPO_OPTIONS.items():
         out[f"grpo/{name}"] = grpo_case(opts)
     print(json.dumps(out))

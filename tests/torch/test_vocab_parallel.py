@@ -6,7 +6,7 @@ the same loss on one process over the whole head.
 
 fused_linear_jsd with both heads (student's and teacher's) sharded the same way: beta 0, 0.3 and
 1 (the forward KL, the mixture, the reverse KL), temperatures, labels or none, through both doors;
-and the post-training losses through the process_group door.
+and the post-training losses through the process_group door, their modules too.
 
 The cases: reduction mean / sum / none, label smoothing, z-loss, softcap, an ignore_index inside
 [0, V), no bias, shards of unequal sizes (the process_group door: sizes that differ per rank;
@@ -239,4 +239,13 @@ def test_post_training_losses_process_group(results, loss):
     rows of the head, its bias and the reference head (sizes that differ per rank); the loss and
     the gradients (hidden whole, the head's rows) equal to one process's."""
     r = _get(results, f"post_training_{loss}_process_group")
+    assert len(set(r["sizes"])) > 1, r
+
+
+@pytest.mark.parametrize("case", ["jsd", "post_training_dpo", "post_training_kto", "post_training_grpo"])
+def test_modules_process_group(results, case):
+    """FusedLinearJSD, FusedLinearPreferenceLoss, FusedLinearKTOLoss and FusedLinearGRPOLoss with
+    process_group at construction: each rank's rows of the heads, the function's one-process
+    result."""
+    r = _get(results, f"{case}_module_process_group")
     assert len(set(r["sizes"])) > 1, r

@@ -462,6 +462,24 @@ def jsd_plain(options, labels=True, even=False, vocab=23, dtype=torch.float32):
     return {"max_rel": max(rel(out, ref), rel(hs.grad, rh.grad), rel(ws.grad, rw.grad[rows])), "sizes": sizes}
 
 
+@check("jsd_module_process_group")
+def jsd_module():
+    """FusedLinearJSD(process_group=WORLD): this rank's rows of both heads (sizes that differ per
+    rank), against the function on one process over the whole heads."""
+    rank, _ = rank_world()
+    kw = JSD_OPTIONS["beta03"]
+    tensors = jsd_data(23)
+    ref, rh, rw = _jsd(tensors, **kw)
+    sizes = sizes_for(23, even=False)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    hs, ws = leaf(tensors["student_hidden"]), leaf(tensors["student_weight"][rows])
+    module = ft.FusedLinearJSD(chunk_size=5, process_group=dist.group.WORLD, **kw)
+    out = module(hs, ws, tensors["teacher_hidden"], tensors["teacher_weight"][rows], tensors["labels"])
+    (out * 0.75).backward()
+    return {"max_rel": max(rel(out, ref), rel(hs.grad, rh.grad), rel(ws.grad, rw.grad[rows])), "sizes": sizes}
+
+
 def jsd_dtensor(vocab, mesh_shape=None, hidden_sharded=False, teacher_replicated=False):
     """Both heads Shard(0) over the mesh's last dim (the teacher's replicated: resharded to it),
     the tokens replicated there (Shard(0) over the first dim of a 2-D mesh: data parallel; or over
@@ -562,9 +580,10 @@ def process_group_refusals():
 # --- the post-training losses through the process_group door -----------------------------------
 
 
-def post_training_plain(loss):
+def post_training_plain(loss, module=False):
     """post_training's losses with plain tensors: this rank's rows of the head, its bias and the
-    reference head (sizes that differ per rank), process_group=WORLD."""
+    reference head (sizes that differ per rank), process_group=WORLD (module: to the loss's module
+    at construction)."""
     rank, _ = rank_world()
     g = torch.Generator().manual_seed(12)
     vocab = 23
@@ -599,14 +618,35 @@ def post_training_plain(loss):
     rows = slice(a, a + sizes[rank])
     mine = {n: t[rows] if n in heads else t for n, t in tensors.items()}
     mine = {n: leaf(t) if n in grads else t for n, t in mine.items()}
-    out = fn(**mine, process_group=dist.group.WORLD)
+    if module:
+        out = _module_call(loss, mine)
+    else:
+        out = fn(**mine, process_group=dist.group.WORLD)
     (out * 0.75).backward()
     errors = [rel(out, ref)] + [rel(mine[n].grad, args[n].grad[rows] if n in heads else args[n].grad) for n in grads]
     return {"max_rel": max(errors), "sizes": sizes}
 
 
+def _module_call(loss, t):
+    """post_training_plain's loss through its module, process_group=WORLD at construction."""
+    group = dist.group.WORLD
+    if loss == "kto":
+        module = ft.FusedLinearKTOLoss(chunk_size=5, process_group=group)
+        refs = {n: t[n] for n in ("bias", "ref_hidden", "ref_weight")}
+        return module(t["hidden"], t["weight"], t["target"], t["preference_labels"], kl=torch.tensor(0.1), **refs)
+    if loss == "grpo":
+        module = ft.FusedLinearGRPOLoss(beta=0.1, temperature=0.8, chunk_size=5, process_group=group)
+        logps = {n: t[n] for n in ("old_logps", "ref_logps", "bias")}
+        return module(t["hidden"], t["weight"], t["target"], t["advantages"], **logps)
+    module = ft.FusedLinearPreferenceLoss(loss, label_smoothing=0.1, chunk_size=5, process_group=group)
+    refs = {n: t.get(n) for n in ("bias", "ref_hidden", "ref_weight")}
+    return module(t["hidden"], t["weight"], t["target"], **refs)
+
+
 for _loss in ("dpo", "orpo", "simpo", "kto", "grpo"):
     check(f"post_training_{_loss}_process_group")(lambda loss=_loss: post_training_plain(loss))
+for _loss in ("dpo", "kto", "grpo"):
+    check(f"post_training_{_loss}_module_process_group")(lambda loss=_loss: post_training_plain(loss, module=True))
 
 
 def main() -> None:

@@ -175,11 +175,16 @@ def _shard_mapped(unsharded, options, chunk: int, layout, args):
     return tuple(r if k == "s" else jax.sharding.reshard(r, given[k]) for r, k in zip(results, _OUTS))
 
 
-def loss_and_grads(unsharded, hs, ws, ht, wt, g, options, chunk: int):
+def loss_and_grads(unsharded, hs, ws, ht, wt, g, options, chunk: int, axis=None, vocab_size=None):
     """(loss, dhs, dws) of fused_linear_jsd's loop, partitioned by the operands' shardings:
     unsharded(hs, ws, ht, wt, g, options, chunk) is the loop of one device over whole heads (a
-    module-level function: the partitioned call is cached on it)."""
+    module-level function: the partitioned call is cached on it). With axis (inside the caller's
+    shard_map): this device's share, the heads its blocks of the classes over axis (vocab_size
+    the real V, None: V_r times the axis size), the loss over its tokens."""
     args = (hs, ws, ht, wt, g)
+    if axis is not None:
+        vocab = vocab_size or ws.shape[0] * vp.axis_size(axis)
+        return _local(_Where(axis, (), vocab, hs.shape[0]), unsharded, options, chunk, *args)
     layout = _explicit(args, _INS)
     if layout is not None:
         if layout[1]:  # heads sharded over Explicit axes

@@ -280,9 +280,15 @@ def _shard_mapped(kind, unsharded, options, chunk, has_bias, layout, args):
     return tuple(jax.sharding.reshard(r, given[k]) for r, k in zip(results, outs))
 
 
-def _run(kind: str, unsharded, options, chunk: int, args: tuple) -> tuple:
-    """The loop `kind` over args (bias None or an array), partitioned by their shardings; the
-    results with None for an absent bias's gradient."""
+def _run(kind: str, unsharded, options, chunk: int, args: tuple, axis=None, vocab_size=None) -> tuple:
+    """The loop `kind` over args (bias None or an array), partitioned by their shardings, or with
+    axis (inside the caller's shard_map) this device's share, the classes over axis (vocab_size
+    the real V, None: V_r times the axis size); the results with None for an absent bias's
+    gradient."""
+    if axis is not None:
+        h, w = args[1:3] if kind == "bwd" else args[:2]
+        where = _Where(axis, (), vocab_size or w.shape[0] * vp.axis_size(axis), h.shape[0])
+        return tuple((_local_fwd if kind == "fwd" else _local_bwd)(where, unsharded, options, chunk, *args))
     has_bias = args[3 if kind == "bwd" else 2] is not None
     given = tuple(a for a in args if a is not None)
     ins, outs = _kinds(kind, options, has_bias)
@@ -296,24 +302,24 @@ def _run(kind: str, unsharded, options, chunk: int, args: tuple) -> tuple:
     return tuple(results)
 
 
-def forward(unsharded, h, w, b, t, options, chunk: int) -> tuple:
+def forward(unsharded, h, w, b, t, options, chunk: int, axis=None, vocab_size=None) -> tuple:
     """(outputs {name: [N]}: log_probs and the asked ones, is_top1 bool; lse [N]) of the loop
     `unsharded(h, w, b, t, options, chunk) -> (outputs, (h, w, b, t, lse, entropy))` (one device's,
     whole head: a module-level function, the partitioned call is cached on it), run on each
-    device's tokens and classes."""
+    device's tokens and classes (with axis: as _run)."""
     asked = asked_of(options)
-    log_probs, lse, *rest = _run("fwd", unsharded, options, chunk, (h, w, b, t))
+    log_probs, lse, *rest = _run("fwd", unsharded, options, chunk, (h, w, b, t), axis, vocab_size)
     out = {"log_probs": log_probs, **dict(zip(asked, rest))}
     if "is_top1" in out:
         out["is_top1"] = out["is_top1"] > 0.5
     return out, lse
 
 
-def backward(unsharded, options, chunk: int, h, w, b, t, lse, entropy, dlogp, dentropy) -> tuple:
+def backward(unsharded, options, chunk: int, h, w, b, t, lse, entropy, dlogp, dentropy, axis=None, vocab_size=None) -> tuple:
     """(dhidden, dweight, dbias) of the loop `unsharded(options, chunk, residuals, cotangents)`
-    (one device's, whole head), run on each device's tokens and classes."""
+    (one device's, whole head), run on each device's tokens and classes (with axis: as _run)."""
     args = (dlogp.astype(jnp.float32), h, w, b, t, lse)
     if "entropy" in options.outputs:
         zeros = jnp.zeros_like(lse)
         args += (zeros if dentropy is None else dentropy.astype(jnp.float32), entropy)
-    return _run("bwd", unsharded, options, chunk, args)
+    return _run("bwd", unsharded, options, chunk, args, axis, vocab_size)

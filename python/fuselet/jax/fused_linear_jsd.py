@@ -22,8 +22,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fuselet.jax import _vocab_parallel as vp
 from fuselet.jax import _vocab_parallel_jsd as vpj
 from fuselet.jax._checks import array_facts
+from fuselet.jax._sharding import vary_like, varying_axes
 from fuselet.jax.cross_entropy import logprobs_chunk
 from fuselet.jax.divergence import _logits_call
 from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
@@ -56,17 +58,17 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptio
     return jnp.sum(losses), dhs.reshape(-1, hs.shape[1])[:n], dws.astype(ws.dtype)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6))
-def _fused(hs, ws, ht, wt, weight_of, options, chunk):
-    return vpj.loss_and_grads(_loss_and_grads, hs, ws, ht, wt, weight_of, options, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _fused(hs, ws, ht, wt, weight_of, options, chunk, axis=None, vocab_size=None):
+    return _fused_fwd(hs, ws, ht, wt, weight_of, options, chunk, axis, vocab_size)[0]
 
 
-def _fused_fwd(hs, ws, ht, wt, weight_of, options, chunk):
-    loss, dhs, dws = vpj.loss_and_grads(_loss_and_grads, hs, ws, ht, wt, weight_of, options, chunk)
+def _fused_fwd(hs, ws, ht, wt, weight_of, options, chunk, axis=None, vocab_size=None):
+    loss, dhs, dws = vpj.loss_and_grads(_loss_and_grads, hs, ws, ht, wt, weight_of, options, chunk, axis, vocab_size)
     return loss, (dhs, dws, ht, wt, weight_of)
 
 
-def _fused_bwd(options, chunk, res, g):
+def _fused_bwd(options, chunk, axis, vocab_size, res, g):
     dhs, dws, ht, wt, weight_of = res
     return (
         dhs * g.astype(dhs.dtype),
@@ -92,12 +94,22 @@ def fused_linear_jsd(
     temperature: float = 1.0,
     ignore_index: int = -100,
     chunk_size: int | None = None,
+    axis_name=None,
+    vocab_size: int | None = None,
 ):
     """The generalized JSD (jsd's beta: 0 forward KL, 1 reverse KL) of the student's and the
     teacher's softmax(hidden @ weight.T / temperature), the mean over the tokens whose label is not
     ignore_index, without [tokens, V] logits. student_hidden [..., Hs], student_weight [V, Hs],
     teacher_hidden [..., Ht] (the same tokens; Ht may differ), teacher_weight [V, Ht], labels the
-    tokens' shape or None. float32 loss; gradients to the student only."""
+    tokens' shape or None. float32 loss; gradients to the student only.
+
+    Under jax.jit, heads sharded on V over mesh axes stay sharded (docs/tensor_parallel.md).
+    Inside shard_map, axis_name (a mesh axis name or a tuple of them) says that student_weight and
+    teacher_weight are this device's blocks of the classes over that axis, in axis order: the loss
+    and student_hidden's gradient are the whole heads' (alike on every device of the axis), the
+    student head's gradient this block's; the mean is over this device's tokens. vocab_size (with
+    axis_name): the real V where the blocks are padded (the classes from vocab_size on are
+    ignored); None: V_r times the axis size."""
     arrays = {
         "student_hidden": student_hidden,
         "student_weight": student_weight,
@@ -122,7 +134,15 @@ def fused_linear_jsd(
     else:
         weight_of = jnp.full((n,), 1.0 / max(n, 1), jnp.float32)
     chunk = min(chunk_size or chunk_size_for(n, hs.shape[1], student_weight.shape[0]), max(n, 1))
-    return _fused_jit(hs, student_weight, ht, jax.lax.stop_gradient(teacher_weight), weight_of, options, chunk)
+    axis = vp.check_axis_name(axis_name)
+    vocab_size = vp.check_vocab_size(vocab_size, axis, student_weight.shape[0])
+    wt = jax.lax.stop_gradient(teacher_weight)
+    if axis is not None:  # inside the caller's shard_map: no jit of our own
+        # The student head's gradient is summed over the axes the tokens vary over (the transpose
+        # of this cast); student_hidden's over the classes' axes inside (psum).
+        ws = vary_like(varying_axes(hs, ht, weight_of) - frozenset(axis), student_weight)
+        return _fused(hs, ws, ht, wt, weight_of, options, chunk, axis, vocab_size)
+    return _fused_jit(hs, student_weight, ht, wt, weight_of, options, chunk)
 
 
 # --- the per-token form (TRL's ChunkedDivergenceFunction's) ------------------------------------

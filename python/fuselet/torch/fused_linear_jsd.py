@@ -134,12 +134,21 @@ def fused_linear_jsd(
 
 
 class FusedLinearJSD(torch.nn.Module):
-    """fused_linear_jsd as a module: forward(student_hidden, student_weight, teacher_hidden,
+    """fused_linear_jsd as a module: the options (process_group included: vocab-parallel, the heads
+    this rank's rows) at construction, forward(student_hidden, student_weight, teacher_hidden,
     teacher_weight, labels=None)."""
 
-    def __init__(self, beta: float = 0.5, temperature: float = 1.0, ignore_index: int = -100, chunk_size: int | None = None):
+    def __init__(
+        self,
+        beta: float = 0.5,
+        temperature: float = 1.0,
+        ignore_index: int = -100,
+        chunk_size: int | None = None,
+        process_group=None,
+    ):
         super().__init__()
         self.beta, self.temperature, self.ignore_index, self.chunk_size = beta, temperature, ignore_index, chunk_size
+        self.process_group = process_group
 
     def forward(self, student_hidden, student_weight, teacher_hidden, teacher_weight, labels=None):
         return fused_linear_jsd(
@@ -152,6 +161,7 @@ class FusedLinearJSD(torch.nn.Module):
             temperature=self.temperature,
             ignore_index=self.ignore_index,
             chunk_size=self.chunk_size,
+            process_group=self.process_group,
         )
 
 

@@ -395,8 +395,9 @@ def fused_linear_grpo_loss(
 
 
 class FusedLinearPreferenceLoss(torch.nn.Module):
-    """fused_linear_preference_loss as a module: the options at construction, the tensors per call
-    (forward(hidden, weight, target, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None))."""
+    """fused_linear_preference_loss as a module: the options (process_group included) at
+    construction, the tensors per call (forward(hidden, weight, target, bias=None, ref_hidden=None,
+    ref_weight=None, ref_bias=None))."""
 
     def __init__(self, loss: str | list[str] = "dpo", **options):
         super().__init__()
@@ -422,7 +423,7 @@ class FusedLinearPreferenceLoss(torch.nn.Module):
 
 class FusedLinearKTOLoss(torch.nn.Module):
     """fused_linear_kto_loss as a module: the options (beta, desirable_weight, undesirable_weight,
-    ignore_index, chunk_size) at construction, the tensors and the KL estimate per call
+    ignore_index, chunk_size, process_group) at construction, the tensors and the KL estimate per call
     (forward(hidden, weight, target, preference_labels, bias=None, ref_hidden=None,
     ref_weight=None, ref_bias=None, kl=None))."""
 
@@ -455,9 +456,9 @@ class FusedLinearKTOLoss(torch.nn.Module):
 
 
 class FusedLinearGRPOLoss(torch.nn.Module):
-    """fused_linear_grpo_loss as a module: the options at construction, the tensors per call
-    (forward(hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None,
-    num_items_in_batch=None))."""
+    """fused_linear_grpo_loss as a module: the options (process_group included) at construction,
+    the tensors per call (forward(hidden, weight, target, advantages, old_logps=None,
+    ref_logps=None, bias=None, num_items_in_batch=None))."""
 
     def __init__(self, **options):
         super().__init__()
@@ -492,4 +493,11 @@ _PREFERENCE_OPTIONS = (
     "discopop_tau",
     "use_weighting",
 )
-_KTO_OPTIONS = {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0, "ignore_index": -100, "chunk_size": None}
+_KTO_OPTIONS = {
+    "beta": 0.1,
+    "desirable_weight": 1.0,
+    "undesirable_weight": 1.0,
+    "ignore_index": -100,
+    "chunk_size": None,
+    "process_group": None,
+}
