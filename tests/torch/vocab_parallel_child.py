@@ -14,6 +14,7 @@ MASTER_ADDR and MASTER_PORT set.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -55,7 +56,8 @@ def rel(a, b) -> float:
     a, b = a.detach().double(), b.detach().double()
     if b.numel() == 0:
         return 0.0
-    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+    value = float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+    return math.inf if math.isnan(value) else value  # NaN would be dropped by max() over the cases
 
 
 def sizes_for(vocab: int, even: bool) -> list:
