@@ -121,12 +121,23 @@ DIVERGENCE_CASES = {
 }
 
 
+@pytest.fixture(params=[False, True], ids=["denormals", "flush-to-zero"])
+def flush_to_zero(request):
+    """The CPU's denormals as they are, and flushed to zero (torch.set_flush_denormal: DAZ / FTZ,
+    as another library in the process may leave them): a mixture weight that flushes to 0 must give
+    a term of 0, not 0 * inf."""
+    if request.param and not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals to zero")
+    yield request.param
+    torch.set_flush_denormal(False)
+
+
 @pytest.mark.parametrize("case", list(DIVERGENCE_CASES))
-def test_divergence_matches_trl(case):
+def test_divergence_matches_trl(case, flush_to_zero):
     """fuselet's ChunkedDivergence and TRL's ChunkedDivergenceFunction on the same tensors (the
     student 24 wide, the teacher 40): each token's divergence and the student's entropy, and the
     gradients of a weighted sum of the divergences to the student's hidden, weight and bias, within
-    1e-5 of TRL's scale; the entropy has no gradient in either."""
+    1e-5 of TRL's scale; the entropy has no gradient in either. Under flush-to-zero too."""
     beta, temperature, s_scale, s_cap, t_scale, t_cap, bias = DIVERGENCE_CASES[case]
     torch.manual_seed(0)
     n, hs, ht, v = 300, 24, 40, 257
