@@ -401,6 +401,65 @@ def test_grpo_on_policy_without_reference():
     )
 
 
+GRPO_ONE_PASS = {
+    "grpo": dict(),
+    "bnpo-delta": dict(loss_type="bnpo", delta=1.3),
+    "dr_grpo-temperature": dict(loss_type="dr_grpo", temperature=0.7, max_completion_length=12),
+    "dapo-items": dict(loss_type="dapo", num_items_in_batch=torch.tensor(40.0)),
+    "cispo": dict(loss_type="cispo", epsilon_high=0.3),
+    "sapo": dict(loss_type="sapo"),
+    "luspo-weighted-kl": dict(loss_type="luspo", use_bias_correction_kl=True),
+    "on-policy": dict(old=False, beta=0.0),
+}
+
+
+@pytest.mark.parametrize("frozen", ["none", "weight", "hidden"])
+@pytest.mark.parametrize("case", list(GRPO_ONE_PASS))
+def test_grpo_one_pass_equals_per_token_path(case, frozen, monkeypatch):
+    """A token-separable GRPO loss takes one pass over the head (the gradients made in the forward,
+    no logits recomputed): the same loss and gradients as the per-token path, bias and a frozen
+    weight or hidden included, the upstream gradient applied; the other forms do not take it."""
+    from fuselet.torch import losses
+
+    options = dict(GRPO_ONE_PASS[case])
+    with_old = options.pop("old", True)
+    hidden, weight, target = inputs(sequences=4)
+    bias = (torch.randn(V, generator=torch.Generator().manual_seed(3)) * 0.1).requires_grad_()
+    hidden.requires_grad_(frozen != "hidden")
+    weight.requires_grad_(frozen != "weight")
+    g = torch.Generator().manual_seed(2)
+    advantages = torch.randn(4, generator=g)
+    old = -torch.rand(4, T, generator=g) * 3 if with_old else None
+    ref = -torch.rand(4, T, generator=g) * 3
+    tensors = [t for t in (hidden, weight, bias) if t.requires_grad]
+    calls = []
+    one_pass = losses.separable_logp_loss
+    monkeypatch.setattr(losses, "separable_logp_loss", lambda *a, **k: calls.append(1) or one_pass(*a, **k))
+
+    def run():
+        loss = ft.fused_linear_grpo_loss(hidden, weight, target, advantages, old_logps=old, ref_logps=ref, bias=bias, **options)
+        return loss, torch.autograd.grad(loss * 2.5, tensors)
+
+    loss, grads = run()
+    assert calls, "the one pass did not run"
+    monkeypatch.setattr(losses, "_one_pass", lambda *a: False)
+    want, want_grads = run()
+    torch.testing.assert_close(loss, want, rtol=1e-6, atol=1e-6)
+    for got, w in zip(grads, want_grads):
+        torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("options", [dict(importance_sampling_level="sequence"), dict(loss_type="vespo"), dict(entropy_coef=0.1)])
+def test_grpo_one_pass_not_for_inseparable_losses(options, monkeypatch):
+    from fuselet.torch import losses
+
+    monkeypatch.setattr(losses, "separable_logp_loss", lambda *a, **k: pytest.fail("one pass for an inseparable loss"))
+    hidden, weight, target = inputs(sequences=4)
+    loss = ft.fused_linear_grpo_loss(hidden, weight, target, torch.randn(4), old_logps=-torch.rand(4, T), **options)
+    loss.backward()
+    assert torch.isfinite(hidden.grad).all()
+
+
 def test_torch_compile_fullgraph():
     hidden, weight, target = inputs()
     ref_hidden, ref_weight, _ = inputs(seed=1)

@@ -113,6 +113,15 @@ class GRPOOptions:
         """Whether the loss takes the per-token entropies (the entropy mask or bonus)."""
         return self.top_entropy_quantile < 1.0 or bool(self.entropy_coef)
 
+    @property
+    def token_separable(self) -> bool:
+        """Whether the loss is a sum over the tokens of functions of each token's own
+        log-probability (the other inputs fixed): each token's gradient is then known as soon as
+        its own log-probability is, so one pass over the head's chunks gives the loss and its
+        gradients. Not so for a sequence's ratio (GSPO's, VESPO's weights) or the entropy mask's
+        quantile over all tokens; the entropy options take the logprobs path anyway."""
+        return self.importance_sampling_level == "token" and self.loss_type != "vespo" and not self.uses_entropy
+
 
 def _number(name: str, v, low=None, high=None, low_open=False) -> None:
     """A finite number ("a finite number"), then in its bounds ("a number > 0.0")."""

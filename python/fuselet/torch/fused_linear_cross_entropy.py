@@ -272,6 +272,75 @@ def _per_token_backward(ctx, dloss, _dz, _dlse):
 _per_token.register_autograd(_per_token_backward, setup_context=_per_token_setup)
 
 
+# --- one pass for a loss of the per-token log-probabilities whose every token's gradient depends
+# on that token's own log-probability alone (spec.losses.GRPOOptions.token_separable): each
+# chunk's gradient is known as soon as its log-probabilities are, so the chunk's logits become its
+# dlogits in the same buffer (no second matmul of the logits in a backward, as reduction="none"
+# takes). Eager only: it differentiates the loss inside its forward (torch.autograd.grad).
+
+
+def _token_gradient(loss_of, logp, shape, a: int, b: int):
+    """dL/dlogp of the tokens a:b, L = loss_of(logp [shape]), through autograd: logp holds the
+    log-probabilities of the tokens up to b (0 for those after it, which a separable loss's
+    tokens a:b do not depend on)."""
+    with torch.enable_grad():
+        x = logp.detach().clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss_of(x.view(shape)), x)
+    return g[a:b]
+
+
+class _SeparableLogpLoss(torch.autograd.Function):
+    """loss_of(logp): logp the per-token log-probabilities of hidden [N, H] through the head,
+    [shape] float32; the gradients are computed chunk by chunk in the forward and kept (scaled by
+    the upstream gradient in the backward), each only where its input takes a gradient."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, target, loss_of, shape, ce_args, chunk_size):
+        n = hidden.shape[0]
+        logp = torch.zeros(n, dtype=torch.float32, device=hidden.device)
+        dhidden = torch.empty_like(hidden) if hidden.requires_grad else hidden.new_empty(0)
+        wants_dweight = weight.requires_grad or (bias is not None and bias.requires_grad)
+        acc = _Accumulator(weight, bias) if wants_dweight else None
+        logits_of = _Logits(hidden, weight, bias, chunk_size)
+        for a, b in _chunks(n, chunk_size):
+            h = hidden[a:b]
+            logits = logits_of(h)
+            nll, _, lse = ops.cross_entropy_fwd(logits, target[a:b], *ce_args)
+            logp[a:b] = -nll
+            dnll = -_token_gradient(loss_of, logp, shape, a, b)
+            ops.cross_entropy_bwd_(dnll, logits, target[a:b], lse, *ce_args)  # logits now hold dlogits
+            if hidden.requires_grad:
+                torch.mm(logits, weight, out=dhidden[a:b])
+            if acc is not None:
+                acc.add(logits, h)
+        logits = logits_of = None
+        dweight, dbias = acc.results() if acc is not None else (weight.new_empty(0), weight.new_empty(0))
+        ctx.set_materialize_grads(False)
+        ctx.wanted = (hidden.requires_grad, acc is not None, acc is not None and bias is not None)
+        ctx.save_for_backward(dhidden, dweight, dbias)
+        return loss_of(logp.view(shape)).detach()
+
+    @staticmethod
+    def backward(ctx, dloss):
+        if dloss is None:
+            return (None,) * 8
+        grads = [g * dloss.to(g.dtype) if wanted else None for g, wanted in zip(ctx.saved_tensors, ctx.wanted)]
+        return (*grads, *(None,) * 5)
+
+
+def separable_logp_loss(hidden, weight, target, loss_of, *, bias=None, ignore_index: int = -100, chunk_size=None):
+    """loss_of(logp), logp [target's shape] float32 the log-probabilities of target under
+    hidden [..., H] @ weight.T + bias (0 where target is ignore_index), in one pass over the head's
+    chunks: loss_of is to be a sum over the tokens of functions of each token's own log-probability
+    (spec.losses.GRPOOptions.token_separable). Dense tensors, eager; the arguments checked as
+    fused_linear_cross_entropy's."""
+    h2 = hidden.reshape(-1, hidden.shape[-1]).contiguous()
+    t1 = target.reshape(-1).contiguous()
+    options = _op_check(h2, weight, bias, t1, (ignore_index, 0.0, 0.0, 0.0), chunk_size or 0)
+    chunk = _resolve(chunk_size or 0, h2, weight)
+    return _SeparableLogpLoss.apply(h2, weight, bias, t1, loss_of, tuple(target.shape), options.cross_entropy.op_args(), chunk)
+
+
 # --- DTensor sharding (fuselet.torch._dtensor): tokens (hidden's and target's rows) keep their
 # sharding, weight and bias are replicated (a vocab-sharded lm_head weight is gathered); the
 # summed loss and dweight / dbias are Partial. The mean's scale (1 / the number of counted

@@ -16,8 +16,8 @@ import torch
 from fuselet import _losses
 from fuselet.spec import losses as spec
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
-from fuselet.torch._dtensor import check_dtensors
-from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy
+from fuselet.torch._dtensor import check_dtensors, is_dtensor
+from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy, separable_logp_loss
 from fuselet.torch.fused_linear_logprobs import LogProbs, fused_linear_logprobs
 
 
@@ -86,6 +86,22 @@ def _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group
         reduction="none",
         chunk_size=chunk_size,
         process_group=process_group,
+    )
+
+
+def _one_pass(separable: bool, process_group, hidden, weight, bias, target) -> bool:
+    """Whether a loss of the per-token log-probabilities takes fused_linear_cross_entropy's one
+    pass (separable_logp_loss): a token-separable loss of dense tensors in eager autograd whose
+    head's gradients are wanted; otherwise the per-token path (reduction="none"), whose backward
+    recomputes the logits."""
+    tensors = [t for t in (hidden, weight, bias, target) if t is not None]
+    return (
+        separable
+        and process_group is None
+        and torch.is_grad_enabled()
+        and (hidden.requires_grad or weight.requires_grad)
+        and not torch.compiler.is_compiling()
+        and not any(is_dtensor(t) for t in tensors)
     )
 
 
@@ -385,12 +401,19 @@ def fused_linear_grpo_loss(
         if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t, no [tokens, V] copy
             hidden = hidden / options.temperature
             bias = None if bias is None else bias / options.temperature
-        logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
     if items is not None:
         items = torch.as_tensor(items, dtype=torch.float32, device=mask.device).detach()
-    loss = _losses.grpo_loss(_Torch, logp, mask, *as32, options, items, entropy)
+
+    def loss_of(lp):
+        return _losses.grpo_loss(_Torch, lp, mask, *as32, options, items, entropy)
+
+    if entropy is None and _one_pass(options.token_separable, process_group, hidden, weight, bias, target):
+        return separable_logp_loss(hidden, weight, target, loss_of, bias=bias, ignore_index=ignore_index, chunk_size=chunk_size)
+    if entropy is None:
+        logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group)
+    loss = loss_of(logp)
     return (loss, LogProbs(logp.detach(), entropy.detach())) if return_per_token else loss
 
 
