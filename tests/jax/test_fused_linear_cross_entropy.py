@@ -186,32 +186,34 @@ def test_16bit_logits_are_xla_matmuls(dtype):
 
 
 def _step_temp_bytes(loss, dtype, n=256, h=1024, v=4096):
-    """XLA's temporary bytes (buffer assignment, CPU) of a jitted value_and_grad of loss(hidden,
-    weight) on hidden [n, h] and a weight [v, h]: what the step holds beyond its inputs and
-    outputs."""
+    """XLA's temporary bytes (buffer assignment, CPU) of a jitted value_and_grad of
+    loss(hidden, weight, target, teacher_hidden, teacher_weight) over hidden and the weight, on
+    hidden [n, h] and weights [v, h]: what the step holds beyond its inputs and outputs."""
     cpu = jax.devices("cpu")[0]
-    hidden, weight = (jax.device_put(jnp.zeros(s, dtype), cpu) for s in ((n, h), (v, h)))
-    target = jax.device_put(jnp.zeros((n,), jnp.int32), cpu)
-    step = jax.jit(jax.value_and_grad(lambda a, b: jnp.sum(loss(a, b, target)), argnums=(0, 1)))
-    return step.lower(hidden, weight).compile().memory_analysis().temp_size_in_bytes
+    arrays = [jax.device_put(jnp.zeros(s, dtype), cpu) for s in ((n, h), (v, h), (n, h), (v, h))]
+    arrays.insert(2, jax.device_put(jnp.zeros((n,), jnp.int32), cpu))
+    step = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(loss(*a)), argnums=(0, 1)))
+    return step.lower(*arrays).compile().memory_analysis().temp_size_in_bytes
+
+
+# the chunk loops: (the 16-bit heads converted for the matmuls, loss(hidden, weight, target, teacher_hidden, teacher_weight))
+LOOPS = {
+    "mean": (1, lambda h, w, t, *_: fj.fused_linear_cross_entropy(h, w, t, chunk_size=16)),
+    "none": (1, lambda h, w, t, *_: fj.fused_linear_cross_entropy(h, w, t, reduction="none", chunk_size=16)),
+    "logprobs": (1, lambda h, w, t, *_: fj.fused_linear_logprobs(h, w, t, outputs=("entropy",), chunk_size=16).entropy),
+    "jsd": (2, lambda h, w, t, ht, wt: fj.fused_linear_jsd(h, w, ht, wt, chunk_size=16)),
+}
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-@pytest.mark.parametrize(
-    "loss",
-    [
-        lambda h, w, t: fj.fused_linear_cross_entropy(h, w, t, chunk_size=16),
-        lambda h, w, t: fj.fused_linear_cross_entropy(h, w, t, reduction="none", chunk_size=16),
-        lambda h, w, t: fj.fused_linear_logprobs(h, w, t, outputs=("log_probs", "entropy"), chunk_size=16).entropy,
-    ],
-    ids=["mean", "none", "logprobs"],
-)
-def test_chunk_loop_keeps_no_head_sized_temporaries(loss, dtype):
+@pytest.mark.parametrize("loop", LOOPS)
+def test_chunk_loop_keeps_no_head_sized_temporaries(loop, dtype):
     """A training step's temporaries, in units of a float32 head [V, H] (V H large beside a chunk's
     logits): the dweight accumulator is the step's output, and each chunk's share is added a block
-    of rows at a time (no [V, H] product per chunk); a 16-bit head adds its one float32 copy and
-    its float32 dweight accumulator (XLA's own conversion would keep two copies for the loop; with
-    the product, 4 heads in all)."""
-    head = 4096 * 1024 * 4
-    allowed = (0 if dtype == "float32" else 2) + 0.25  # + a block's product and the chunk-sized buffers
-    assert _step_temp_bytes(loss, dtype) / head <= allowed
+    of rows at a time (no [V, H] product per chunk); with 16-bit heads, the float32 dweight
+    accumulator and one float32 copy of each head (fused_linear_jsd: the teacher's too), where
+    XLA's own conversion would keep two copies of each for the loop (with the product, 4 heads
+    for one)."""
+    heads, loss = LOOPS[loop]
+    allowed = (0 if dtype == "float32" else heads + 1) + 0.25  # + a block's product and the chunk-sized buffers
+    assert _step_temp_bytes(loss, dtype) / (4096 * 1024 * 4) <= allowed

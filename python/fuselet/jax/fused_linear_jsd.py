@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from fuselet.jax._checks import array_facts
 from fuselet.jax.divergence import _logits_call
+from fuselet.jax.fused_linear_cross_entropy import _add_dweight, _dhidden, _logits, _with_heads
 from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
@@ -34,17 +35,19 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptio
 
     common = jnp.promote_types(hs.dtype, ht.dtype)  # the kernel's one dtype: both models' where they differ
 
-    def step(dws, xs):
-        h, t, g = xs
-        # one pass: both log_softmaxes, the divergence and its gradient through the student's
-        # log_softmax and the temperature, over the logits in their dtype
-        rows, dlogits = _logits_call(jnp.matmul(h, ws.T).astype(common), jnp.matmul(t, wt.T).astype(common), g, jsd, inv_t)
-        dlogits = dlogits.astype(ws.dtype)
-        dh = jnp.matmul(dlogits, ws)
-        dws = dws + jnp.matmul(dlogits.T, h, preferred_element_type=jnp.float32)
-        return dws, (jnp.sum(jnp.where(g > 0, rows * g, 0.0)), dh)
+    def loop(ws_mm, wt_mm):  # the heads as the matmuls take them (_with_heads)
+        def step(dws, xs):
+            h, t, g = xs
+            # one pass: both log_softmaxes, the divergence and its gradient through the student's
+            # log_softmax and the temperature, over the logits in their dtype
+            z, zt = _logits(h, ws_mm, None).astype(common), _logits(t, wt_mm, None).astype(common)
+            rows, dlogits = _logits_call(z, zt, g, jsd, inv_t)
+            dlogits = dlogits.astype(ws.dtype)
+            return _add_dweight(dws, dlogits, h), (jnp.sum(jnp.where(g > 0, rows * g, 0.0)), _dhidden(dlogits, ws_mm))
 
-    dws, (losses, dhs) = jax.lax.scan(step, jnp.zeros(ws.shape, jnp.float32), (split(hs), split(ht), split(weight_of)))
+        return jax.lax.scan(step, jnp.zeros(ws.shape, jnp.float32), (split(hs), split(ht), split(weight_of)))
+
+    dws, (losses, dhs) = _with_heads(loop, ws, wt)
     return jnp.sum(losses), dhs.reshape(-1, hs.shape[1])[:n], dws.astype(ws.dtype)
 
 
