@@ -185,7 +185,7 @@ def test_16bit_logits_are_xla_matmuls(dtype):
     np.testing.assert_array_equal(np.asarray(ours), np.asarray(unfused))
 
 
-def _step_temp_bytes(loss, dtype, n=256, h=1024, v=4096):
+def _step_temp_bytes(loss, dtype, n=128, h=1024, v=4096):
     """XLA's temporary bytes (buffer assignment, CPU) of a jitted value_and_grad of
     loss(hidden, weight, target, teacher_hidden, teacher_weight) over hidden and the weight, on
     hidden [n, h] and weights [v, h]: what the step holds beyond its inputs and outputs."""
@@ -202,7 +202,19 @@ LOOPS = {
     "none": (1, lambda h, w, t, *_: fj.fused_linear_cross_entropy(h, w, t, reduction="none", chunk_size=16)),
     "logprobs": (1, lambda h, w, t, *_: fj.fused_linear_logprobs(h, w, t, outputs=("entropy",), chunk_size=16).entropy),
     "jsd": (2, lambda h, w, t, ht, wt: fj.fused_linear_jsd(h, w, ht, wt, chunk_size=16)),
+    # the reference model's loop (its head's float32 copy) runs before the backward's accumulators exist
+    "dpo": (
+        1,
+        lambda h, w, t, ht, wt: fj.fused_linear_preference_loss(
+            _seqs(h), w, _seqs(t), ref_hidden=_seqs(ht), ref_weight=wt, chunk_size=16
+        ),
+    ),
 }
+
+
+def _seqs(a):
+    """Tokens [n, ...] as one chosen and one rejected sequence [2, n / 2, ...]."""
+    return a.reshape(2, -1, *a.shape[1:])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

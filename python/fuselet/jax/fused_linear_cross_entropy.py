@@ -39,17 +39,33 @@ from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
 
 def _over_chunks(body, carry, arrays, chunk):
-    """body(carry, xs) -> (carry, ys) over the tokens (leading dim of `arrays`) chunk by chunk: a
-    lax.scan over the whole chunks, then one call on the remainder (no padding); the ys of every
-    chunk concatenated over the tokens."""
+    """body(carry, xs) -> (carry, ys) over the tokens (leading dim of `arrays`) chunk by chunk: the
+    first chunk, a lax.scan over the whole chunks after it, then one call on the remainder (no
+    padding); the ys of every chunk concatenated over the tokens.
+
+    carry: the first carry, or a function that gives zeros of it (accumulators): these start as
+    the first chunk's body(None, xs) instead (its products), made where the loop starts. Zeros
+    made beforehand depend on nothing, and XLA makes them as early as it likes, e.g. before an
+    earlier loop of the step (a reference model's) whose float32 head they then share the peak
+    with. Where the token count is a symbolic dim (jax.export), whose scan after a first chunk
+    might be empty, the scan takes every whole chunk from the zeros. Every loop takes its chunks
+    alike, a forward's and its backward's (XLA may fold a conversion differently inside a scan
+    than outside it)."""
     n = arrays[0].shape[0]
-    full = n // chunk * chunk
-    parts = []
-    if full:
-        xs = tuple(a[:full].reshape(full // chunk, chunk, *a.shape[1:]) for a in arrays)
+    parts, first = [], 0
+    if isinstance(n, int):
+        first = min(chunk, n)
+        carry, ys = body(None if callable(carry) else carry, tuple(a[:first] for a in arrays))
+        parts.append(ys)
+    elif callable(carry):
+        carry = carry()
+    whole = (n - first) // chunk
+    full = first + whole * chunk
+    if whole:
+        xs = tuple(a[first:full].reshape(whole, chunk, *a.shape[1:]) for a in arrays)
         carry, ys = jax.lax.scan(body, carry, xs)
-        parts.append(tuple(y.reshape(full, *y.shape[2:]) for y in ys))
-    if full < n or n == 0:
+        parts.append(tuple(y.reshape(whole * chunk, *y.shape[2:]) for y in ys))
+    if full < n or not parts:
         carry, ys = body(carry, tuple(a[full:] for a in arrays))
         parts.append(ys)
     return carry, tuple(jnp.concatenate(p) if len(p) > 1 else p[0] for p in zip(*parts))
@@ -92,11 +108,13 @@ def _dhidden(dl, w):
 
 
 def _add_dweight(dw, dl, h):
-    """dw + dl.T @ h (float32 [V, H]), in place: DWEIGHT_BLOCKS blocks of dw's rows in a
-    fori_loop, each block's product added to its rows by a dynamic_update_slice (which XLA does
-    in the accumulator's buffer), so that only one block's product [V / DWEIGHT_BLOCKS, H] exists
-    beside dw. The last block may overlap the one before it (V not a multiple of the block):
-    its columns of dl already added are zeroed."""
+    """dw + dl.T @ h (float32 [V, H]; dw None: the product alone), in place: DWEIGHT_BLOCKS
+    blocks of dw's rows in a fori_loop, each block's product added to its rows by a
+    dynamic_update_slice (which XLA does in the accumulator's buffer), so that only one block's
+    product [V / DWEIGHT_BLOCKS, H] exists beside dw. The last block may overlap the one before
+    it (V not a multiple of the block): its columns of dl already added are zeroed."""
+    if dw is None:
+        return jnp.dot(dl.T, h, preferred_element_type=jnp.float32)
     v = dw.shape[0]
     rows = -(-v // DWEIGHT_BLOCKS) if v else 0
     if rows == 0 or rows == v:
@@ -114,9 +132,12 @@ def _add_dweight(dw, dl, h):
     return jax.lax.fori_loop(0, -(-v // rows), block, dw)
 
 
-def _accumulate(carry, dl, h):
-    """(dweight, dbias) float32 accumulators plus one chunk's share."""
-    dw, db = carry
+def _accumulate(carry, dl, h, b=None):
+    """(dweight, dbias) float32 accumulators plus one chunk's share; carry None (_over_chunks'
+    first chunk): that share, dbias where there is a bias b."""
+    dw, db = (None, None) if carry is None else carry
+    if carry is None and b is not None:
+        return _add_dweight(None, dl, h), jnp.sum(dl, axis=0, dtype=jnp.float32)
     return _add_dweight(dw, dl, h), None if db is None else db + jnp.sum(dl, axis=0, dtype=jnp.float32)
 
 
@@ -202,9 +223,9 @@ def _local_reduced(where, opts, chunk, mean, h, w, b, t):
         def body(carry, xs):
             h_i, t_i, ok_i = xs
             loss_i, z_i, dl = _chunk_fwd_bwd(where, _logits(h_i, w_mm, b), t_i, None if ok is None else ok_i, opts, offset)
-            return _accumulate(carry, dl, h_i), (loss_i, z_i, _dhidden(dl, w_mm))
+            return _accumulate(carry, dl, h_i, b), (loss_i, z_i, _dhidden(dl, w_mm))
 
-        return _over_chunks(body, _zeros(w, b, h, t), (h, t, ok_all), chunk)
+        return _over_chunks(body, lambda: _zeros(w, b, h, t), (h, t, ok_all), chunk)
 
     (dw, db), (loss, z, dh) = _with_heads(loop, w)
     dh = where.sum_classes(dh)  # each device's dlogits_r @ weight_r: its share of dhidden
@@ -248,9 +269,9 @@ def _local_bwd(where, opts, chunk, g, h, w, b, t, lse):
             h_i, t_i, g_i, l_i = xs[:4]
             ok_i = xs[4] if ok is not None else None
             dl = _chunk_fwd_bwd(where, _logits(h_i, w_mm, b), t_i, ok_i, opts, offset, g_i, l_i)
-            return _accumulate(carry, dl, h_i), (_dhidden(dl, w_mm),)
+            return _accumulate(carry, dl, h_i, b), (_dhidden(dl, w_mm),)
 
-        return _over_chunks(body, _zeros(w, b, *arrays), arrays, chunk)
+        return _over_chunks(body, lambda: _zeros(w, b, *arrays), arrays, chunk)
 
     arrays = (h, t, g.astype(jnp.float32), lse) + (() if ok is None else (ok,))
     (dw, db), (dh,) = _with_heads(loop, w)

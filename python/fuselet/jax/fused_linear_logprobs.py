@@ -81,9 +81,9 @@ def _bwd(options, chunk, res, g):
                 ignore_index=ignore_index,
                 softcap=softcap or None,
             )
-            return _accumulate(carry, dl, h_i), (_dhidden(dl, w_mm),)
+            return _accumulate(carry, dl, h_i, b), (_dhidden(dl, w_mm),)
 
-        return _over_chunks(body, _zeros(w, b), xs, chunk)
+        return _over_chunks(body, lambda: _zeros(w, b), xs, chunk)
 
     zero = jnp.zeros_like(lse)
     xs = (h, t, lse, zero if entropy is None else entropy, dlogp, zero if dentropy is None else dentropy)
