@@ -195,7 +195,7 @@ def _torch_step(loss, method, dtype, n, h, v):
             reference = dict(ref_input=ref_hidden, ref_weight=ref_weight) if loss == "dpo" else {}
             out = liger_fn(b, a, target, **reference)
         elif loss == "kto":
-            out = liger_fn(a, b, target, labels, ref_input=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
+            out = liger_fn(a, b, target, preference_labels=labels, ref_input=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
         elif loss == "grpo":
             mask = torch.ones_like(target)
             out = liger_fn(a, b, target, mask, x["advantages"], ref_per_token_logps=x["ref"], old_per_token_logps=x["old"])
