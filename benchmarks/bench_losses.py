@@ -2,7 +2,8 @@
 replace: peak memory and time of one training step's loss (forward + backward to hidden and
 weight), at the issue's size by default: 4096 tokens (2 x 1024 chosen + 2 x 1024 rejected for the
 preference losses, 4 x 1024 completions for KTO (2 desirable, 2 undesirable), GRPO and
-distillation), H 1024, V 32768, bfloat16.
+distillation, and for fused_linear_logprobs and GRPO with the entropy options), H 1024, V 32768,
+bfloat16.
 
 The unfused path is what a trainer without fuselet runs (TRL's): the logits hidden @ weight.T in
 the inputs' dtype, log_softmax in float32, the target's log-probabilities gathered, then the
@@ -10,8 +11,13 @@ loss; DPO's and KTO's reference model the same way under no_grad (its logits cou
 too). Peers in the same run: that path in torch eager and under torch.compile, and under jax.jit;
 fuselet's fused_linear_preference_loss (loss="dpo", with a reference model),
 fused_linear_kto_loss (with a reference model and a KL estimate), fused_linear_grpo_loss
-(old and reference log-probabilities given) and fused_linear_jsd (a teacher of the same size, its
-logits under no_grad in the unfused path: they count in the peak) through both layers. Each (method, repeat) runs in a
+(old and reference log-probabilities given; grpo_entropy adds top_entropy_quantile 0.2 and
+entropy_coef 0.01, which take the per-token entropies), fused_linear_logprobs (the per-token
+log-probabilities and entropies TRL's trainers take, reduced to -mean(log p) - 0.01 mean(entropy)
+for the backward) and fused_linear_jsd (a teacher of the same size, its logits under no_grad in
+the unfused path: they count in the peak) through both layers; "jsd_per_token" the same
+distillation through fused_linear_jsd_per_token (each token's divergence and the student's
+entropy, as TRL's DistillationTrainer takes them; the loss their mean). Each (method, repeat) runs in a
 child process of its own that builds the inputs and runs one warm-up step, then measures the
 peak (torch on the CPU: the resident set's peak, glibc mapping each allocation of 128 KiB or
 more on its own; JAX: XLA's buffer assignment of the compiled step) or the median time of
@@ -19,7 +25,8 @@ more on its own; JAX: XLA's buffer assignment of the compiled step) or the media
 JAX step takes every array as an argument of its jit: closed over, they were constants, and XLA
 computed the reference / teacher model's logits while compiling, out of the step's time and peak.
 
-    python benchmarks/bench_losses.py [--loss dpo|kto|grpo|jsd] [--dtype bfloat16] [--tokens N --hidden H --vocab V]
+    python benchmarks/bench_losses.py [--loss dpo|cpo|simpo|orpo|kto|grpo|grpo_entropy|logprobs|jsd|jsd_per_token]
+        [--dtype bfloat16] [--tokens N --hidden H --vocab V]
         [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...]
 """
 
@@ -36,11 +43,13 @@ import common
 
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "liger", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile", "liger"), "fuselet.jax": ("jax.jit",)}
-LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "jsd")
-# 2 chosen + 2 rejected (dpo, cpo, simpo, orpo), 2 desirable + 2 undesirable (kto), 4 completions (grpo), 4 sequences (jsd)
+LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "grpo_entropy", "logprobs", "jsd", "jsd_per_token")
+# 2 chosen + 2 rejected (dpo, cpo, simpo, orpo), 2 desirable + 2 undesirable (kto), 4 completions (grpo), 4 sequences
+# (logprobs, jsd)
 SEQUENCES = 4
 # Liger-Kernel's chunked losses (liger_kernel.chunked_loss: plain torch, torch.compile per chunk) under the options that
-# give fuselet's math; Liger has no fused linear loss but these, so other losses leave its column out.
+# give fuselet's math; Liger has no fused linear loss but these, so other losses (grpo_entropy, logprobs,
+# jsd_per_token) leave its column out.
 LIGER = {
     "dpo": ("LigerFusedLinearDPOLoss", dict(beta=0.1, use_ref_model=True, average_log_prob=False, compute_nll_loss=False)),
     "cpo": ("LigerFusedLinearCPOLoss", dict(beta=0.1, alpha=1.0, average_log_prob=False, compute_nll_loss=True)),
@@ -56,11 +65,18 @@ LIGER = {
 
 
 def liger_loss(loss):
-    """Liger-Kernel's module for `loss` with fuselet's math, or None where liger_kernel is not importable."""
+    """Liger-Kernel's module for `loss` with fuselet's math, or None where Liger has none or liger_kernel is not
+    importable."""
+    if loss not in LIGER:
+        print(f"Liger-Kernel has no {loss} loss: its column is left out")
+        return None
     try:
         from liger_kernel import chunked_loss
     except ImportError as e:
         print(f"Liger-Kernel is not importable here ({e}): its column is left out")
+        return None
+    if loss not in LIGER:
+        print(f"Liger-Kernel has no loss of {loss}: its column is left out")
         return None
     name, kwargs = LIGER[loss]
     return getattr(chunked_loss, name)(**kwargs)
@@ -87,10 +103,11 @@ def _torch_inputs(dtype, n, h, v):
     )
 
 
-def _unfused(loss, x, logps, logits):
+def _unfused(loss, x, logps, logits, logp_entropy):
     """The unfused loss (TRL's math) of the case's tensors x as fn(hidden, weight): logps(hid, w) the targets'
-    log-probabilities [SEQUENCES, T], logits(hid, w) the logits in the compute dtype (jsd). Run by torch eager and
-    torch.compile over the inputs' dtype, and in float64 as the reference."""
+    log-probabilities [SEQUENCES, T], logits(hid, w) the logits in the compute dtype (jsd), logp_entropy(hid, w) the
+    log-probabilities and the entropies [SEQUENCES, T] (grpo_entropy, logprobs). Run by torch eager and torch.compile
+    over the inputs' dtype, and in float64 as the reference."""
     import torch
     import torch.nn.functional as F
 
@@ -132,6 +149,19 @@ def _unfused(loss, x, logps, logits):
         per_token = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a) + 0.04 * (torch.exp(d) - d - 1)
         return per_token.mean(-1).mean()
 
+    def grpo_entropy(hidden, weight):  # TRL's high-entropy mask (top 20%) and entropy bonus (0.01)
+        lp, entropy = logp_entropy(hidden, weight)
+        keep = (entropy.detach() >= torch.quantile(entropy.detach().flatten(), 0.8)).to(lp.dtype)
+        ratio = torch.exp(lp - old.to(lp.dtype))
+        a = advantages.to(lp.dtype)[:, None]
+        d = ref.to(lp.dtype) - lp
+        per_token = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a) * keep + 0.04 * (torch.exp(d) - d - 1)
+        return per_token.mean(-1).mean() - 0.01 * (entropy * keep).sum() / keep.sum().clamp(min=1)
+
+    def logprobs(hidden, weight):
+        lp, entropy = logp_entropy(hidden, weight)
+        return -lp.mean() - 0.01 * entropy.mean()
+
     def jsd(hidden, weight, beta=0.5):  # TRL's generalized JSD over both models' logits
         with torch.no_grad():
             t = logits(ref_hidden, ref_weight).log_softmax(-1)
@@ -140,7 +170,8 @@ def _unfused(loss, x, logps, logits):
         per = beta * F.kl_div(mix, t, reduction="none", log_target=True)
         return (per + (1 - beta) * F.kl_div(mix, s, reduction="none", log_target=True)).sum(-1).mean()
 
-    return {"dpo": dpo, "cpo": cpo, "simpo": simpo, "orpo": orpo, "kto": kto, "grpo": grpo, "jsd": jsd}[loss]
+    losses = {"dpo": dpo, "cpo": cpo, "simpo": simpo, "orpo": orpo, "kto": kto, "grpo": grpo, "jsd": jsd}
+    return dict(losses, grpo_entropy=grpo_entropy, logprobs=logprobs, jsd_per_token=jsd)[loss]
 
 
 def reference_loss(loss, x) -> float:
@@ -156,14 +187,21 @@ def reference_loss(loss, x) -> float:
         rows = [logits(hid[i], w).log_softmax(-1).gather(-1, x["target"][i, :, None])[:, 0] for i in range(len(hid))]
         return torch.stack(rows)
 
-    if loss == "jsd":  # per token: the mean over the sequences of their means
+    def logp_entropy(hid, w):  # one sequence's logits at a time
+        rows = []
+        for i in range(len(hid)):
+            logp = logits(hid[i], w).log_softmax(-1)
+            rows.append((logp.gather(-1, x["target"][i, :, None])[:, 0], -(logp.exp() * logp).sum(-1)))
+        return torch.stack([r[0] for r in rows]), torch.stack([r[1] for r in rows])
+
+    if loss in ("jsd", "jsd_per_token"):  # per token: the mean over the sequences of their means
         per = []
         for i in range(SEQUENCES):
             one = dict(x, ref_hidden=x["ref_hidden"][i : i + 1])
-            per.append(_unfused(loss, one, logps, logits)(x["hidden"][i : i + 1], x["weight"]))
+            per.append(_unfused(loss, one, logps, logits, logp_entropy)(x["hidden"][i : i + 1], x["weight"]))
         return float(torch.stack(per).mean())
     with torch.no_grad():
-        return float(_unfused(loss, x, logps, logits)(x["hidden"], x["weight"]))
+        return float(_unfused(loss, x, logps, logits, logp_entropy)(x["hidden"], x["weight"]))
 
 
 def _torch_step(loss, method, dtype, n, h, v):
@@ -180,14 +218,24 @@ def _torch_step(loss, method, dtype, n, h, v):
     def logps(hid, w):
         return logits(hid, w).log_softmax(-1).gather(-1, target[..., None])[..., 0]
 
+    def logp_entropy(hid, w):
+        logp = logits(hid, w).log_softmax(-1)
+        return logp.gather(-1, target[..., None])[..., 0], -(logp.exp() * logp).sum(-1)
+
     def fused(a, b):
         if loss in ("dpo", "cpo", "simpo", "orpo"):
             reference = dict(ref_hidden=ref_hidden, ref_weight=ref_weight) if loss == "dpo" else {}
             return ft.fused_linear_preference_loss(a, b, target, loss=loss, **reference)
         if loss == "kto":
             return ft.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
-        if loss == "grpo":
-            return ft.fused_linear_grpo_loss(a, b, target, x["advantages"], old_logps=x["old"], ref_logps=x["ref"])
+        if loss.startswith("grpo"):
+            entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo_entropy" else {}
+            return ft.fused_linear_grpo_loss(a, b, target, x["advantages"], old_logps=x["old"], ref_logps=x["ref"], **entropy)
+        if loss == "logprobs":
+            out = ft.fused_linear_logprobs(a, b, target, outputs=("log_probs", "entropy"))
+            return -out.log_probs.mean() - 0.01 * out.entropy.mean()
+        if loss == "jsd_per_token":
+            return ft.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
         return ft.fused_linear_jsd(a, b, ref_hidden, ref_weight)
 
     def liger(a, b):
@@ -203,7 +251,7 @@ def _torch_step(loss, method, dtype, n, h, v):
             out = liger_fn(a.flatten(0, 1), b, ref_hidden.flatten(0, 1), ref_weight, target.flatten())
         return out[0] if isinstance(out, tuple) else out
 
-    unfused = _unfused(loss, x, logps, logits)
+    unfused = _unfused(loss, x, logps, logits, logp_entropy)
     liger_fn = liger_loss(loss) if method == "liger" else None
     if method == "liger" and liger_fn is None:
         raise SystemExit(3)
@@ -251,6 +299,10 @@ def _jax_step(loss, method, dtype, n, h, v):
             logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
             return jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
 
+        def logp_entropy(hid, w):
+            logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
+            return jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0], -(jnp.exp(logp) * logp).sum(-1)
+
         def unfused_dpo(hidden, weight):
             rs = jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
             s = logps(hidden, weight).sum(-1)
@@ -282,6 +334,20 @@ def _jax_step(loss, method, dtype, n, h, v):
             per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
             return per_token.mean(-1).mean()
 
+        def unfused_grpo_entropy(hidden, weight):
+            lp, entropy = logp_entropy(hidden, weight)
+            fixed = jax.lax.stop_gradient(entropy)
+            keep = (fixed >= jnp.quantile(fixed.reshape(-1), 0.8)).astype(lp.dtype)
+            ratio = jnp.exp(lp - old)
+            a = advantages[:, None]
+            per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) * keep
+            per_token = per_token + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
+            return per_token.mean(-1).mean() - 0.01 * (entropy * keep).sum() / jnp.maximum(keep.sum(), 1)
+
+        def unfused_logprobs(hidden, weight):
+            lp, entropy = logp_entropy(hidden, weight)
+            return -lp.mean() - 0.01 * entropy.mean()
+
         def unfused_jsd(hidden, weight, beta=0.5):
             t = jax.lax.stop_gradient(jax.nn.log_softmax((ref_hidden @ ref_weight.T).astype(jnp.float32), axis=-1))
             s = jax.nn.log_softmax((hidden @ weight.T).astype(jnp.float32), axis=-1)
@@ -294,8 +360,14 @@ def _jax_step(loss, method, dtype, n, h, v):
                 return fj.fused_linear_preference_loss(a, b, target, loss=loss, **reference)
             if loss == "kto":
                 return fj.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl)
-            if loss == "grpo":
-                return fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref)
+            if loss.startswith("grpo"):
+                entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo_entropy" else {}
+                return fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref, **entropy)
+            if loss == "logprobs":
+                out = fj.fused_linear_logprobs(a, b, target, outputs=("log_probs", "entropy"))
+                return -out.log_probs.mean() - 0.01 * out.entropy.mean()
+            if loss == "jsd_per_token":
+                return fj.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
             return fj.fused_linear_jsd(a, b, ref_hidden, ref_weight)
 
         unfused = {
@@ -305,7 +377,10 @@ def _jax_step(loss, method, dtype, n, h, v):
             "orpo": unfused_orpo,
             "kto": unfused_kto,
             "grpo": unfused_grpo,
+            "grpo_entropy": unfused_grpo_entropy,
+            "logprobs": unfused_logprobs,
             "jsd": unfused_jsd,
+            "jsd_per_token": unfused_jsd,
         }[loss]
         return (fused if method == "fuselet.jax" else unfused)(hidden, weight)
 
@@ -393,7 +468,10 @@ def main() -> None:
         "orpo": "fused_linear_preference_loss(loss='orpo')",
         "kto": "fused_linear_kto_loss(reference model, KL estimate)",
         "grpo": "fused_linear_grpo_loss",
+        "grpo_entropy": "fused_linear_grpo_loss(top_entropy_quantile=0.2, entropy_coef=0.01)",
+        "logprobs": "fused_linear_logprobs(outputs=('log_probs', 'entropy'))",
         "jsd": "fused_linear_jsd(beta=0.5, a teacher of the same size)",
+        "jsd_per_token": "fused_linear_jsd_per_token(beta=0.5, a teacher of the same size, with_entropy).divergence.mean()",
     }[args.loss]
     print(
         f"{op}: {args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype} on the CPU; "

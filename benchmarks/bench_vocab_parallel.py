@@ -11,6 +11,11 @@ ranks on the CPU (gloo, one process per rank, loopback):
                    [N, V / ranks]) and F.cross_entropy under torch.distributed.tensor.parallel's
                    loss_parallel()
 
+With --loss jsd, the loss is fused_linear_jsd of a student and a teacher head (both [V, H], both
+sharded; the teacher's hidden [N, H] alike on every rank): "gathered head" all-gathers both heads,
+"sharded head" passes process_group; loss_parallel has no counterpart (torch's loss_parallel() is
+cross-entropy's alone).
+
 The hidden [N, H] and the target are the same on every rank; the head's shard is allocated before
 the step. Peak: the resident set's peak during the step above what the process held before it
 (glibc mapping each allocation of 128 KiB or more on its own), after one warm-up step; the table
@@ -18,13 +23,13 @@ gives the largest over the ranks (they differ by a few KiB). Sizes are counted, 
 run gives about the same table.
 
     python benchmarks/bench_vocab_parallel.py [--tokens N --hidden H --vocab V] [--dtype float32]
-                                              [--ranks 2,4] [--methods ...] [--output PATH|none]
+                                              [--loss cross_entropy|jsd] [--ranks 2,4] [--methods ...]
+                                              [--output PATH|none]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import socket
@@ -35,10 +40,11 @@ from pathlib import Path
 import common
 
 METHODS = ("gathered head", "sharded head", "loss_parallel")
+JSD_METHODS = ("gathered head", "sharded head")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _step(method, dtype, n, h, v):
+def _step(method, dtype, n, h, v, loss_name="cross_entropy"):
     import fuselet.torch as ft
     import torch
     import torch.distributed as dist
@@ -83,6 +89,26 @@ def _step(method, dtype, n, h, v):
         return loss.full_tensor()
 
     fn = {"gathered head": gathered, "sharded head": sharded, "loss_parallel": parallel}[method]
+    if loss_name == "jsd":
+        teacher = (torch.randn(v, h, generator=g) * h**-0.5)[rank * rows : (rank + 1) * rows].to(dt).clone()
+        teacher_hidden = (torch.randn(n, h, generator=g) * 0.5).to(dt)
+
+        def jsd_gathered():
+            full, full_t = torch.empty(v, h, dtype=dt), torch.empty(v, h, dtype=dt)
+            dist.all_gather_into_tensor(full, weight.detach())
+            dist.all_gather_into_tensor(full_t, teacher)
+            full.requires_grad_(True)
+            loss = ft.fused_linear_jsd(hidden, full, teacher_hidden, full_t)
+            loss.backward()
+            weight.grad = full.grad[rank * rows : (rank + 1) * rows].clone()
+            return loss
+
+        def jsd_sharded():
+            loss = ft.fused_linear_jsd(hidden, weight, teacher_hidden, teacher, process_group=dist.group.WORLD)
+            loss.backward()
+            return loss
+
+        fn = {"gathered head": jsd_gathered, "sharded head": jsd_sharded}[method]
 
     def reset():
         hidden.grad = weight.grad = None
@@ -100,7 +126,7 @@ def child(args) -> None:
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    step, reset = _step(args.method, args.dtype, args.tokens, args.hidden, args.vocab)
+    step, reset = _step(args.method, args.dtype, args.tokens, args.hidden, args.vocab, args.loss)
     loss = step()  # warm-up
     reset()  # its gradients go before the measured step starts
     dist.barrier()
@@ -146,12 +172,14 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=32768)
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    p.add_argument("--loss", choices=("cross_entropy", "jsd"), default="cross_entropy")
     p.add_argument("--ranks", default="2,4")
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default=None, help="default: every method of --loss")
     p.add_argument(
         "--output",
         default=None,
-        help="the table's file (default benchmarks/results/bench_vocab_parallel-cpu.txt; none: print only)",
+        help="the table's file (default benchmarks/results/bench_vocab_parallel-cpu.txt, with --loss jsd "
+        "bench_vocab_parallel_jsd-cpu.txt; none: print only)",
     )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
@@ -159,9 +187,11 @@ def main() -> None:
     if args.child:
         return child(args)
     sizes = ["--tokens", str(args.tokens), "--hidden", str(args.hidden), "--vocab", str(args.vocab), "--dtype", args.dtype]
+    sizes += ["--loss", args.loss]
     nbytes = {"float32": 4, "bfloat16": 2}[args.dtype]
+    what = "LM-head loss" if args.loss == "cross_entropy" else "fused_linear_jsd (student and teacher heads)"
     lines = [
-        f"vocab-parallel LM-head loss, one step (forward + backward): N {args.tokens}, H {args.hidden}, "
+        f"vocab-parallel {what}, one step (forward + backward): N {args.tokens}, H {args.hidden}, "
         f"V {args.vocab}, {args.dtype} on the CPU (gloo); peak MiB per rank above the step's start (the largest rank's)",
         f"the whole head is {args.vocab * args.hidden * nbytes / 2**20:.0f} MiB, the whole logits "
         f"{args.tokens * args.vocab * 4 / 2**20:.0f} MiB in float32",
@@ -169,7 +199,8 @@ def main() -> None:
     head = f"{'ranks':<7}{'head rows/rank':>15}{'gathered head':>16}{'sharded head':>15}{'loss_parallel':>16}"
     head += f"{'sharded/gathered':>18}{'loss':>9}"
     lines += [head, "-" * len(head)]
-    methods = [m for m in args.methods.split(",") if m]
+    default = METHODS if args.loss == "cross_entropy" else JSD_METHODS
+    methods = [m for m in (args.methods or ",".join(default)).split(",") if m]
     for world in (int(w) for w in args.ranks.split(",")):
         if args.vocab % world:
             p.error(f"--vocab: expected a multiple of every --ranks value, got {args.vocab} and {world}")
@@ -187,13 +218,8 @@ def main() -> None:
             f"{world:<7}{args.vocab // world:>15}{cell['gathered head']:>16}{cell['sharded head']:>15}"
             f"{cell['loss_parallel']:>16}{ratio:>18}{loss:>9.4f}"
         )
-    text = "\n".join(lines)
-    print(text)
-    if args.output != "none":
-        out = Path(args.output) if args.output else RESULTS / "bench_vocab_parallel-cpu.txt"
-        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = f"# python benchmarks/bench_vocab_parallel.py {' '.join(sys.argv[1:])}".rstrip()
-        out.write_text(f"{command}   ({when}; sizes measured, not timed)\n{text}\n")
+    name = "bench_vocab_parallel-cpu.txt" if args.loss == "cross_entropy" else "bench_vocab_parallel_jsd-cpu.txt"
+    common.write_table("\n".join(lines), args.output, RESULTS / name, "bench_vocab_parallel.py", "sizes measured, not timed")
 
 
 if __name__ == "__main__":

@@ -22,12 +22,13 @@ aliased), MiB per device. Sizes are counted, not timed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import common
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("gathered head", "sharded head", "sharded logits")
@@ -105,13 +106,9 @@ def main() -> None:
         cells = "".join(f"{r[m]['temp'] / mib:>22.1f}{r[m]['peak'] / mib:>8.1f}" for m in METHODS)
         ratio = r["sharded head"]["peak"] / r["gathered head"]["peak"]
         lines.append(f"{world:<8}{args.vocab // world:>14}{cells}{ratio:>23.1%}")
-    text = "\n".join(lines)
-    print(text)
-    if args.output != "none":
-        out = Path(args.output) if args.output else RESULTS / "bench_vocab_parallel_jax-cpu.txt"
-        when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        command = f"# python benchmarks/bench_vocab_parallel_jax.py {' '.join(sys.argv[1:])}".rstrip()
-        out.write_text(f"{command}   ({when}; sizes counted from the compiled memory analysis, not timed)\n{text}\n")
+    note = "sizes counted from the compiled memory analysis, not timed"
+    default = RESULTS / "bench_vocab_parallel_jax-cpu.txt"
+    common.write_table("\n".join(lines), args.output, default, "bench_vocab_parallel_jax.py", note)
 
 
 if __name__ == "__main__":

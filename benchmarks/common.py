@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import ctypes
+import datetime
 import functools
 import json
 import statistics
@@ -94,6 +95,18 @@ def add_process_args(parser, default: int = 3) -> None:
         "medians over them and the spread of each ratio; 1: this process alone",
     )
     parser.add_argument("--record", help=argparse.SUPPRESS)
+
+
+def write_table(text: str, output: str | None, default: Path, script: str, note: str) -> None:
+    """Print the table and write it to `output` (None: `default`; "none": print only) under a line
+    with the command that made it (`script` and this process's arguments), the time and `note`
+    (what the numbers are)."""
+    print(text)
+    if output == "none":
+        return
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    command = f"# python benchmarks/{script} {' '.join(sys.argv[1:])}".rstrip()
+    (Path(output) if output else default).write_text(f"{command}   ({when}; {note})\n{text}\n")
 
 
 def recorded(table):

@@ -8,9 +8,11 @@
 #     distributed, multi-process, export across processes, pip builds, the zoo's sample), then
 #     the CUDA compile check (scripts/cuda-build.sh), then the stable-ABI build's smoke under two
 #     torch releases and the oldest transformers (scripts/stable-abi-test.sh).
-# FUSELET_FREE_DISK=1 (.ci/run: a fresh clone on a disk of ~30 GB free) runs the stable-ABI step
-# after both lanes instead, once the packages' environments are removed: the run's peak on the
-# disk falls from ~33 GB to ~23 GB (docs/development.md).
+# FUSELET_FREE_DISK=1 (.ci/run: a fresh clone, on a disk it shares) runs the stable-ABI step after
+# both lanes instead, once the packages' environments (.rattler-cache, ~11 GB) are removed: its
+# two torch 2.14.1 trees (~5.5 GB each, one after the other) then never lie beside them, and the
+# run's peak is the packaging tests' (14.7 GB above the clone's start, measured with the seed and
+# compiler caches warm; docs/development.md).
 # Extra arguments go to one pytest run over what they name, after the packages. The nightly
 # workflow runs what this leaves out: the whole zoo (make zoo) and the CUDA kernels' line
 # coverage under the emulator (make emu-test ARGS=--coverage).

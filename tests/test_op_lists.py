@@ -37,6 +37,7 @@ LOSSES = {
     "fused_linear_grpo_loss": "fused_linear_cross_entropy",
     "fused_linear_kto_loss": "fused_linear_cross_entropy",
     "fused_linear_jsd": "jsd",
+    "fused_linear_jsd_per_token": "jsd",
 }
 
 

@@ -106,6 +106,7 @@ RAW = {
     "fused_linear_logprobs": ("fused_linear_logprobs_fwd", _linear_logprobs_as_op),
     # composed in Python over another public op's raw ops (which the refusals above reach): none of their own
     "fused_linear_jsd": None,
+    "fused_linear_jsd_per_token": None,
     "fused_linear_preference_loss": None,
     "fused_linear_kto_loss": None,
     "fused_linear_grpo_loss": None,

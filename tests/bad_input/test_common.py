@@ -74,6 +74,24 @@ JAX_OPS = {  # op -> (call with its arrays, the arrays by name)
         lambda fj, a: fj.fused_linear_jsd(a["student_hidden"], a["student_weight"], a["teacher_hidden"], a["teacher_weight"]),
         {"student_hidden": (2, 4), "student_weight": (5, 4), "teacher_hidden": (2, 3), "teacher_weight": (5, 3)},
     ),
+    "fused_linear_jsd_per_token": (
+        lambda fj, a: fj.fused_linear_jsd_per_token(
+            a["student_hidden"],
+            a["student_weight"],
+            a["teacher_hidden"],
+            a["teacher_weight"],
+            student_bias=a["student_bias"],
+            teacher_bias=a["teacher_bias"],
+        ),
+        {
+            "student_hidden": (2, 4),
+            "student_weight": (5, 4),
+            "teacher_hidden": (2, 3),
+            "teacher_weight": (5, 3),
+            "student_bias": (5,),
+            "teacher_bias": (5,),
+        },
+    ),
 }
 
 
@@ -89,7 +107,12 @@ def test_jax_given_a_torch_tensor(op, argument):
     arrays = {n: api.array(s, dtypes[n]) for n, s in shapes.items()}
     torch_dtype = {"int32": torch.int64, "bool": torch.bool, "float32": torch.float32}[dtypes[argument]]
     arrays[argument] = torch.zeros(shapes[argument], dtype=torch_dtype)
-    optional = " or None" if (op, argument) in (("rms_norm", "weight"), ("gated_rms_norm", "weight"), ("jsd", "labels")) else ""
+    optional = (
+        " or None"
+        if (op, argument) in (("rms_norm", "weight"), ("gated_rms_norm", "weight"), ("jsd", "labels"))
+        or argument.endswith("_bias")
+        else ""
+    )
     with raises(TypeError, f"{argument}: expected a jax.Array{optional}, got torch.Tensor"):
         call(fj, arrays)
 

@@ -122,12 +122,14 @@ def test_bad_input():
 
 def test_bad_axis_name_and_vocab_size():
     """axis_name= / vocab_size= (the vocab-parallel form inside shard_map): named errors, from
-    both losses."""
+    every function that takes them."""
     hidden, weight, bias, target = inputs()
     logits = hidden @ weight.T
     for call in (
         lambda **kw: fj.fused_linear_cross_entropy(hidden, weight, target, **kw),
         lambda **kw: fj.cross_entropy(logits, target, **kw),
+        lambda **kw: fj.fused_linear_logprobs(hidden, weight, target, **kw),
+        lambda **kw: fj.fused_linear_jsd(hidden, weight, hidden, weight, target, **kw),
     ):
         with pytest.raises(TypeError, match="axis_name: expected None, a mesh axis name \\(str\\) or a tuple of them, got 3"):
             call(axis_name=3)

@@ -1,18 +1,21 @@
-"""fuselet.jax's vocab-parallel losses on 8 CPU devices (tests/jax/vocab_parallel_child.py runs in
-a subprocess: XLA_FLAGS must be set before jax is imported).
+"""fuselet.jax's vocab-parallel losses on 8 CPU devices (tests/jax/vocab_parallel_child.py runs in a
+subprocess: XLA_FLAGS must be set before jax is imported).
 
 fused_linear_cross_entropy with the head sharded on V over "model" and the tokens over "data"
 (meshes data x model 1x2, 1x4, 2x4, 8x1), cross_entropy with logits sharded on V, the axis_name=
-form inside shard_map, uneven V (1001 over 2 and 4 devices), 2-D meshes of Auto and Explicit axes
-and the post-training losses over a sharded head: the loss and every gradient equal to the one-device call (float32, 1e-5
-relative), the head never gathered (no all-gather in the compiled HLO), the statistics combined
-by all-reduces of [chunk]-sized float32 values, dweight left sharded."""
+form inside shard_map (fused_linear_cross_entropy, cross_entropy, fused_linear_jsd), uneven V (1001
+over 2 and 4 devices), 2-D meshes of Auto and Explicit axes and the post-training losses over a
+sharded head, fused_linear_jsd over sharded student and teacher heads: the loss and every gradient
+equal to the one-device call (float32, 1e-5 relative), the head never gathered (no all-gather in
+the compiled HLO), the statistics combined by all-reduces of [chunk]-sized float32 values, dweight
+left sharded; and an out-of-range target refused in eager calls over sharded classes as over whole
+ones."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.jax.multi_device import run_on_8_cpu_devices
+from tests.jax.multi_device import others, run_on_8_cpu_devices
 
 pytestmark = pytest.mark.processes  # the make test tier (tests/conftest.py)
 
@@ -70,7 +73,7 @@ def test_data_parallel_only_mesh(results):
 
 
 def test_uneven_vocab(results):
-    """V = 1001 over 2 and 4 devices (XLA pads the last blocks; the padding classes masked): the
+    """V = 1001 over 4 devices (XLA pads the last blocks; the padding classes masked): the
     vocab-parallel combine runs (its [chunk] statistics) and the one-device result."""
     cases = _cases(results, "flce/") | _cases(results, "ce/")
     uneven = {k: v for k, v in cases.items() if k.endswith("v1001")}
@@ -97,15 +100,19 @@ def test_cross_entropy_vocab_sharded_logits(results, mesh):
 
 def test_axis_name_form(results):
     """Inside shard_map over (data 2, model 4), axis_name="model": fused_linear_cross_entropy
-    (V 64; V 1001 in blocks padded with NaN, vocab_size=1001) and cross_entropy."""
-    for name in ("axis_name/flce/v64", "axis_name/flce/v1001", "axis_name/ce/v64"):
-        assert results[name]["rel_diff"] <= TOL, (name, results[name])
+    (V 64; V 1001 in blocks padded with NaN, vocab_size=1001), cross_entropy, and
+    fused_linear_jsd (tokens over data without labels; with labels the tokens whole, V 64 and
+    the padded V 1001)."""
+    names = ("flce/v64", "flce/v1001", "ce/v64", "jsd/v64/no_labels", "jsd/v64", "jsd/v1001")
+    for name in names:
+        assert results[f"axis_name/{name}"]["rel_diff"] <= TOL, (name, results[f"axis_name/{name}"])
 
 
-@pytest.mark.parametrize("loss", ["grpo", "dpo"])
+@pytest.mark.parametrize("loss", ["grpo", "dpo", "kto"])
 def test_post_training_losses_over_sharded_head(results, loss):
-    """fused_linear_grpo_loss and DPO take their log-probabilities from fused_linear_cross_entropy:
-    over a head (and DPO's reference head) sharded on "model" they run vocab-parallel."""
+    """fused_linear_grpo_loss, DPO and KTO take their log-probabilities from
+    fused_linear_cross_entropy: over a head (and DPO's and KTO's reference head) sharded on
+    "model" they run vocab-parallel."""
     r = results[f"losses/{loss}"]
     assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
 
@@ -128,3 +135,52 @@ def test_2d_mesh_token_layouts(results, kind, reduction):
 def test_cross_entropy_on_explicit_mesh(results):
     r = results["mesh/explicit/ce"]
     assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
+
+
+@pytest.mark.parametrize("case", ["2x4/beta0", "2x4/beta03", "2x4/beta1", "1x2/beta03", "1x4/beta03"])
+def test_fused_linear_jsd_heads_never_gathered(results, case):
+    """fused_linear_jsd, both heads sharded on "model" (beta 0, 0.3, 1; temperatures 1, 2, 0.7):
+    the one-device loss and student gradients, no all-gather, per chunk three all-reduces of
+    [2, chunk] float32 (the row maxima, the sums of exponentials, then the divergence's and its
+    gradient's sums), none as large as a head; dweight left sharded."""
+    r = results[f"jsd/{case}"]
+    assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
+    assert r["all_reduces"].count([2, CHUNK]) == 3, r["all_reduces"]
+    assert all(_size(s) < V * 16 for s in r["all_reduces"]), r["all_reduces"]
+    assert r["dweight_spec"].startswith("P('model'"), r["dweight_spec"]
+
+
+@pytest.mark.parametrize("case", ["2x4/beta03/no_labels", "2x4/beta03/teacher_replicated", "explicit/beta03"])
+def test_fused_linear_jsd_layouts(results, case):
+    """No labels; the teacher's head replicated (sliced to the student's blocks, no gather); a
+    mesh of Explicit axes (the loop under jax.shard_map)."""
+    r = results[f"jsd/{case}"]
+    assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
+    assert r["all_reduces"].count([2, CHUNK]) == 3 and r["dweight_spec"].startswith("P('model'"), r
+
+
+def test_fused_linear_jsd_data_parallel_only(results):
+    """8 x 1: the heads whole, each device runs the divergence kernel's loop over its own tokens;
+    the loss's and dweight's sums over data (two all-reduces), no gather."""
+    r = results["jsd/8x1/beta03"]
+    assert r["rel_diff"] <= TOL and others(r["collectives"], "all-reduce") == {} and r["collectives"]["all-reduce"] == 2, r
+
+
+@pytest.mark.parametrize("case", ["1x4/beta03/v1001", "2x4/beta03/v1001", "2x4/beta03/tokens_uneven"])
+def test_fused_linear_jsd_uneven(results, case):
+    """V = 1001 over 4 devices (XLA pads the last blocks; the padding classes masked), and
+    30 tokens over 2 (a padded token): the vocab-parallel math runs, and the one-device result."""
+    r = results[f"jsd/{case}"]
+    assert r["rel_diff"] <= TOL and r["all_reduces"].count([2, CHUNK]) == 3, r
+
+
+@pytest.mark.parametrize("bad", ["16", "-1"])
+def test_out_of_range_target_over_sharded_classes(results, bad):
+    """An eager call on the CPU with a target outside [0, V) (not ignore_index), the head's rows
+    or the logits' classes sharded: the unsharded path's ValueError, word for word (the token's
+    index in target), rather than a NaN loss."""
+    errors = results[f"targets/{bad}"]["errors"]
+    ignore_index = -100 if bad == "16" else 3
+    expected = f"fuselet: target: element 7 is {bad}, outside [0, 16) and not ignore_index ({ignore_index})"
+    assert errors == dict.fromkeys(errors, expected), errors
+    assert results["targets/in_range"]["rel_diff"] == 0.0

@@ -54,10 +54,17 @@ def counts(hlo: str) -> dict:
 
 
 def rel_diff(got, expected) -> float:
+    """The largest max |got - expected| / max |expected| over the arrays; inf where got has a NaN
+    (or an inf) that expected has not."""
     out = 0.0
     for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected)):
         a, e = np.asarray(a, np.float64), np.asarray(e, np.float64)
-        out = max(out, float(np.max(np.abs(a - e)) / max(np.max(np.abs(e)), 1e-30)))
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        diff = np.where(same, 0.0, np.abs(a - e))
+        if not np.all(np.isfinite(diff)):
+            return float("inf")
+        scale = np.max(np.abs(np.where(np.isfinite(e), e, 0.0))) if e.size else 0.0
+        out = max(out, float(np.max(diff, initial=0.0)) / max(float(scale), 1e-30))
     return out
 
 
@@ -226,11 +233,15 @@ def loss_cases() -> dict:
     }
     specs = {n: s("model", None) if n in ("weight", "ref_weight") else s("data") for n in arrays}
     out = {}
+    arrays["preference_labels"] = jnp.asarray(rng.integers(0, 2, b_), bool)
+    specs["preference_labels"] = s("data")
     grpo = ("hidden", "weight", "target", "advantages", "old_logps", "ref_logps")
     dpo = ("hidden", "weight", "target", "ref_hidden", "ref_weight")
+    kto = ("hidden", "weight", "target", "preference_labels", "ref_hidden", "ref_weight")
     for name, fn, names in (
         ("grpo", functools.partial(fj.fused_linear_grpo_loss, beta=0.1, chunk_size=CHUNK), grpo),
         ("dpo", functools.partial(fj.fused_linear_preference_loss, loss="dpo", chunk_size=CHUNK), dpo),
+        ("kto", functools.partial(fj.fused_linear_kto_loss, kl=0.05, chunk_size=CHUNK), kto),
     ):
         vg = jax.value_and_grad(lambda *a, fn=fn, names=names: fn(**dict(zip(names, a))), argnums=(0, 1))
         expected = jax.jit(vg)(*(arrays[n] for n in names))
@@ -287,12 +298,145 @@ def mesh_cases() -> dict:
     return out
 
 
+JSD_OPTIONS = {"beta0": {"beta": 0.0}, "beta03": {"beta": 0.3, "temperature": 2.0}, "beta1": {"beta": 1.0, "temperature": 0.7}}
+
+
+def jsd_case(mesh, v, opts, labels=True, constrain=False, n=32, teacher=("model", None)) -> dict:
+    """jit(value_and_grad) of fused_linear_jsd with both hiddens (and labels) sharded on "data",
+    both heads on "model" (V divisible: device_put; else sharding constraints inside jit), against
+    the one-device call: the loss, student_hidden's and student_weight's gradients."""
+    s = lambda *spec: NamedSharding(mesh, P(*spec))  # noqa: E731
+    rng = np.random.default_rng(6)
+    lab = jnp.asarray(rng.integers(0, v, n), jnp.int32).at[::5].set(-100)
+    arrays = (
+        jnp.asarray(rng.standard_normal((n, 16)), jnp.float32),
+        jnp.asarray(rng.standard_normal((v, 16)) * 0.4, jnp.float32),
+        jnp.asarray(rng.standard_normal((n, 12)), jnp.float32),
+        jnp.asarray(rng.standard_normal((v, 12)) * 0.4, jnp.float32),
+        lab,
+    )
+
+    def f(hs, ws, ht, wt, lab):
+        return fj.fused_linear_jsd(hs, ws, ht, wt, lab if labels else None, chunk_size=CHUNK, **opts)
+
+    vg = jax.value_and_grad(f, argnums=(0, 1))
+    expected = jax.jit(vg)(*arrays)
+    shardings = (s("data", None), s("model", None), s("data", None), s(*teacher), s("data"))
+    if constrain:
+        fn = jax.jit(lambda *a: vg(*(jax.lax.with_sharding_constraint(x, sh) for x, sh in zip(a, shardings))))
+        args = arrays
+    else:
+        fn = jax.jit(vg)
+        args = tuple(jax.device_put(x, sh) for x, sh in zip(arrays, shardings))
+    compiled = fn.lower(*args).compile()
+    got = compiled(*args)
+    hlo = compiled.as_text()
+    return {
+        "rel_diff": rel_diff(got, expected),
+        "collectives": counts(hlo),
+        "all_reduces": all_reduces(hlo),
+        "dweight_spec": str(got[1][1].sharding.spec),
+    }
+
+
+def jsd_cases() -> dict:
+    out = {}
+    for shape in ((1, 2), (1, 4), (2, 4), (8, 1)):
+        for name in JSD_OPTIONS if shape == (2, 4) else ("beta03",):
+            out[f"jsd/{shape[0]}x{shape[1]}/{name}"] = jsd_case(mesh_of(shape), 64, JSD_OPTIONS[name])
+    mesh = mesh_of((2, 4))
+    out["jsd/2x4/beta03/no_labels"] = jsd_case(mesh, 64, JSD_OPTIONS["beta03"], labels=False)
+    out["jsd/2x4/beta03/teacher_replicated"] = jsd_case(mesh, 64, JSD_OPTIONS["beta03"], teacher=(None, None))
+    out["jsd/2x4/beta03/tokens_uneven"] = jsd_case(mesh, 64, JSD_OPTIONS["beta03"], n=30, constrain=True)
+    for shape in ((1, 4), (2, 4)):
+        out[f"jsd/{shape[0]}x{shape[1]}/beta03/v1001"] = jsd_case(mesh_of(shape), 1001, JSD_OPTIONS["beta03"], constrain=True)
+    explicit = jax.make_mesh((2, 4), ("data", "model"), axis_types=(jax.sharding.AxisType.Explicit,) * 2)
+    out["jsd/explicit/beta03"] = jsd_case(explicit, 64, JSD_OPTIONS["beta03"])
+    return out
+
+
+def jsd_axis_name_cases() -> dict:
+    """fused_linear_jsd's axis_name= form inside the caller's shard_map over (data 2, model 4):
+    without labels the tokens over "data" (the mean over each device's 16 tokens, pmean'ed over
+    "data"); with labels the tokens whole on every device (the mean over them all), V 64 and V
+    1001 in blocks padded with NaN (vocab_size=1001); the loss and the student's gradients
+    against the one-device call."""
+    mesh = mesh_of((2, 4))
+    out = {}
+    opts = JSD_OPTIONS["beta03"]
+    for v, vocab_size, labels in ((64, None, False), (64, None, True), (1001, 1001, True)):
+        rng = np.random.default_rng(6)
+        pad = 4 * -(-v // 4) - v
+        hs, ht = (jnp.asarray(rng.standard_normal((32, d)), jnp.float32) for d in (16, 12))
+        ws, wt = (jnp.asarray(rng.standard_normal((v, d)) * 0.4, jnp.float32) for d in (16, 12))
+        lab = jnp.asarray(rng.integers(0, v, 32), jnp.int32).at[::5].set(-100)
+        wsp, wtp = (jnp.pad(w, ((0, pad), (0, 0)), constant_values=jnp.nan) for w in (ws, wt))
+        tokens = None if labels else "data"
+
+        def local(hs, ws, ht, wt, lab, vocab_size=vocab_size, labels=labels):
+            loss = fj.fused_linear_jsd(
+                hs, ws, ht, wt, lab if labels else None, chunk_size=CHUNK, axis_name="model", vocab_size=vocab_size, **opts
+            )
+            return loss if labels else jax.lax.pmean(loss, "data")
+
+        specs = (P(tokens, None), P("model", None), P(tokens, None), P("model", None), P(tokens))
+        sm = shard_map(local, mesh=mesh, in_specs=specs, out_specs=P())
+        got = jax.jit(jax.value_and_grad(sm, argnums=(0, 1)))(hs, wsp, ht, wtp, lab)
+        got = (got[0], (got[1][0], got[1][1][:v]))
+        ref = jax.jit(jax.value_and_grad(functools.partial(fj.fused_linear_jsd, **opts), argnums=(0, 1)))
+        expected = ref(hs, ws, ht, wt, lab if labels else None)
+        out[f"axis_name/jsd/v{v}" + ("" if labels else "/no_labels")] = {"rel_diff": rel_diff(got, expected)}
+    return out
+
+
+def _error(fn) -> str:
+    try:
+        jax.block_until_ready(fn())
+    except ValueError as e:
+        return str(e)
+    return "ran"
+
+
+def target_cases() -> dict:
+    """A target outside [0, V) (not ignore_index) in eager calls on the CPU, the classes sharded
+    over "model" (mesh 1 x 2) and not: the error of each (the message; "ran" if none)."""
+    mesh = mesh_of((1, 2))
+    rng = np.random.default_rng(7)
+    h = jnp.asarray(rng.standard_normal((13, 8)), jnp.float32)
+    w = jnp.asarray(rng.standard_normal((16, 8)), jnp.float32)
+    x = jnp.asarray(rng.standard_normal((13, 16)), jnp.float32)
+    ws = jax.device_put(w, NamedSharding(mesh, P("model", None)))
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "model")))
+    out = {}
+    flce, ce = fj.fused_linear_cross_entropy, fj.cross_entropy
+    for bad, ignore_index in ((16, -100), (-1, 3)):
+        t = jnp.asarray(rng.integers(0, 16, 13), jnp.int32).at[7].set(bad).at[2].set(ignore_index)
+        kw = {"ignore_index": ignore_index}
+        errors = {
+            "flce/sharded/mean": _error(lambda t=t, kw=kw: flce(h, ws, t, chunk_size=5, **kw)),
+            "flce/sharded/none": _error(lambda t=t, kw=kw: flce(h, ws, t, chunk_size=5, reduction="none", **kw)),
+            "flce/unsharded": _error(
+                lambda t=t, kw=kw: flce(h, w, t, chunk_size=13, **kw)
+            ),  # one chunk: its index is the token's
+            "ce/sharded": _error(lambda t=t, kw=kw: ce(xs, t, **kw)),
+            "ce/unsharded": _error(lambda t=t, kw=kw: ce(x, t, **kw)),
+        }
+        out[f"targets/{bad}"] = {"rel_diff": 0.0, "errors": errors}
+    t = jnp.asarray(rng.integers(0, 16, 13), jnp.int32).at[2].set(-100)
+    got = fj.fused_linear_cross_entropy(h, ws, t, chunk_size=5)  # in range: computed, no error
+    out["targets/in_range"] = {"rel_diff": rel_diff(got, fj.fused_linear_cross_entropy(h, w, t, chunk_size=5))}
+    return out
+
+
 def main():
     out = {}
+    out.update(target_cases())
+    out.update(jsd_cases())
     out.update(mesh_cases())
     out.update(flce_cases())
     out.update(ce_cases())
     out.update(axis_name_cases())
+    out.update(jsd_axis_name_cases())
     out.update(loss_cases())
     print(json.dumps(out))
 

@@ -574,6 +574,7 @@ def losses_refuse_mixed_tensors(mesh):
         "kto": lambda: ft.fused_linear_kto_loss(hidden, weight, target, torch.tensor([True, False, False, True])),
         "grpo": lambda: ft.fused_linear_grpo_loss(hidden, weight, target, torch.ones(4)),
         "jsd": lambda: ft.fused_linear_jsd(hidden, t["weight"], hidden, weight),
+        "jsd_per_token": lambda: ft.fused_linear_jsd_per_token(hidden, weight, hidden, weight),
     }
     errors = {}
     for name, call in calls.items():

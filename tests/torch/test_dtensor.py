@@ -246,6 +246,8 @@ def test_losses_refuse_mixed_tensors(results):
     names = {"preference": "target", "kto": "preference_labels", "grpo": "advantages", "jsd": "student_weight"}
     for loss, arg in names.items():
         assert errors[loss].startswith(f"{arg}: expected a DTensor on the device mesh of "), errors
+    # the per-token form takes no DTensors at all
+    assert errors["jsd_per_token"].startswith("student_hidden: expected a torch.Tensor (fused_linear_jsd_per_token takes"), errors
 
 
 @pytest.mark.parametrize("first", ["fuselet.torch", "torch.distributed.tensor"])

@@ -7,6 +7,10 @@ its add_fused_lm_head calls) is fuselet's.
 - Trainers: SFT, DPO, KTO and GRPO each trained a few steps on a tiny Llama (CPU, float32) with
   and without the door: the same logged losses and entropies, and fuselet's head ran in every
   forward that needed it.
+- Distillation: fuselet's ChunkedDivergence against TRL's own ChunkedDivergenceFunction on the same
+  tensors (every beta kind, temperature, both models' logit scales, soft-caps and biases, hidden
+  widths that differ): the per-token divergence and entropy and the divergence's gradients; and
+  DistillationTrainer trained a few steps with and without the door, every logged figure alike.
 """
 
 from __future__ import annotations
@@ -23,8 +27,9 @@ ft = import_layer("torch")
 import fuselet.torch.trl as door  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
+from trl.kernels.chunked_divergence import ChunkedDivergenceFunction  # noqa: E402
 
-from tests.torch.test_trl import CHOSEN, PROMPTS, REJECTED, make_tokenizer, tiny_llama, trl_args  # noqa: E402
+from tests.torch.test_trl import CHOSEN, PROMPTS, REJECTED, VOCAB, make_tokenizer, tiny_llama, trl_args  # noqa: E402
 
 RTOL = 1e-5
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
@@ -85,16 +90,76 @@ def test_head_matches_trl(temperature, softcap, scale, bias, outputs):
 
 
 def test_enable_and_disable():
+    import trl.trainer.distillation_trainer as distillation
     import trl.trainer.utils as utils
 
-    own = utils._ChunkedLogProbFunction
+    own, own_divergence = utils._ChunkedLogProbFunction, distillation.ChunkedDivergenceFunction
+    assert own_divergence is ChunkedDivergenceFunction
     door.enable()
     try:
         assert door.enabled() and utils._ChunkedLogProbFunction is door.ChunkedLogProbs
+        assert distillation.ChunkedDivergenceFunction is door.ChunkedDivergence
         door.enable()  # twice: still one door, and disable() still finds TRL's own
     finally:
         door.disable()
     assert not door.enabled() and utils._ChunkedLogProbFunction is own
+    assert distillation.ChunkedDivergenceFunction is own_divergence
+
+
+DIVERGENCE_CASES = {
+    # (beta, temperature, student logit scale, student softcap, teacher logit scale, teacher softcap, biases)
+    "forward-kl": (0.0, 1.0, 1.0, None, 1.0, None, False),
+    "reverse-kl": (1.0, 1.0, 1.0, None, 1.0, None, False),
+    "jsd": (0.5, 1.0, 1.0, None, 1.0, None, False),
+    "jsd-temperature": (0.3, 0.7, 1.0, None, 1.0, None, False),
+    "scales": (0.5, 1.2, 0.5, None, 2.0, None, False),
+    "softcaps": (0.5, 0.9, 1.0, 3.0, 1.0, 5.0, False),
+    "biases": (0.5, 1.0, 1.0, None, 1.0, None, True),
+    "forward-kl-all": (0.0, 0.8, 1.5, 4.0, 0.7, 2.5, True),
+    "reverse-kl-all": (1.0, 1.3, 0.6, 2.0, 1.4, 6.0, True),
+    "jsd-all": (0.5, 0.9, 0.25, 3.0, 1.5, None, True),
+}
+
+
+@pytest.fixture(params=[False, True], ids=["denormals", "flush-to-zero"])
+def flush_to_zero(request):
+    """The CPU's denormals as they are, and flushed to zero (torch.set_flush_denormal: DAZ / FTZ,
+    as another library in the process may leave them): a mixture weight that flushes to 0 must give
+    a term of 0, not 0 * inf."""
+    if request.param and not torch.set_flush_denormal(True):
+        pytest.skip("this CPU cannot flush denormals to zero")
+    yield request.param
+    torch.set_flush_denormal(False)
+
+
+@pytest.mark.parametrize("case", list(DIVERGENCE_CASES))
+def test_divergence_matches_trl(case, flush_to_zero):
+    """fuselet's ChunkedDivergence and TRL's ChunkedDivergenceFunction on the same tensors (the
+    student 24 wide, the teacher 40): each token's divergence and the student's entropy, and the
+    gradients of a weighted sum of the divergences to the student's hidden, weight and bias, within
+    1e-5 of TRL's scale; the entropy has no gradient in either. Under flush-to-zero too."""
+    beta, temperature, s_scale, s_cap, t_scale, t_cap, bias = DIVERGENCE_CASES[case]
+    torch.manual_seed(0)
+    n, hs, ht, v = 300, 24, 40, 257
+    student_hidden = (torch.randn(n, hs) * 2).requires_grad_()
+    student_weight = torch.randn(v, hs).requires_grad_()
+    student_bias = torch.randn(v).requires_grad_() if bias else None
+    teacher_hidden, teacher_weight = torch.randn(n, ht) * 2, torch.randn(v, ht)
+    teacher_bias = torch.randn(v) if bias else None
+    args = (student_hidden, student_weight, student_bias, teacher_hidden, teacher_weight, teacher_bias)
+    options = (beta, temperature, s_scale, s_cap, t_scale, t_cap)
+    got = door.ChunkedDivergence.apply(*args, *options)
+    want = ChunkedDivergenceFunction.apply(*args, *options)
+    for name, g, w in zip(("divergence", "entropy"), got, want):
+        _close(name, g, w)
+    assert not got[1].requires_grad and not want[1].requires_grad
+    assert got[0].requires_grad
+    params = [t for t in args[:3] if t is not None]
+    weights = torch.randn(n)
+    grads = torch.autograd.grad((got[0] * weights).sum(), params)
+    wants = torch.autograd.grad((want[0] * weights).sum(), params)
+    for name, g, w in zip(("d hidden", "d weight", "d bias"), grads, wants):
+        _close(name, g, w)
 
 
 # --- trainers trained with and without the door ----------------------------------------------------
@@ -181,5 +246,79 @@ def test_trainers_train_alike(kind, tmp_path, tokenizer, monkeypatch):
         for key in sorted(k for k, v in w.items() if isinstance(v, float) and k != "step_time"):
             # every logged figure: the losses, grad norms, entropies, log-probabilities, rewards,
             # KL, mean logits and token accuracies (is_top1) of each step
+            scale = max(abs(w[key]), 1.0)
+            assert abs(g[key] - w[key]) <= 1e-5 * scale, f"step {step} {key}: fuselet {g[key]!r}, TRL {w[key]!r}"
+
+
+def _teacher(seed: int):
+    """A one-layer Llama wider than the student (hidden 24 against 16), the student's vocabulary."""
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(
+        vocab_size=len(VOCAB),
+        hidden_size=24,
+        intermediate_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        tie_word_embeddings=False,
+        initializer_range=0.5,
+        pad_token_id=VOCAB["<pad>"],
+        eos_token_id=VOCAB["</s>"],
+        bos_token_id=None,
+    )
+    return transformers.LlamaForCausalLM(config).float()
+
+
+def _distill(tmp_path, tokenizer, beta):
+    """DistillationTrainer trained STEPS steps (on-policy: the student generates its completions):
+    its log history. The student's config carries a logit_scale and the teacher's a soft-cap, which
+    the trainer reads and hands to the divergence."""
+    args = {**trl_args(tmp_path), "max_steps": STEPS, "logging_steps": 1, "optim": "sgd", "learning_rate": 0.1}
+    args.update(per_device_train_batch_size=3, max_completion_length=6, temperature=0.8, beta=beta)
+    student, teacher = tiny_llama(0), _teacher(1)
+    student.config.logit_scale = 0.8
+    teacher.config.final_logit_softcapping = 5.0
+    data = Dataset.from_dict({"prompt": ["the cat", "a dog sat", "the big red"] * 2})
+    trainer = trl.DistillationTrainer(
+        model=student,
+        teacher_model=teacher,
+        args=trl.DistillationConfig(**args),
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
+    trainer.train()
+    return [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.5, 1.0])
+def test_distillation_trains_alike(beta, tmp_path, tokenizer, monkeypatch):
+    """DistillationTrainer with and without the door: every figure it logs (loss, grad norm, the
+    student's entropy, the completions' lengths) equal within 1e-5 in every step, and fuselet's
+    divergence ran in every step with the trainer's options."""
+    calls = []
+    fused = door.fused_linear_jsd_per_token
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs)
+        return fused(*args, **kwargs)
+
+    monkeypatch.setattr(door, "fused_linear_jsd_per_token", counted)
+    torch.manual_seed(0)
+    want = _distill(tmp_path / "trl", tokenizer, beta)
+    assert not calls
+    door.enable()
+    try:
+        torch.manual_seed(0)
+        got = _distill(tmp_path / "fuselet", tokenizer, beta)
+    finally:
+        door.disable()
+    assert len(got) == len(want) == STEPS
+    assert len(calls) >= STEPS, f"fuselet's divergence ran {len(calls)} times in {STEPS} steps"
+    assert {(c["beta"], c["temperature"], c["student_logit_scale"], c["teacher_softcap"]) for c in calls} == {
+        (beta, 0.8, 0.8, 5.0)
+    }
+    for step, (g, w) in enumerate(zip(got, want)):
+        assert g.keys() == w.keys()
+        for key in sorted(k for k, v in w.items() if isinstance(v, float) and k != "step_time"):
             scale = max(abs(w[key]), 1.0)
             assert abs(g[key] - w[key]) <= 1e-5 * scale, f"step {step} {key}: fuselet {g[key]!r}, TRL {w[key]!r}"

@@ -4,6 +4,10 @@ tests/torch/vocab_parallel_child.py runs every check in every process; each comp
 the gradients (hidden, this rank's rows of weight / bias, this rank's columns of the logits) with
 the same loss on one process over the whole head.
 
+fused_linear_jsd with both heads (student's and teacher's) sharded the same way: beta 0, 0.3 and
+1 (the forward KL, the mixture, the reverse KL), temperatures, labels or none, through both doors;
+and the post-training losses through the process_group door, their modules too.
+
 The cases: reduction mean / sum / none, label smoothing, z-loss, softcap, an ignore_index inside
 [0, V), no bias, shards of unequal sizes (the process_group door: sizes that differ per rank;
 DTensor: V not divisible by the ranks, down to a rank with no rows), DTensor logits / head with
@@ -167,3 +171,81 @@ def test_cross_entropy_dtensor_2d_mesh(results, reduction, out):
     r = _get(results, f"ce_dtensor_{reduction}_2d_mesh")
     assert r["out"] == [out, "R"] and r["grads"] == ["S(0)", "S(2)"], r
     assert r["fwd"].get("_allgather_base_") == 1, r
+
+
+JSD_OPTIONS = ("beta0", "beta03", "beta1")
+
+
+@pytest.mark.parametrize("case", [*(f"jsd_plain_{o}" for o in JSD_OPTIONS), "jsd_plain_no_labels", "jsd_plain_even"])
+def test_jsd_process_group(results, case):
+    """fused_linear_jsd through the process_group door: each rank's rows of both heads (sizes
+    that differ per rank, or even), the loss and the student's gradients (hidden: whole;
+    weight: the rank's rows) equal to one process's."""
+    r = _get(results, case)
+    assert sum(r["sizes"]) == (24 if case.endswith("even") else 23), r
+
+
+@pytest.mark.parametrize("case", ["v24", "v23", "v5", "teacher_replicated"])
+def test_jsd_dtensor_heads_sharded(results, case):
+    """Both heads Shard(0) (V 24, 23, and 5: an empty shard at 4 ranks; or the teacher's
+    replicated, resharded without communication): kept sharded, per chunk (13 tokens in chunks
+    of 5: 3) two all-gathers of [2, chunk] float32 (the log-sum-exps, then the divergence's and
+    its gradient's sums), dhidden's one all-reduce; no gathered head."""
+    r = _get(results, f"jsd_dtensor_{case}")
+    assert r["grads"] == ["R", "S(0)"] and r["out"] == ["R"], r
+    assert r["fwd"] == {"_allgather_base_": 6, "allreduce_": 1}, r
+
+
+def test_jsd_dtensor_sequence_parallel(results):
+    """The tokens Shard(0) over the tensor-parallel dim itself: gathered (both hiddens and the
+    tokens' weights), student_hidden's gradient reduce-scattered back, no all-reduce of it."""
+    r = _get(results, "jsd_dtensor_hidden_sharded")
+    assert r["grads"] == ["S(0)", "S(0)"], r
+    assert r["fwd"]["_allgather_base_"] == 6 and r["fwd"]["reduce_scatter_tensor"] == 1 and "allreduce_" not in r["fwd"], r
+
+
+def test_jsd_dtensor_2d_mesh(results):
+    """(data 2 x tensor 2): tokens Shard(0) over data, both heads Shard(0) over tensor."""
+    if results["world"] != 4:
+        pytest.skip("a 2 x 2 mesh needs 4 processes")
+    r = _get(results, "jsd_dtensor_2d_mesh")
+    assert r["grads"] == ["S(0)", "R", "P(sum)", "S(0)"] and r["out"] == ["P(sum)", "R"], r
+    assert r["fwd"]["_allgather_base_"] == 4, r  # 6 tokens per data rank: 2 chunks
+
+
+def test_jsd_bfloat16(results):
+    """bfloat16 through the process_group door against float32 on the same values: as close as
+    one process's bfloat16 (dhidden, summed from the ranks' bfloat16 shares, within 1.5x)."""
+    r = _get(results, "jsd_bfloat16")
+    assert r["bf16_rel"] < BF16_TOL and r["dtypes"] == ["torch.bfloat16"] * 2, r
+    assert all(o <= 1.5 * p + 1e-6 for o, p in zip(r["vocab_parallel"], r["one_process"])), r
+
+
+def test_process_group_refusals(results):
+    errors = _get(results, "process_group_refusals")["errors"]
+    expected = {
+        "beta": "ValueError: beta: expected the same on every rank of process_group, got 0.0 on rank 0",
+        "tokens": "ValueError: student_hidden: expected the same on every rank of process_group (the tokens [N, H]",
+        "group_type": "TypeError: process_group: expected None or a torch.distributed ProcessGroup, got str",
+        "dtensor_and_group": "ValueError: process_group: expected None for DTensor inputs",
+    }
+    for name, start in expected.items():
+        assert errors[name].startswith(start), (name, errors[name])
+
+
+@pytest.mark.parametrize("loss", ["dpo", "orpo", "simpo", "kto", "grpo"])
+def test_post_training_losses_process_group(results, loss):
+    """The preference, KTO and GRPO losses with plain tensors and process_group: each rank's
+    rows of the head, its bias and the reference head (sizes that differ per rank); the loss and
+    the gradients (hidden whole, the head's rows) equal to one process's."""
+    r = _get(results, f"post_training_{loss}_process_group")
+    assert len(set(r["sizes"])) > 1, r
+
+
+@pytest.mark.parametrize("case", ["jsd", "post_training_dpo", "post_training_kto", "post_training_grpo"])
+def test_modules_process_group(results, case):
+    """FusedLinearJSD, FusedLinearPreferenceLoss, FusedLinearKTOLoss and FusedLinearGRPOLoss with
+    process_group at construction: each rank's rows of the heads, the function's one-process
+    result."""
+    r = _get(results, f"{case}_module_process_group")
+    assert len(set(r["sizes"])) > 1, r

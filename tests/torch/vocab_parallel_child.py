@@ -14,6 +14,7 @@ MASTER_ADDR and MASTER_PORT set.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 import traceback
@@ -55,7 +56,8 @@ def rel(a, b) -> float:
     a, b = a.detach().double(), b.detach().double()
     if b.numel() == 0:
         return 0.0
-    return float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+    value = float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
+    return math.inf if math.isnan(value) else value  # NaN would be dropped by max() over the cases
 
 
 def sizes_for(vocab: int, even: bool) -> list:
@@ -408,6 +410,245 @@ def bfloat16():
         "vocab_parallel": [rel(x, y) for x, y in zip(ours, sliced(truth))],
         "dtypes": [str(t.grad.dtype) for t in (h, w, b)],
     }
+
+
+# --- fused_linear_jsd over vocab-sharded student and teacher heads ------------------------------
+
+JSD_OPTIONS = {
+    "beta0": {"beta": 0.0},
+    "beta03": {"beta": 0.3, "temperature": 2.0},
+    "beta1": {"beta": 1.0, "temperature": 0.7},
+}
+
+
+def jsd_data(vocab: int, seed=21):
+    g = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, vocab, (N,), generator=g)
+    labels[3:5] = -100
+    return {
+        "student_hidden": torch.randn(N, H, generator=g),
+        "student_weight": torch.randn(vocab, H, generator=g) * 0.5,
+        "teacher_hidden": torch.randn(N, 6, generator=g),
+        "teacher_weight": torch.randn(vocab, 6, generator=g) * 0.5,
+        "labels": labels,
+    }
+
+
+def _jsd(tensors, labels=True, **kw):
+    """(loss, student_hidden's and student_weight's gradients) of fused_linear_jsd (loss * 0.75)."""
+    hs, ws = leaf(tensors["student_hidden"]), leaf(tensors["student_weight"])
+    out = ft.fused_linear_jsd(
+        hs,
+        ws,
+        tensors["teacher_hidden"],
+        tensors["teacher_weight"],
+        tensors["labels"] if labels else None,
+        chunk_size=5,
+        **kw,
+    )
+    (out * 0.75).backward()
+    return out, hs, ws
+
+
+def jsd_plain(options, labels=True, even=False, vocab=23, dtype=torch.float32):
+    """The process_group door: this rank's rows of both heads (sizes that differ per rank)."""
+    rank, _ = rank_world()
+    kw = JSD_OPTIONS[options]
+    tensors = {n: t.to(dtype) if t.is_floating_point() else t for n, t in jsd_data(vocab).items()}
+    ref, rh, rw = _jsd(tensors, labels, **kw)
+    sizes = sizes_for(vocab, even)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    mine = dict(tensors, student_weight=tensors["student_weight"][rows], teacher_weight=tensors["teacher_weight"][rows])
+    out, hs, ws = _jsd(mine, labels, process_group=dist.group.WORLD, **kw)
+    return {"max_rel": max(rel(out, ref), rel(hs.grad, rh.grad), rel(ws.grad, rw.grad[rows])), "sizes": sizes}
+
+
+@check("jsd_module_process_group")
+def jsd_module():
+    """FusedLinearJSD(process_group=WORLD): this rank's rows of both heads (sizes that differ per
+    rank), against the function on one process over the whole heads."""
+    rank, _ = rank_world()
+    kw = JSD_OPTIONS["beta03"]
+    tensors = jsd_data(23)
+    ref, rh, rw = _jsd(tensors, **kw)
+    sizes = sizes_for(23, even=False)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    hs, ws = leaf(tensors["student_hidden"]), leaf(tensors["student_weight"][rows])
+    module = ft.FusedLinearJSD(chunk_size=5, process_group=dist.group.WORLD, **kw)
+    out = module(hs, ws, tensors["teacher_hidden"], tensors["teacher_weight"][rows], tensors["labels"])
+    (out * 0.75).backward()
+    return {"max_rel": max(rel(out, ref), rel(hs.grad, rh.grad), rel(ws.grad, rw.grad[rows])), "sizes": sizes}
+
+
+def jsd_dtensor(vocab, mesh_shape=None, hidden_sharded=False, teacher_replicated=False):
+    """Both heads Shard(0) over the mesh's last dim (the teacher's replicated: resharded to it),
+    the tokens replicated there (Shard(0) over the first dim of a 2-D mesh: data parallel; or over
+    the tensor-parallel dim itself: sequence parallel)."""
+    _, world = rank_world()
+    kw = JSD_OPTIONS["beta03"]
+    tensors = jsd_data(vocab)
+    if mesh_shape or hidden_sharded:  # splits of the tokens: 12 of them
+        tensors = {n: t if n.endswith("weight") else t[:12] for n, t in tensors.items()}
+    ref, rh, rw = _jsd(tensors, **kw)
+    mesh = init_device_mesh("cpu", mesh_shape or (world,))
+    rows = [Shard(0)] * (mesh.ndim - 1) + [Shard(0) if hidden_sharded else Replicate()]
+    head = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
+    dts = {}
+    for n, t in tensors.items():
+        placement = rows if not n.endswith("weight") else head
+        if n == "teacher_weight" and teacher_replicated:
+            placement = [Replicate()] * mesh.ndim
+        dts[n] = distribute_tensor(t, mesh, placement)
+    with CommDebugMode() as fwd:
+        out, hs, ws = _jsd(dts, **kw)
+    return {
+        "max_rel": max(rel(out, ref), rel(hs.grad, rh.grad), rel(ws.grad, rw.grad)),
+        "grads": [str(p) for p in (*hs.grad.placements, *ws.grad.placements)],
+        "out": [str(p) for p in out.placements],
+        "fwd": counts(fwd),
+    }
+
+
+for _o in JSD_OPTIONS:
+    check(f"jsd_plain_{_o}")(lambda o=_o: jsd_plain(o))
+check("jsd_plain_no_labels")(lambda: jsd_plain("beta03", labels=False))
+check("jsd_plain_even")(lambda: jsd_plain("beta03", even=True, vocab=24))
+for _v in (24, 23, 5):  # even, uneven, uneven with an empty last shard at 4 ranks
+    check(f"jsd_dtensor_v{_v}")(lambda v=_v: jsd_dtensor(v))
+check("jsd_dtensor_teacher_replicated")(lambda: jsd_dtensor(23, teacher_replicated=True))
+check("jsd_dtensor_hidden_sharded")(lambda: jsd_dtensor(23, hidden_sharded=True))
+
+
+@check("jsd_dtensor_2d_mesh")
+def jsd_dtensor_2d_mesh():
+    _, world = rank_world()
+    if world != 4:
+        return {"max_rel": 0.0, "skipped": True}
+    return jsd_dtensor(23, mesh_shape=(2, 2))
+
+
+@check("jsd_bfloat16")
+def jsd_bfloat16():
+    """bfloat16 heads through the process_group door against float32 on the same values."""
+    rank, _ = rank_world()
+    tensors = {n: t.to(torch.bfloat16) if t.is_floating_point() else t for n, t in jsd_data(23).items()}
+    truth = _jsd({n: t.float() if t.is_floating_point() else t for n, t in tensors.items()}, beta=0.3)
+    sizes = sizes_for(23, even=False)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    mine = dict(tensors, student_weight=tensors["student_weight"][rows], teacher_weight=tensors["teacher_weight"][rows])
+    out, hs, ws = _jsd(mine, beta=0.3, process_group=dist.group.WORLD)
+    one = _jsd(tensors, beta=0.3)
+    errors = [rel(out, truth[0]), rel(hs.grad, truth[1].grad), rel(ws.grad, truth[2].grad[rows])]
+    one_process = [rel(one[0], truth[0]), rel(one[1].grad, truth[1].grad), rel(one[2].grad[rows], truth[2].grad[rows])]
+    return {
+        "max_rel": 0.0,
+        "bf16_rel": max(errors),
+        "vocab_parallel": errors,
+        "one_process": one_process,
+        "dtypes": [str(t.grad.dtype) for t in (hs, ws)],
+    }
+
+
+@check("process_group_refusals")
+def process_group_refusals():
+    """fused_linear_jsd's process_group door."""
+    rank, world = rank_world()
+    t = jsd_data(8 * world)
+    group = dist.group.WORLD
+    ws, wt = t["student_weight"][:8], t["teacher_weight"][:8]
+    mesh = init_device_mesh("cpu", (world,))
+    jsd = ft.fused_linear_jsd
+    n = N - (rank == 0)  # rank 0 has one token fewer than the others
+    errors = {
+        "beta": _error(lambda: jsd(t["student_hidden"], ws, t["teacher_hidden"], wt, beta=0.1 * rank, process_group=group)),
+        "tokens": _error(lambda: jsd(t["student_hidden"][:n], ws, t["teacher_hidden"][:n], wt, process_group=group)),
+        "group_type": _error(lambda: jsd(t["student_hidden"], ws, t["teacher_hidden"], wt, process_group="tp")),
+        "dtensor_and_group": _error(
+            lambda: jsd(
+                distribute_tensor(t["student_hidden"], mesh, [Replicate()]),
+                distribute_tensor(t["student_weight"], mesh, [Shard(0)]),
+                distribute_tensor(t["teacher_hidden"], mesh, [Replicate()]),
+                distribute_tensor(t["teacher_weight"], mesh, [Shard(0)]),
+                process_group=group,
+            )
+        ),
+    }
+    return {"max_rel": 0.0, "errors": errors}
+
+
+# --- the post-training losses through the process_group door -----------------------------------
+
+
+def post_training_plain(loss, module=False):
+    """post_training's losses with plain tensors: this rank's rows of the head, its bias and the
+    reference head (sizes that differ per rank), process_group=WORLD (module: to the loss's module
+    at construction)."""
+    rank, _ = rank_world()
+    g = torch.Generator().manual_seed(12)
+    vocab = 23
+    target = torch.randint(0, vocab, (4, 4), generator=g)
+    target[:, 0] = -100
+    target[1, -1] = -100
+    tensors = {
+        "hidden": torch.randn(4, 4, 8, generator=g) * 0.5,
+        "weight": torch.randn(vocab, 8, generator=g) * 0.3,
+        "bias": torch.randn(vocab, generator=g) * 0.1,
+        "target": target,
+    }
+    if loss in ("dpo", "kto"):
+        tensors["ref_hidden"] = torch.randn(4, 4, 6, generator=g) * 0.5
+        tensors["ref_weight"] = torch.randn(vocab, 6, generator=g) * 0.3
+    if loss == "kto":
+        tensors["preference_labels"] = torch.tensor([True, False, False, True])
+        fn = lambda **a: ft.fused_linear_kto_loss(kl=torch.tensor(0.1), chunk_size=5, **a)  # noqa: E731
+    elif loss == "grpo":
+        tensors["advantages"] = torch.tensor([0.5, -1.0, 1.5, 0.25])
+        tensors["old_logps"] = -torch.rand(4, 4, generator=g) * 3
+        tensors["ref_logps"] = -torch.rand(4, 4, generator=g) * 3
+        fn = lambda **a: ft.fused_linear_grpo_loss(beta=0.1, temperature=0.8, chunk_size=5, **a)  # noqa: E731
+    else:
+        fn = lambda **a: ft.fused_linear_preference_loss(loss=loss, label_smoothing=0.1, chunk_size=5, **a)  # noqa: E731
+    heads, grads = ("weight", "bias", "ref_weight"), ("hidden", "weight", "bias")
+    args = {n: leaf(t) if n in grads else t for n, t in tensors.items()}
+    ref = fn(**args)
+    (ref * 0.75).backward()
+    sizes = sizes_for(vocab, even=False)
+    a = sum(sizes[:rank])
+    rows = slice(a, a + sizes[rank])
+    mine = {n: t[rows] if n in heads else t for n, t in tensors.items()}
+    mine = {n: leaf(t) if n in grads else t for n, t in mine.items()}
+    if module:
+        out = _module_call(loss, mine)
+    else:
+        out = fn(**mine, process_group=dist.group.WORLD)
+    (out * 0.75).backward()
+    errors = [rel(out, ref)] + [rel(mine[n].grad, args[n].grad[rows] if n in heads else args[n].grad) for n in grads]
+    return {"max_rel": max(errors), "sizes": sizes}
+
+
+def _module_call(loss, t):
+    """post_training_plain's loss through its module, process_group=WORLD at construction."""
+    group = dist.group.WORLD
+    if loss == "kto":
+        module = ft.FusedLinearKTOLoss(chunk_size=5, process_group=group)
+        refs = {n: t[n] for n in ("bias", "ref_hidden", "ref_weight")}
+        return module(t["hidden"], t["weight"], t["target"], t["preference_labels"], kl=torch.tensor(0.1), **refs)
+    if loss == "grpo":
+        module = ft.FusedLinearGRPOLoss(beta=0.1, temperature=0.8, chunk_size=5, process_group=group)
+        logps = {n: t[n] for n in ("old_logps", "ref_logps", "bias")}
+        return module(t["hidden"], t["weight"], t["target"], t["advantages"], **logps)
+    module = ft.FusedLinearPreferenceLoss(loss, label_smoothing=0.1, chunk_size=5, process_group=group)
+    refs = {n: t.get(n) for n in ("bias", "ref_hidden", "ref_weight")}
+    return module(t["hidden"], t["weight"], t["target"], **refs)
+
+
+for _loss in ("dpo", "orpo", "simpo", "kto", "grpo"):
+    check(f"post_training_{_loss}_process_group")(lambda loss=_loss: post_training_plain(loss))
+for _loss in ("dpo", "kto", "grpo"):
+    check(f"post_training_{_loss}_module_process_group")(lambda loss=_loss: post_training_plain(loss, module=True))
 
 
 def main() -> None:

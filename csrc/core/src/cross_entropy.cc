@@ -31,6 +31,17 @@ fuselet_status check_target_values(const CrossEntropyProblem& p) {
   return FUSELET_OK;
 }
 
+// The row as float32, soft-capped (c tanh(x / c)) where c > 0: into buf (V floats), or x itself
+// for float32 without a softcap. Inlined into each ISA's copy of the row loops.
+template <typename T>
+FUSELET_INLINE const float* capped_row(const T* x, float* buf, int64_t V, float c) {
+  if (c > 0.f) {
+    for (int64_t j = 0; j < V; ++j) buf[j] = c * tanh_approx(to_float(x[j]) / c);
+    return buf;
+  }
+  return row_as_float(x, buf, V);
+}
+
 // Rows [r0, r1) in mode M (buf: V floats of scratch).
 template <typename T, Mode M>
 struct CrossEntropyRows {
@@ -51,13 +62,7 @@ struct CrossEntropyRows {
         continue;
       }
       const T* x = static_cast<const T*>(p->logits) + r * p->logits_stride;
-      const float* s;  // the (soft-capped) row; x itself for float32 without a softcap
-      if (c > 0.f) {
-        for (int64_t j = 0; j < V; ++j) buf[j] = c * tanh_approx(to_float(x[j]) / c);
-        s = buf;
-      } else {
-        s = row_as_float(x, buf, V);
-      }
+      const float* s = capped_row(x, buf, V, c);
       const float st = s[t];  // read before dx (which may be x) is written
       float lse;
       if (M == Mode::kBwd) {
@@ -146,13 +151,7 @@ struct LogprobsRows {
         continue;
       }
       const T* x = static_cast<const T*>(p->logits) + r * p->logits_stride;
-      const float* s;  // the (soft-capped) row; x itself for float32 without a softcap
-      if (c > 0.f) {
-        for (int64_t j = 0; j < V; ++j) buf[j] = c * tanh_approx(to_float(x[j]) / c);
-        s = buf;
-      } else {
-        s = row_as_float(x, buf, V);
-      }
+      const float* s = capped_row(x, buf, V, c);
       const float st = s[t];  // read before dx (which may be x) is written
       if (kBwd) {
         const float lse = p->lse[r];

@@ -46,7 +46,9 @@ fuselet_status check_divergence_logits(fuselet_tensor* input, const fuselet_tens
 // form and on whether t holds log-probabilities, and on the exp / log functions (the CPU kernels'
 // vectorizable approximations, the CUDA kernels' expf / logf). JSD at beta 0 is the forward KL, at
 // beta 1 the reverse KL: forms of their own, so that no branch is left inside the row loops. Every
-// weight-0 term is selected to 0 rather than multiplied (0 * -inf would be NaN).
+// weight-0 term is selected to 0 rather than multiplied (0 * -inf would be NaN); the mixture's
+// weights are tested after the multiplication by beta, which under flush-to-zero (denormals as 0)
+// can make a positive p or q's weight 0 and the mixture's log -inf.
 enum class DivergenceForm { kForwardKl, kReverseKl, kMixture, kTvd };
 
 struct DivergenceGrad {
@@ -74,9 +76,10 @@ struct DivergenceMath {
     }
     if (Form == DivergenceForm::kForwardKl) return p > 0.f ? p * (lp - x) : 0.f;
     if (Form == DivergenceForm::kReverseKl) return q > 0.f ? q * (x - lp) : 0.f;
-    const float lm = log(beta * p + (1.f - beta) * q);
-    const float a = p > 0.f ? beta * p * (lp - lm) : 0.f;
-    const float b = q > 0.f ? (1.f - beta) * q * (x - lm) : 0.f;
+    const float wp = beta * p, wq = (1.f - beta) * q;
+    const float lm = log(wp + wq);
+    const float a = wp > 0.f ? wp * (lp - lm) : 0.f;
+    const float b = wq > 0.f ? wq * (x - lm) : 0.f;
     return a + b;
   }
 
@@ -90,9 +93,10 @@ struct DivergenceMath {
     }
     if (Form == DivergenceForm::kForwardKl) return {p > 0.f ? p * (t - x) : 0.f, -p};
     if (Form == DivergenceForm::kReverseKl) return {q > 0.f ? q * (x - t) : 0.f, q > 0.f ? q * (x - t + 1.f) : 0.f};
-    const float lm = log(beta * p + (1.f - beta) * q);
-    const float b = q > 0.f ? (1.f - beta) * q * (x - lm) : 0.f;
-    return {(p > 0.f ? beta * p * (t - lm) : 0.f) + b, b};
+    const float wp = beta * p, wq = (1.f - beta) * q;
+    const float lm = log(wp + wq);
+    const float b = wq > 0.f ? wq * (x - lm) : 0.f;
+    return {(wp > 0.f ? wp * (t - lm) : 0.f) + b, b};
   }
 
   // d term / dx and d term / dt of element j.
@@ -107,8 +111,9 @@ struct DivergenceMath {
     if (Form == DivergenceForm::kForwardKl)
       return {-p, p > 0.f ? (LogTarget ? p * (t - x + 1.f) : lp + 1.f - x) : 0.f};
     if (Form == DivergenceForm::kReverseKl) return {q > 0.f ? q * (x - t + 1.f) : 0.f, -q};
-    const float lm = log(beta * p + (1.f - beta) * q);
-    return {q > 0.f ? (1.f - beta) * q * (x - lm) : 0.f, p > 0.f ? beta * p * (t - lm) : 0.f};
+    const float wp = beta * p, wq = (1.f - beta) * q;
+    const float lm = log(wp + wq);
+    return {wq > 0.f ? wq * (x - lm) : 0.f, wp > 0.f ? wp * (t - lm) : 0.f};
   }
 };
 

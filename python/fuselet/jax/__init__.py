@@ -14,7 +14,7 @@ from fuselet.jax import export  # noqa: E402
 from fuselet.jax.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.jax.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.jax.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
-from fuselet.jax.fused_linear_jsd import fused_linear_jsd  # noqa: E402
+from fuselet.jax.fused_linear_jsd import JSDPerToken, fused_linear_jsd, fused_linear_jsd_per_token  # noqa: E402
 from fuselet.jax.fused_linear_logprobs import LogProbs, fused_linear_logprobs  # noqa: E402
 from fuselet.jax.glu import clamped_swiglu, geglu, swiglu  # noqa: E402
 from fuselet.jax.losses import fused_linear_grpo_loss, fused_linear_kto_loss, fused_linear_preference_loss  # noqa: E402
@@ -31,6 +31,8 @@ __all__ = [
     "fused_linear_cross_entropy",
     "fused_linear_grpo_loss",
     "fused_linear_jsd",
+    "fused_linear_jsd_per_token",
+    "JSDPerToken",
     "fused_linear_logprobs",
     "LogProbs",
     "fused_linear_kto_loss",

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
 
 
 def axes_of(entry) -> tuple:
@@ -80,7 +82,8 @@ def stats(logits, t, op_args: tuple, axes: tuple, vocab: int, offset, rows_ok=No
     """(loss, z, lse) per row [n], float32, alike on every device of `axes`: logits [n, V_r] this
     device's classes [offset, offset + V_r) (those >= vocab masked), t [n] global class ids.
     rows_ok [n] bool or None: False for padding rows (0, like ignored ones). A target outside
-    [0, vocab) that is not ignore_index gives NaN."""
+    [0, vocab) that is not ignore_index gives NaN (eager calls on the CPU refuse it first:
+    refuse_targets)."""
     ignore_index, ls, zl, cap = op_args
     n_cols = logits.shape[-1]
     s = _capped(logits, cap)
@@ -149,3 +152,32 @@ def check_vocab_size(vocab_size, axis, block: int) -> int | None:
             f"{size} devices of axis_name, the last block padded), got {vocab_size}"
         )
     return vocab_size
+
+
+def _sharded_on(a, dim: int) -> bool:
+    """Whether the concrete array a is split on its dim `dim` over more than one device."""
+    sharding = getattr(a, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or a.ndim == 0:
+        return False
+    spec = tuple(sharding.spec)
+    d = dim % a.ndim
+    return any(sharding.mesh.shape[name] > 1 for name in axes_of(spec[d] if d < len(spec) else None))
+
+
+def refuse_targets(target, classes, dim: int, vocab: int, ignore_index: int) -> None:
+    """An eager call on the CPU whose classes are sharded (dim `dim` of `classes`: the head's rows,
+    the logits' last dim): a target outside [0, vocab) that is not ignore_index raised as the
+    ValueError of the unsharded path (the cross-entropy kernel's refusal; `element` the token's
+    index in target, flattened). The vocab-parallel math, which no device runs over every class,
+    would give NaN for that token, as the CUDA kernel and traced calls do."""
+    if isinstance(target, jax.core.Tracer) or isinstance(classes, jax.core.Tracer) or not _sharded_on(classes, dim):
+        return
+    if {d.platform for d in classes.devices()} != {"cpu"}:
+        return
+    t = np.asarray(target).reshape(-1)
+    bad = ((t < 0) | (t >= vocab)) & (t != ignore_index)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"fuselet: target: element {i} is {int(t[i])}, outside [0, {vocab}) and not ignore_index ({ignore_index})"
+        )

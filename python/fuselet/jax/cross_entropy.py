@@ -179,7 +179,7 @@ def cross_entropy(
     softcap). return_z_loss=True returns (loss, z), z the z-loss part alone, reduced the same way
     (for logging: no gradient flows through it). A target outside [0, V) that is not
     ignore_index raises on the CPU (the CUDA kernel gives NaN for that token; so does the
-    vocab-parallel path).
+    vocab-parallel path under jit: an eager call on the CPU raises there too).
 
     Logits sharded on V under jax.jit stay sharded (docs/tensor_parallel.md). Inside shard_map,
     axis_name (a mesh axis name or a tuple of them) says that logits [..., V_r] are this device's
@@ -201,6 +201,7 @@ def cross_entropy(
     vocab_size = vp.check_vocab_size(vocab_size, axis, logits.shape[-1])
     if axis is not None:  # inside the caller's shard_map: no jit of our own
         return _reduced(logits, target, options, axis, vocab_size or logits.shape[-1] * vp.axis_size(axis))
+    vp.refuse_targets(target, logits, -1, logits.shape[-1], options.ignore_index)
     return _target_errors(target, lambda: _reduced_jit(logits, target, options))
 
 

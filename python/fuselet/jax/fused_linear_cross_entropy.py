@@ -539,6 +539,7 @@ def fused_linear_cross_entropy(
     if axis is not None:  # inside the caller's shard_map: no jit of our own
         loss, z = _loss(h2, weight, bias, t1, opts, chunk, reduction, axis, vocab_size)
     else:
+        vp.refuse_targets(target, weight, 0, weight.shape[0], opts.ignore_index)
         loss, z = _target_errors(target, lambda: _loss_jit(h2, weight, bias, t1, opts, chunk, reduction))
     if reduction == "none":
         loss, z = _like(loss, target), _like(z, target)

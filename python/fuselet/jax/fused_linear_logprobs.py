@@ -19,7 +19,10 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from fuselet.jax import _vocab_parallel as vp
+from fuselet.jax import _vocab_parallel_logprobs as vpl
 from fuselet.jax._checks import array_facts
+from fuselet.jax._sharding import vary_like, varying_axes
 from fuselet.jax.cross_entropy import _target_errors, logprobs_chunk, logprobs_chunk_grad
 from fuselet.jax.fused_linear_cross_entropy import _accumulate, _dhidden, _logits, _over_chunks, _with_heads, _zeros
 from fuselet.spec import fused_linear_logprobs as spec
@@ -57,9 +60,9 @@ def _fwd(h, w, b, t, options: spec.FusedLinearLogProbsOptions, chunk):
     return out, (h, w, b, t, lse, out.get("entropy"))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5))
-def _logprobs(h, w, b, t, options, chunk):
-    return _fwd(h, w, b, t, options, chunk)[0]
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6, 7))
+def _logprobs(h, w, b, t, options, chunk, axis=None, vocab_size=None):
+    return _fwd_partitioned(h, w, b, t, options, chunk, axis, vocab_size)[0]
 
 
 def _bwd(options, chunk, res, g):
@@ -91,7 +94,26 @@ def _bwd(options, chunk, res, g):
     return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype), None
 
 
-_logprobs.defvjp(_fwd, _bwd)
+# Sharded (fuselet.jax._vocab_parallel_logprobs, docs/tensor_parallel.md): _fwd and _bwd are one
+# device's loops over whole heads; each device runs them over its own tokens, or with the head
+# sharded on V the vocab-parallel loop over its own classes (the head never gathered). With axis
+# (inside the caller's shard_map) each device runs the vocab-parallel loop over its tokens and its
+# block of the classes over axis.
+
+
+def _fwd_partitioned(h, w, b, t, options, chunk, axis=None, vocab_size=None):
+    out, lse = vpl.forward(_fwd, h, w, b, t, options, chunk, axis, vocab_size)
+    return out, (h, w, b, t, lse, out.get("entropy"))
+
+
+def _bwd_partitioned(options, chunk, axis, vocab_size, res, g):
+    h, w, b, t, lse, entropy = res
+    dentropy = None if entropy is None else g["entropy"]
+    grads = vpl.backward(_bwd, options, chunk, h, w, b, t, lse, entropy, g["log_probs"], dentropy, axis, vocab_size)
+    return (*grads, None)
+
+
+_logprobs.defvjp(_fwd_partitioned, _bwd_partitioned)
 # Jitted so that an eager call runs as one computation (inside jit it is inlined).
 _logprobs_jit = jax.jit(_logprobs, static_argnums=(4, 5))
 
@@ -108,6 +130,8 @@ def fused_linear_logprobs(
     ignore_index: int = -100,
     outputs: tuple[str, ...] = ("log_probs",),
     chunk_size: int | None = None,
+    axis_name=None,
+    vocab_size: int | None = None,
 ) -> LogProbs:
     """The log-probability of each target token under the logits
     `softcap(logit_scale * (hidden @ weight.T + bias)) / temperature` (softcap c: c * tanh(x / c)),
@@ -119,7 +143,16 @@ def fused_linear_logprobs(
     chunk_size_for(N, H, V)).
 
     hidden and bias are multiplied by logit_scale / temperature before the matmul (no [tokens, V]
-    copy), which rounds them once to their dtype where it is not float32."""
+    copy), which rounds them once to their dtype where it is not float32.
+
+    Under jax.jit, a weight (and bias) sharded on V over mesh axes stays sharded: each device
+    computes the logits of its classes only, the outputs combined over those axes
+    (docs/tensor_parallel.md). Inside shard_map, axis_name (a mesh axis name or a tuple of them)
+    says that weight and bias are this device's block of the classes over that axis, in axis
+    order, target holding global class ids: the outputs and hidden's gradient are the whole
+    head's (alike on every device of the axis), the weight's gradient this block's. vocab_size
+    (with axis_name): the real V where the blocks are padded (the classes from vocab_size on are
+    ignored); None: V_r times the axis size."""
     options = spec.fused_linear_logprobs(
         array_facts("hidden", hidden),
         array_facts("weight", weight),
@@ -138,7 +171,17 @@ def fused_linear_logprobs(
     if options.scale != 1.0:
         h2 = (h2 * options.scale).astype(hidden.dtype)
         bias = None if bias is None else (bias * options.scale).astype(bias.dtype)
-    out = _target_errors(target, lambda: _logprobs_jit(h2, weight, bias, target.reshape(-1), options, chunk))
+    axis = vp.check_axis_name(axis_name)
+    vocab_size = vp.check_vocab_size(vocab_size, axis, weight.shape[0])
+    if axis is not None:  # inside the caller's shard_map: no jit of our own
+        # The head's gradient is summed over the axes the tokens vary over (the transpose of this
+        # cast); hidden's over the classes' axes inside (psum).
+        varying = varying_axes(h2, target) - frozenset(axis)
+        weight, bias = vary_like(varying, weight), vary_like(varying, bias)
+        out = _logprobs(h2, weight, bias, target.reshape(-1), options, chunk, axis, vocab_size)
+    else:
+        vp.refuse_targets(target, weight, 0, weight.shape[0], options.ignore_index)
+        out = _target_errors(target, lambda: _logprobs_jit(h2, weight, bias, target.reshape(-1), options, chunk))
     got = {}
     for name, value in out.items():
         value = value.reshape(shape)

@@ -104,3 +104,106 @@ REFUSALS = [
     Refusal(J, {"chunk_size": 0}, ValueError, "chunk_size: expected None or an int >= 1, got 0"),
     Refusal(J, {"chunk_size": "8"}, TypeError, "chunk_size: expected None or an int, got str"),
 ]
+
+
+# --- the per-token form: fused_linear_jsd_per_token ----------------------------------------------
+# (TRL's ChunkedDivergenceFunction's: both heads' biases, logit scales and soft-caps, each token's
+# divergence and the student's entropy)
+
+
+@dataclass(frozen=True)
+class FusedLinearJSDPerTokenOptions:
+    beta: float = 0.5
+    temperature: float = 1.0
+    student_logit_scale: float = 1.0
+    teacher_logit_scale: float = 1.0
+    student_softcap: float | None = None
+    teacher_softcap: float | None = None
+    with_entropy: bool = False
+    chunk_size: int | None = None
+
+    @property
+    def divergence(self) -> DivergenceOptions:
+        """jsd's options, whose op_args() are the divergence kernels' scalar arguments."""
+        return DivergenceOptions("jsd", True, self.beta)
+
+    def logits(self, model: str) -> tuple[float, float | None]:
+        """(scale, cap) of the "student"'s or the "teacher"'s logits: z = cap * tanh(scale * y / cap)
+        (cap None: z = scale * y), y = hidden @ weight.T + bias, is softcap(logit_scale * y) /
+        temperature with scale = logit_scale / temperature and cap = softcap / temperature."""
+        logit_scale, softcap = getattr(self, f"{model}_logit_scale"), getattr(self, f"{model}_softcap")
+        t = self.temperature
+        return logit_scale / t, None if softcap is None else softcap / t
+
+
+def fused_linear_jsd_per_token(
+    student_hidden: tuple,
+    student_weight: tuple,
+    teacher_hidden: tuple,
+    teacher_weight: tuple,
+    student_bias: tuple | None = None,
+    teacher_bias: tuple | None = None,
+    beta=0.5,
+    temperature=1.0,
+    student_logit_scale=1.0,
+    teacher_logit_scale=1.0,
+    student_softcap=None,
+    teacher_softcap=None,
+    with_entropy=False,
+    chunk_size=None,
+) -> FusedLinearJSDPerTokenOptions:
+    """The arrays (shape, dtype) as fused_linear_jsd's (no labels), each bias None or [V] of its
+    hidden's dtype; beta, temperature and chunk_size as fused_linear_jsd's; each logit_scale a
+    finite number float32 holds, each softcap None or a finite number > 0 float32 holds (as
+    fused_linear_logprobs' logit_scale and softcap); with_entropy a bool."""
+    fused_linear_jsd(student_hidden, student_weight, teacher_hidden, teacher_weight, None, beta, temperature, -100, chunk_size)
+    for model, bias in (("student", student_bias), ("teacher", teacher_bias)):
+        if bias is not None:
+            hidden, weight = f"{model}_hidden", f"{model}_weight"
+            dtype = (student_hidden if model == "student" else teacher_hidden)[1]
+            r.float_dtype(f"{model}_bias", bias[1], (hidden, dtype))
+            r.same_shape(f"{model}_bias", bias[0], (student_weight[0][0],), f"V, the rows of {weight}")
+    for name, scale in (("student_logit_scale", student_logit_scale), ("teacher_logit_scale", teacher_logit_scale)):
+        r.number(name, scale)
+        r.float32(name, scale)
+    for name, softcap in (("student_softcap", student_softcap), ("teacher_softcap", teacher_softcap)):
+        r.number(name, softcap, low=0, low_open=True, optional=True)
+        if softcap is not None:
+            r.float32(name, softcap, positive=True)
+    r.a_bool("with_entropy", with_entropy)
+    return FusedLinearJSDPerTokenOptions(
+        beta,
+        temperature,
+        student_logit_scale,
+        teacher_logit_scale,
+        student_softcap,
+        teacher_softcap,
+        with_entropy,
+        chunk_size,
+    )
+
+
+PER_TOKEN = ("fused_linear_jsd_per_token",)
+EXAMPLES["fused_linear_jsd_per_token"] = {
+    "student_hidden": HS,
+    "student_weight": WS,
+    "teacher_hidden": HT,
+    "teacher_weight": WT,
+    "student_bias": Array((5,)),
+    "teacher_bias": Array((5,)),
+}
+# fused_linear_jsd's rules but those of labels, and the per-token form's own
+REFUSALS += [refusal._replace(ops=PER_TOKEN) for refusal in REFUSALS if not {"labels", "ignore_index"} & set(refusal.args)]
+REFUSALS += [
+    Refusal(PER_TOKEN, {"student_bias": Array((5,), "float16")}, TypeError, "student_bias: expected dtype float32 (the dtype of"),
+    Refusal(PER_TOKEN, {"teacher_bias": Array((4,))}, ValueError, "teacher_bias: expected shape (5,) (V, the rows of teacher_w"),
+    Refusal(PER_TOKEN, {"student_logit_scale": None}, TypeError, "student_logit_scale: expected a Python float, got NoneType"),
+    Refusal(
+        PER_TOKEN, {"teacher_logit_scale": float("nan")}, ValueError, "teacher_logit_scale: expected a finite number, got nan"
+    ),
+    Refusal(PER_TOKEN, {"student_logit_scale": -1e39}, ValueError, "student_logit_scale: expected a magnitude float32 can hold"),
+    Refusal(PER_TOKEN, {"teacher_softcap": "5"}, TypeError, "teacher_softcap: expected None or a Python float, got str"),
+    Refusal(PER_TOKEN, {"student_softcap": 0.0}, ValueError, "student_softcap: expected None or a finite number > 0, got 0.0"),
+    Refusal(PER_TOKEN, {"teacher_softcap": 1e-50}, ValueError, "teacher_softcap: expected a value > 0 in float32"),
+    Refusal(PER_TOKEN, {"with_entropy": 1}, TypeError, "with_entropy: expected a bool, got int"),
+]

@@ -14,7 +14,7 @@ from fuselet.torch._dtensor import install as _install_sharding  # noqa: E402
 from fuselet.torch.cross_entropy import cross_entropy  # noqa: E402
 from fuselet.torch.divergence import jsd, kl_div, tvd  # noqa: E402
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy  # noqa: E402
-from fuselet.torch.fused_linear_jsd import FusedLinearJSD, fused_linear_jsd  # noqa: E402
+from fuselet.torch.fused_linear_jsd import FusedLinearJSD, JSDPerToken, fused_linear_jsd, fused_linear_jsd_per_token  # noqa: E402
 from fuselet.torch.fused_linear_logprobs import LogProbs, fused_linear_logprobs  # noqa: E402
 from fuselet.torch.glu import clamped_swiglu, geglu, swiglu  # noqa: E402
 from fuselet.torch.losses import (  # noqa: E402
@@ -46,6 +46,8 @@ __all__ = [
     "fused_linear_cross_entropy",
     "fused_linear_grpo_loss",
     "fused_linear_jsd",
+    "fused_linear_jsd_per_token",
+    "JSDPerToken",
     "fused_linear_logprobs",
     "LogProbs",
     "fused_linear_kto_loss",

@@ -17,6 +17,8 @@ from typing import NamedTuple
 import torch
 
 from fuselet.spec import fused_linear_logprobs as spec
+from fuselet.torch import _vocab_parallel as vp
+from fuselet.torch import _vocab_parallel_logprobs as vpl
 from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import check_dtensors, rowwise, scalars, sharding
 from fuselet.torch.cross_entropy import logprobs_chunk, logprobs_chunk_grad_
@@ -182,6 +184,7 @@ def fused_linear_logprobs(
     ignore_index: int = -100,
     outputs: tuple[str, ...] = ("log_probs",),
     chunk_size: int | None = None,
+    process_group=None,
 ) -> LogProbs:
     """The log-probability of each target token under the logits
     `softcap(logit_scale * (hidden @ weight.T + bias)) / temperature` (softcap c: c * tanh(x / c)),
@@ -192,7 +195,14 @@ def fused_linear_logprobs(
     the target is ignore_index. chunk_size: tokens per chunk (None: chunk_size_for(N, H, V)).
 
     hidden and bias are multiplied by logit_scale / temperature before the matmul (no [tokens, V]
-    copy), which rounds them once to their dtype where it is not float32."""
+    copy), which rounds them once to their dtype where it is not float32.
+
+    Vocab-parallel (docs/tensor_parallel.md): with `process_group`, weight [V_r, H] and bias [V_r]
+    are this rank's rows of the classes [offset_r, offset_r + V_r) (sizes may differ per rank),
+    hidden and target (global class ids) alike on every rank; the outputs are the whole head's,
+    alike on every rank, hidden's gradient whole, the head's this rank's rows. Every rank of the
+    group calls it (and runs the backward) with the same options. A DTensor head Shard(0) over a
+    mesh dim is taken the same way, over that dim's group, without gathering it."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
         check_dense(name, t, optional=name == "bias")
     options = spec.fused_linear_logprobs(
@@ -208,15 +218,20 @@ def fused_linear_logprobs(
         chunk_size=chunk_size,
     )
     check_same_device("hidden", hidden, weight=weight, bias=bias, target=target)
+    vp.check_group(process_group)
     check_dtensors(hidden=hidden, weight=weight, bias=bias, target=target)
+    vocab_dim = vpl.vocab_dim(weight)
     shape, h_dim = target.shape, hidden.shape[-1]
     h2 = hidden.reshape(-1, h_dim)
     if options.scale != 1.0:
         h2, bias = h2 * options.scale, None if bias is None else bias * options.scale
     h2, weight = h2.contiguous(), weight.contiguous()
     bias = None if bias is None else bias.contiguous()
-    log_probs, _lse, *rest = _fwd(h2, weight, bias, target.reshape(-1).contiguous(), *options.op_args())
-    values = {"log_probs": log_probs, **dict(zip(spec.OUTPUTS[1:], rest))}
+    if process_group is not None or vocab_dim is not None:  # the head's rows sharded: kept so
+        values = vpl.fused_linear_logprobs(h2, weight, bias, target.reshape(-1).contiguous(), options, process_group, vocab_dim)
+    else:
+        log_probs, _lse, *rest = _fwd(h2, weight, bias, target.reshape(-1).contiguous(), *options.op_args())
+        values = {"log_probs": log_probs, **dict(zip(spec.OUTPUTS[1:], rest))}
     got = {}
     for name, value in values.items():
         if name in options.outputs:

@@ -74,21 +74,32 @@ def _shape(t):
     return None if t is None else tuple(t.shape)
 
 
-def _logps(hidden, weight, bias, target, ignore_index, chunk_size):
-    """log p(target) per token, [sequences, T] float32 (0 where target is ignore_index)."""
+def _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group=None):
+    """log p(target) per token, [sequences, T] float32 (0 where target is ignore_index); with
+    process_group, weight and bias this rank's rows of the head (vocab-parallel)."""
     return -fused_linear_cross_entropy(
-        hidden, weight, target, bias=bias, ignore_index=ignore_index, reduction="none", chunk_size=chunk_size
+        hidden,
+        weight,
+        target,
+        bias=bias,
+        ignore_index=ignore_index,
+        reduction="none",
+        chunk_size=chunk_size,
+        process_group=process_group,
     )
 
 
-def _policy_and_reference(hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size):
+def _policy_and_reference(
+    hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size, process_group=None
+):
     """(logp, ref_logp, mask): the policy's per-token log-probabilities, the reference model's
-    under no_grad (None without one), and 1.0 where a token counts."""
-    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+    under no_grad (None without one), and 1.0 where a token counts. With process_group, both
+    heads (and biases) are this rank's rows of the classes."""
+    logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group)
     ref_logp = None
     if ref_hidden is not None:
         with torch.no_grad():
-            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size)
+            ref_logp = _logps(ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size, process_group)
     return logp, ref_logp, (target != ignore_index).to(torch.float32)
 
 
@@ -114,6 +125,7 @@ def fused_linear_preference_loss(
     use_weighting: bool = False,
     ignore_index: int = -100,
     chunk_size: int | None = None,
+    process_group=None,
 ) -> torch.Tensor:
     """A preference loss of the policy's hidden [2B, T, H] (B chosen sequences, then B rejected:
     TRL's concatenated layout) through the head weight [V, H] (and bias), target [2B, T] aligned
@@ -134,7 +146,9 @@ def fused_linear_preference_loss(
       ("reverse_kl"; "forward_kl", "js_divergence", "alpha_divergence" with
       f_alpha_divergence_coef, for dpo, sigmoid, sigmoid_norm, hinge, ipo, exo_pair, robust,
       discopop, sft); discopop_tau. use_weighting (WPO) is refused: its weights need each
-      token's sum of squared probabilities, from logits never formed here."""
+      token's sum of squared probabilities, from logits never formed here.
+    - process_group: vocab-parallel (docs/tensor_parallel.md): weight, bias, ref_weight and
+      ref_bias are this rank's rows of the classes, the other tensors alike on every rank."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("ref_hidden", ref_hidden), ("ref_weight", ref_weight), ("ref_bias", ref_bias)):
@@ -161,7 +175,7 @@ def fused_linear_preference_loss(
         hidden=hidden, weight=weight, bias=bias, target=target, ref_hidden=ref_hidden, ref_weight=ref_weight, ref_bias=ref_bias
     )
     logp, ref_logp, mask = _policy_and_reference(
-        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
+        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size, process_group
     )
     return _losses.preference_loss(_Torch, logp, mask, ref_logp, options)
 
@@ -182,6 +196,7 @@ def fused_linear_kto_loss(
     undesirable_weight: float = 1.0,
     ignore_index: int = -100,
     chunk_size: int | None = None,
+    process_group=None,
 ) -> torch.Tensor:
     """KTO's loss of unpaired examples: hidden [B, T, H] through the head weight [V, H] (and bias),
     target [B, T] aligned with hidden (target[t] labels position t; ignore_index drops it),
@@ -193,7 +208,9 @@ def fused_linear_kto_loss(
     if not; the float32 scalar loss is their mean over the B sequences. This matches TRL's
     KTOTrainer with loss_type="kto" (its per-sequence losses, weights and mean; TRL computes the KL
     estimate and clamps it at 0, the caller does here) and Liger-Kernel's LigerFusedLinearKTOLoss
-    (average_log_prob=False), which has no weights (both 1)."""
+    (average_log_prob=False), which has no weights (both 1). process_group: vocab-parallel
+    (docs/tensor_parallel.md): weight, bias, ref_weight and ref_bias are this rank's rows of the
+    classes, the other tensors alike on every rank."""
     for name, t in (
         ("hidden", hidden),
         ("weight", weight),
@@ -239,7 +256,7 @@ def fused_linear_kto_loss(
         ref_bias=ref_bias,
     )
     logp, ref_logp, mask = _policy_and_reference(
-        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size
+        hidden, weight, bias, ref_hidden, ref_weight, ref_bias, target, ignore_index, chunk_size, process_group
     )
     if kl_tensor is not None:
         kl = kl_tensor.detach().to(torch.float32)
@@ -276,6 +293,7 @@ def fused_linear_grpo_loss(
     entropy_coef: float = 0.0,
     return_per_token: bool = False,
     chunk_size: int | None = None,
+    process_group=None,
 ) -> torch.Tensor | tuple[torch.Tensor, LogProbs]:
     """GRPO's policy loss of hidden [B, T, H] through the head weight [V, H] (and bias), target
     [B, T] (the completion tokens; ignore_index drops a position), advantages [B]; old_logps [B, T]
@@ -310,7 +328,10 @@ def fused_linear_grpo_loss(
 
     TRL's GRPOConfig defaults that differ: loss_type "dapo", beta 0.0, use_bias_correction_kl True.
     Not here: vLLM's importance sampling correction, the off-policy mask, the adaptive entropy
-    coefficient (a trainer's state: pass its current entropy_coef). The float32 scalar loss."""
+    coefficient (a trainer's state: pass its current entropy_coef). The float32 scalar loss.
+    process_group: vocab-parallel (docs/tensor_parallel.md): weight and bias are this rank's rows of
+    the classes, the other tensors alike on every rank (the entropies too: fused_linear_logprobs'
+    vocab-parallel path)."""
     for name, t in (("hidden", hidden), ("weight", weight), ("bias", bias), ("target", target), ("advantages", advantages)):
         check_dense(name, t, optional=name == "bias")
     for name, t in (("old_logps", old_logps), ("ref_logps", ref_logps)):
@@ -358,12 +379,13 @@ def fused_linear_grpo_loss(
             ignore_index=ignore_index,
             outputs=("entropy",),
             chunk_size=chunk_size,
+            process_group=process_group,
         )[:2]
     else:
         if options.temperature != 1.0:  # (hidden / t) @ weight.T + bias / t: the logits / t, no [tokens, V] copy
             hidden = hidden / options.temperature
             bias = None if bias is None else bias / options.temperature
-        logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size)
+        logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group)
     mask = (target != ignore_index).to(torch.float32)
     as32 = [None if t is None else t.detach().to(torch.float32) for t in (advantages, old_logps, ref_logps)]
     if items is not None:
@@ -373,8 +395,9 @@ def fused_linear_grpo_loss(
 
 
 class FusedLinearPreferenceLoss(torch.nn.Module):
-    """fused_linear_preference_loss as a module: the options at construction, the tensors per call
-    (forward(hidden, weight, target, bias=None, ref_hidden=None, ref_weight=None, ref_bias=None))."""
+    """fused_linear_preference_loss as a module: the options (process_group included) at
+    construction, the tensors per call (forward(hidden, weight, target, bias=None, ref_hidden=None,
+    ref_weight=None, ref_bias=None))."""
 
     def __init__(self, loss: str | list[str] = "dpo", **options):
         super().__init__()
@@ -400,7 +423,7 @@ class FusedLinearPreferenceLoss(torch.nn.Module):
 
 class FusedLinearKTOLoss(torch.nn.Module):
     """fused_linear_kto_loss as a module: the options (beta, desirable_weight, undesirable_weight,
-    ignore_index, chunk_size) at construction, the tensors and the KL estimate per call
+    ignore_index, chunk_size, process_group) at construction, the tensors and the KL estimate per call
     (forward(hidden, weight, target, preference_labels, bias=None, ref_hidden=None,
     ref_weight=None, ref_bias=None, kl=None))."""
 
@@ -433,9 +456,9 @@ class FusedLinearKTOLoss(torch.nn.Module):
 
 
 class FusedLinearGRPOLoss(torch.nn.Module):
-    """fused_linear_grpo_loss as a module: the options at construction, the tensors per call
-    (forward(hidden, weight, target, advantages, old_logps=None, ref_logps=None, bias=None,
-    num_items_in_batch=None))."""
+    """fused_linear_grpo_loss as a module: the options (process_group included) at construction,
+    the tensors per call (forward(hidden, weight, target, advantages, old_logps=None,
+    ref_logps=None, bias=None, num_items_in_batch=None))."""
 
     def __init__(self, **options):
         super().__init__()
@@ -470,4 +493,11 @@ _PREFERENCE_OPTIONS = (
     "discopop_tau",
     "use_weighting",
 )
-_KTO_OPTIONS = {"beta": 0.1, "desirable_weight": 1.0, "undesirable_weight": 1.0, "ignore_index": -100, "chunk_size": None}
+_KTO_OPTIONS = {
+    "beta": 0.1,
+    "desirable_weight": 1.0,
+    "undesirable_weight": 1.0,
+    "ignore_index": -100,
+    "chunk_size": None,
+    "process_group": None,
+}
