@@ -21,7 +21,9 @@ entropy, as TRL's DistillationTrainer takes them; the loss their mean). Each (me
 child process of its own that builds the inputs and runs one warm-up step, then measures the
 peak (torch on the CPU: the resident set's peak, glibc mapping each allocation of 128 KiB or
 more on its own; JAX: XLA's buffer assignment of the compiled step) or the median time of
---steps steps. Tables give medians over --processes children with the spread (min-max).
+--steps steps. Tables give medians over --processes children with the spread (min-max). The
+JAX step takes every array as an argument of its jit: closed over, they were constants, and XLA
+computed the reference / teacher model's logits while compiling, out of the step's time and peak.
 
     python benchmarks/bench_losses.py [--loss dpo|cpo|simpo|orpo|kto|grpo|grpo_entropy|logprobs|jsd|jsd_per_token]
         [--dtype bfloat16] [--tokens N --hidden H --vocab V]
@@ -241,7 +243,7 @@ def _torch_step(loss, method, dtype, n, h, v):
             reference = dict(ref_input=ref_hidden, ref_weight=ref_weight) if loss == "dpo" else {}
             out = liger_fn(b, a, target, **reference)
         elif loss == "kto":
-            out = liger_fn(a, b, target, labels, ref_input=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
+            out = liger_fn(a, b, target, preference_labels=labels, ref_input=ref_hidden, ref_weight=ref_weight, kl=x["kl"])
         elif loss == "grpo":
             mask = torch.ones_like(target)
             out = liger_fn(a, b, target, mask, x["advantages"], ref_per_token_logps=x["ref"], old_per_token_logps=x["old"])
@@ -276,116 +278,127 @@ def _jax_step(loss, method, dtype, n, h, v):
     weight = (jax.random.normal(k[1], (v, h)) * h**-0.5).astype(dtype)
     ref_hidden = (jax.random.normal(k[2], (SEQUENCES, t, h)) * 0.5).astype(dtype)
     ref_weight = (jax.random.normal(k[3], (v, h)) * h**-0.5).astype(dtype)
-    target = jax.random.randint(k[4], (SEQUENCES, t), 0, v)
-    advantages = jax.random.normal(k[5], (SEQUENCES,))
-    old, ref = -jax.random.uniform(k[6], (SEQUENCES, t)) * 10, -jax.random.uniform(k[7], (SEQUENCES, t)) * 10
-    labels, kl = jnp.asarray([True, False] * (SEQUENCES // 2)), jnp.float32(0.5)
-    b2 = SEQUENCES // 2
+    others = dict(  # jit arguments (see the module's docstring)
+        target=jax.random.randint(k[4], (SEQUENCES, t), 0, v),
+        advantages=jax.random.normal(k[5], (SEQUENCES,)),
+        old=-jax.random.uniform(k[6], (SEQUENCES, t)) * 10,
+        ref=-jax.random.uniform(k[7], (SEQUENCES, t)) * 10,
+        labels=jnp.asarray([True, False] * (SEQUENCES // 2)),
+        kl=jnp.float32(0.5),
+        ref_hidden=ref_hidden,
+        ref_weight=ref_weight,
+    )
 
-    def logps(hid, w):
-        logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
-        return jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
+    def loss_fn(hidden, weight, x):
+        """The method's loss of (hidden, weight) over the case's other arrays x."""
+        ref_hidden, ref_weight, target, labels, kl = (x[k] for k in ("ref_hidden", "ref_weight", "target", "labels", "kl"))
+        advantages, old, ref = x["advantages"], x["old"], x["ref"]
+        b2 = SEQUENCES // 2
 
-    def logp_entropy(hid, w):
-        logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
-        return jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0], -(jnp.exp(logp) * logp).sum(-1)
+        def logps(hid, w):
+            logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
+            return jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
 
-    def unfused_dpo(hidden, weight):
-        rs = jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
-        s = logps(hidden, weight).sum(-1)
-        return -jax.nn.log_sigmoid(0.1 * ((s[:b2] - rs[:b2]) - (s[b2:] - rs[b2:]))).mean()
+        def logp_entropy(hid, w):
+            logp = jax.nn.log_softmax((hid @ w.T).astype(jnp.float32), axis=-1)
+            return jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0], -(jnp.exp(logp) * logp).sum(-1)
 
-    def unfused_cpo(hidden, weight):
-        lp = logps(hidden, weight)
-        s = lp.sum(-1)
-        return -jax.nn.log_sigmoid(0.1 * (s[:b2] - s[b2:])).mean() - lp[:b2].mean()
+        def unfused_dpo(hidden, weight):
+            rs = jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
+            s = logps(hidden, weight).sum(-1)
+            return -jax.nn.log_sigmoid(0.1 * ((s[:b2] - rs[:b2]) - (s[b2:] - rs[b2:]))).mean()
 
-    def unfused_simpo(hidden, weight):
-        s = logps(hidden, weight).mean(-1)
-        return -jax.nn.log_sigmoid(0.1 * (s[:b2] - s[b2:]) - 0.5).mean()
+        def unfused_cpo(hidden, weight):
+            lp = logps(hidden, weight)
+            s = lp.sum(-1)
+            return -jax.nn.log_sigmoid(0.1 * (s[:b2] - s[b2:])).mean() - lp[:b2].mean()
 
-    def unfused_orpo(hidden, weight):
-        lp = logps(hidden, weight)
-        c, r = lp.mean(-1)[:b2], lp.mean(-1)[b2:]
-        log_odds = (c - r) - (jnp.log1p(-jnp.exp(c)) - jnp.log1p(-jnp.exp(r)))
-        return -lp[:b2].mean() - 0.1 * jax.nn.log_sigmoid(log_odds).mean()
+        def unfused_simpo(hidden, weight):
+            s = logps(hidden, weight).mean(-1)
+            return -jax.nn.log_sigmoid(0.1 * (s[:b2] - s[b2:]) - 0.5).mean()
 
-    def unfused_kto(hidden, weight):
-        r = logps(hidden, weight).sum(-1) - jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
-        return jnp.where(labels, 1 - jax.nn.sigmoid(0.1 * (r - kl)), 1 - jax.nn.sigmoid(0.1 * (kl - r))).mean()
+        def unfused_orpo(hidden, weight):
+            lp = logps(hidden, weight)
+            c, r = lp.mean(-1)[:b2], lp.mean(-1)[b2:]
+            log_odds = (c - r) - (jnp.log1p(-jnp.exp(c)) - jnp.log1p(-jnp.exp(r)))
+            return -lp[:b2].mean() - 0.1 * jax.nn.log_sigmoid(log_odds).mean()
 
-    def unfused_grpo(hidden, weight):
-        lp = logps(hidden, weight)
-        ratio = jnp.exp(lp - old)
-        a = advantages[:, None]
-        per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
-        return per_token.mean(-1).mean()
+        def unfused_kto(hidden, weight):
+            r = logps(hidden, weight).sum(-1) - jax.lax.stop_gradient(logps(ref_hidden, ref_weight)).sum(-1)
+            return jnp.where(labels, 1 - jax.nn.sigmoid(0.1 * (r - kl)), 1 - jax.nn.sigmoid(0.1 * (kl - r))).mean()
 
-    def unfused_grpo_entropy(hidden, weight):
-        lp, entropy = logp_entropy(hidden, weight)
-        fixed = jax.lax.stop_gradient(entropy)
-        keep = (fixed >= jnp.quantile(fixed.reshape(-1), 0.8)).astype(lp.dtype)
-        ratio = jnp.exp(lp - old)
-        a = advantages[:, None]
-        per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) * keep
-        per_token = per_token + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
-        return per_token.mean(-1).mean() - 0.01 * (entropy * keep).sum() / jnp.maximum(keep.sum(), 1)
+        def unfused_grpo(hidden, weight):
+            lp = logps(hidden, weight)
+            ratio = jnp.exp(lp - old)
+            a = advantages[:, None]
+            per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
+            return per_token.mean(-1).mean()
 
-    def unfused_logprobs(hidden, weight):
-        lp, entropy = logp_entropy(hidden, weight)
-        return -lp.mean() - 0.01 * entropy.mean()
+        def unfused_grpo_entropy(hidden, weight):
+            lp, entropy = logp_entropy(hidden, weight)
+            fixed = jax.lax.stop_gradient(entropy)
+            keep = (fixed >= jnp.quantile(fixed.reshape(-1), 0.8)).astype(lp.dtype)
+            ratio = jnp.exp(lp - old)
+            a = advantages[:, None]
+            per_token = -jnp.minimum(ratio * a, jnp.clip(ratio, 0.8, 1.2) * a) * keep
+            per_token = per_token + 0.04 * (jnp.exp(ref - lp) - (ref - lp) - 1)
+            return per_token.mean(-1).mean() - 0.01 * (entropy * keep).sum() / jnp.maximum(keep.sum(), 1)
 
-    def unfused_jsd(hidden, weight, beta=0.5):
-        t = jax.lax.stop_gradient(jax.nn.log_softmax((ref_hidden @ ref_weight.T).astype(jnp.float32), axis=-1))
-        s = jax.nn.log_softmax((hidden @ weight.T).astype(jnp.float32), axis=-1)
-        mix = jnp.logaddexp(s + math.log(1 - beta), t + math.log(beta))
-        return jnp.mean(jnp.sum(beta * jnp.exp(t) * (t - mix) + (1 - beta) * jnp.exp(s) * (s - mix), -1))
+        def unfused_logprobs(hidden, weight):
+            lp, entropy = logp_entropy(hidden, weight)
+            return -lp.mean() - 0.01 * entropy.mean()
 
-    def fused(a, b):
-        if loss in ("dpo", "cpo", "simpo", "orpo"):
-            reference = dict(ref_hidden=ref_hidden, ref_weight=ref_weight) if loss == "dpo" else {}
-            return fj.fused_linear_preference_loss(a, b, target, loss=loss, **reference)
-        if loss == "kto":
-            return fj.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl)
-        if loss.startswith("grpo"):
-            entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo_entropy" else {}
-            return fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref, **entropy)
-        if loss == "logprobs":
-            out = fj.fused_linear_logprobs(a, b, target, outputs=("log_probs", "entropy"))
-            return -out.log_probs.mean() - 0.01 * out.entropy.mean()
-        if loss == "jsd_per_token":
-            return fj.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
-        return fj.fused_linear_jsd(a, b, ref_hidden, ref_weight)
+        def unfused_jsd(hidden, weight, beta=0.5):
+            t = jax.lax.stop_gradient(jax.nn.log_softmax((ref_hidden @ ref_weight.T).astype(jnp.float32), axis=-1))
+            s = jax.nn.log_softmax((hidden @ weight.T).astype(jnp.float32), axis=-1)
+            mix = jnp.logaddexp(s + math.log(1 - beta), t + math.log(beta))
+            return jnp.mean(jnp.sum(beta * jnp.exp(t) * (t - mix) + (1 - beta) * jnp.exp(s) * (s - mix), -1))
 
-    unfused = {
-        "dpo": unfused_dpo,
-        "cpo": unfused_cpo,
-        "simpo": unfused_simpo,
-        "orpo": unfused_orpo,
-        "kto": unfused_kto,
-        "grpo": unfused_grpo,
-        "grpo_entropy": unfused_grpo_entropy,
-        "logprobs": unfused_logprobs,
-        "jsd": unfused_jsd,
-        "jsd_per_token": unfused_jsd,
-    }[loss]
-    loss_fn = fused if method == "fuselet.jax" else unfused
+        def fused(a, b):
+            if loss in ("dpo", "cpo", "simpo", "orpo"):
+                reference = dict(ref_hidden=ref_hidden, ref_weight=ref_weight) if loss == "dpo" else {}
+                return fj.fused_linear_preference_loss(a, b, target, loss=loss, **reference)
+            if loss == "kto":
+                return fj.fused_linear_kto_loss(a, b, target, labels, ref_hidden=ref_hidden, ref_weight=ref_weight, kl=kl)
+            if loss.startswith("grpo"):
+                entropy = dict(top_entropy_quantile=0.2, entropy_coef=0.01) if loss == "grpo_entropy" else {}
+                return fj.fused_linear_grpo_loss(a, b, target, advantages, old_logps=old, ref_logps=ref, **entropy)
+            if loss == "logprobs":
+                out = fj.fused_linear_logprobs(a, b, target, outputs=("log_probs", "entropy"))
+                return -out.log_probs.mean() - 0.01 * out.entropy.mean()
+            if loss == "jsd_per_token":
+                return fj.fused_linear_jsd_per_token(a, b, ref_hidden, ref_weight, with_entropy=True).divergence.mean()
+            return fj.fused_linear_jsd(a, b, ref_hidden, ref_weight)
+
+        unfused = {
+            "dpo": unfused_dpo,
+            "cpo": unfused_cpo,
+            "simpo": unfused_simpo,
+            "orpo": unfused_orpo,
+            "kto": unfused_kto,
+            "grpo": unfused_grpo,
+            "grpo_entropy": unfused_grpo_entropy,
+            "logprobs": unfused_logprobs,
+            "jsd": unfused_jsd,
+            "jsd_per_token": unfused_jsd,
+        }[loss]
+        return (fused if method == "fuselet.jax" else unfused)(hidden, weight)
+
     grad = jax.jit(jax.value_and_grad(loss_fn, argnums=(0, 1)))
 
     def step():
-        value, grads = grad(hidden, weight)
+        value, grads = grad(hidden, weight, others)
         jax.block_until_ready(grads)
         return float(value)
 
     def peak(fn):
-        stats = grad.lower(hidden, weight).compile().memory_analysis()
+        stats = grad.lower(hidden, weight, others).compile().memory_analysis()
         return stats.temp_size_in_bytes + stats.output_size_in_bytes
 
     def reference():  # the same arrays in float64, through torch's reference
         import torch
 
-        arrays = dict(hidden=hidden, weight=weight, ref_hidden=ref_hidden, ref_weight=ref_weight, target=target)
-        arrays.update(advantages=advantages, old=old, ref=ref, labels=labels, kl=kl)
+        arrays = dict(others, hidden=hidden, weight=weight)
         as_np = {key: np.asarray(a) for key, a in arrays.items()}  # float64 without jax's x64 mode
         x = {key: torch.from_numpy(a.astype(np.float64) if a.dtype.kind in "fV" else a.copy()) for key, a in as_np.items()}
         x["target"] = x["target"].long()

@@ -8,7 +8,9 @@
 #   scripts/lock.sh --check      fail naming each lock not made from its requirements file as it is
 # Each lock's first line records the sha256 of the requirements file it was made from.
 source "$(dirname "$0")/env.sh"
-names=(dev stable-abi cuda)
+names=(dev stable-abi cuda bench)
+# bench (scripts/bench.sh) is installed with --no-deps beside .venv: its lock holds its own packages only
+no_deps() { [[ "$1" == bench ]]; }
 sha() { sha256sum "$1" | cut -d' ' -f1; }
 if [[ "${1:-}" == --check ]]; then
   stale=0
@@ -36,11 +38,13 @@ for name in "${names[@]}"; do
   done
   body="$(mktemp)"
   [[ -f "$ROOT/$lock" ]] && tail -n +2 "$ROOT/$lock" >"$body"
+  deps=()
+  no_deps "$name" && deps=(--no-deps)
   (cd "$ROOT" && UV_NATIVE_TLS=1 "$tool/bin/uv" pip compile --quiet "$txt" --generate-hashes --python-version 3.11 \
     --python-platform x86_64-manylinux_2_28 --index-strategy unsafe-best-match --no-header "${links[@]}" \
-    "${upgrade[@]}" -o "$body")
+    "${upgrade[@]}" "${deps[@]}" -o "$body")
   { echo "# from $txt sha256 $(sha "$ROOT/$txt")"
-    echo "# made by scripts/lock.sh (make lock) with uv; install: scripts/bootstrap.sh"
+    echo "# made by scripts/lock.sh (make lock) with uv; install: scripts/$(no_deps "$name" && echo bench || echo bootstrap).sh"
     grep -v '^# made by scripts/lock.sh' "$body"; } >"$ROOT/$lock"
   rm -f "$body"
 done

@@ -11,6 +11,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# How many times a compiled chunk loop holds one chunk's steps (and collectives): the first
+# chunk's, taken before the scan (the accumulators start as its products), and the scan body's.
+CHUNK_COPIES = 2
+
 
 def run_on_8_cpu_devices(module: str) -> dict:
     """`python -m module` with 8 forced CPU devices; its last stdout line, parsed."""

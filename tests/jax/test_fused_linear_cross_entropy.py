@@ -173,3 +173,61 @@ def test_axis_name_on_one_device(reduction):
         g = g if name == "hidden" else g[: v - 3]
         assert not np.any(np.isnan(np.asarray(g))), name
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-6, err_msg=f"d{name}")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_logits_are_xla_matmuls(dtype):
+    """A 16-bit head on the CPU: the chunk loop's matmuls take the weight in float32, converted once,
+    as XLA's own 16-bit matmuls compute: each token's loss is exactly cross_entropy of the logits
+    hidden @ weight.T + bias that jnp gives."""
+    kw = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 10.0, "reduction": "none"}
+    hidden, weight, bias, target = inputs(n=300, h=64, v=1000, dtype=dtype)
+    ours = fj.fused_linear_cross_entropy(hidden, weight, target, bias=bias, chunk_size=16, **kw)
+    unfused = jax.jit(lambda h, w, b: fj.cross_entropy(h @ w.T + b, target, **kw))(hidden, weight, bias)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(unfused))
+
+
+def _step_temp_bytes(loss, dtype, n=128, h=1024, v=4096):
+    """XLA's temporary bytes (buffer assignment, CPU) of a jitted value_and_grad of
+    loss(hidden, weight, target, teacher_hidden, teacher_weight) over hidden and the weight, on
+    hidden [n, h] and weights [v, h]: what the step holds beyond its inputs and outputs."""
+    cpu = jax.devices("cpu")[0]
+    arrays = [jax.device_put(jnp.zeros(s, dtype), cpu) for s in ((n, h), (v, h), (n, h), (v, h))]
+    arrays.insert(2, jax.device_put(jnp.zeros((n,), jnp.int32), cpu))
+    step = jax.jit(jax.value_and_grad(lambda *a: jnp.sum(loss(*a)), argnums=(0, 1)))
+    return step.lower(*arrays).compile().memory_analysis().temp_size_in_bytes
+
+
+# the chunk loops: (the 16-bit heads converted for the matmuls, loss(hidden, weight, target, teacher_hidden, teacher_weight))
+LOOPS = {
+    "mean": (1, lambda h, w, t, *_: fj.fused_linear_cross_entropy(h, w, t, chunk_size=16)),
+    "none": (1, lambda h, w, t, *_: fj.fused_linear_cross_entropy(h, w, t, reduction="none", chunk_size=16)),
+    "logprobs": (1, lambda h, w, t, *_: fj.fused_linear_logprobs(h, w, t, outputs=("entropy",), chunk_size=16).entropy),
+    "jsd": (2, lambda h, w, t, ht, wt: fj.fused_linear_jsd(h, w, ht, wt, chunk_size=16)),
+    # the reference model's loop (its head's float32 copy) runs before the backward's accumulators exist
+    "dpo": (
+        1,
+        lambda h, w, t, ht, wt: fj.fused_linear_preference_loss(
+            _seqs(h), w, _seqs(t), ref_hidden=_seqs(ht), ref_weight=wt, chunk_size=16
+        ),
+    ),
+}
+
+
+def _seqs(a):
+    """Tokens [n, ...] as one chosen and one rejected sequence [2, n / 2, ...]."""
+    return a.reshape(2, -1, *a.shape[1:])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("loop", LOOPS)
+def test_chunk_loop_keeps_no_head_sized_temporaries(loop, dtype):
+    """A training step's temporaries, in units of a float32 head [V, H] (V H large beside a chunk's
+    logits): the dweight accumulator is the step's output, and each chunk's share is added a block
+    of rows at a time (no [V, H] product per chunk); with 16-bit heads, the float32 dweight
+    accumulator and one float32 copy of each head (fused_linear_jsd: the teacher's too), where
+    XLA's own conversion would keep two copies of each for the loop (with the product, 4 heads
+    for one)."""
+    heads, loss = LOOPS[loop]
+    allowed = (0 if dtype == "float32" else heads + 1) + 0.25  # + a block's product and the chunk-sized buffers
+    assert _step_temp_bytes(loss, dtype) / (4096 * 1024 * 4) <= allowed

@@ -39,32 +39,106 @@ from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
 
 def _over_chunks(body, carry, arrays, chunk):
-    """body(carry, xs) -> (carry, ys) over the tokens (leading dim of `arrays`) chunk by chunk: a
-    lax.scan over the whole chunks, then one call on the remainder (no padding); the ys of every
-    chunk concatenated over the tokens."""
+    """body(carry, xs) -> (carry, ys) over the tokens (leading dim of `arrays`) chunk by chunk: the
+    first chunk, a lax.scan over the whole chunks after it, then one call on the remainder (no
+    padding); the ys of every chunk concatenated over the tokens.
+
+    carry: the first carry, or a function that gives zeros of it (accumulators): these start as
+    the first chunk's body(None, xs) instead (its products), made where the loop starts. Zeros
+    made beforehand depend on nothing, and XLA makes them as early as it likes, e.g. before an
+    earlier loop of the step (a reference model's) whose float32 head they then share the peak
+    with. Where the token count is a symbolic dim (jax.export), whose scan after a first chunk
+    might be empty, the scan takes every whole chunk from the zeros. Every loop takes its chunks
+    alike, a forward's and its backward's (XLA may fold a conversion differently inside a scan
+    than outside it)."""
     n = arrays[0].shape[0]
-    full = n // chunk * chunk
-    parts = []
-    if full:
-        xs = tuple(a[:full].reshape(full // chunk, chunk, *a.shape[1:]) for a in arrays)
+    parts, first = [], 0
+    if isinstance(n, int):
+        first = min(chunk, n)
+        carry, ys = body(None if callable(carry) else carry, tuple(a[:first] for a in arrays))
+        parts.append(ys)
+    elif callable(carry):
+        carry = carry()
+    whole = (n - first) // chunk
+    full = first + whole * chunk
+    if whole:
+        xs = tuple(a[first:full].reshape(whole, chunk, *a.shape[1:]) for a in arrays)
         carry, ys = jax.lax.scan(body, carry, xs)
-        parts.append(tuple(y.reshape(full, *y.shape[2:]) for y in ys))
-    if full < n or n == 0:
+        parts.append(tuple(y.reshape(whole * chunk, *y.shape[2:]) for y in ys))
+    if full < n or not parts:
         carry, ys = body(carry, tuple(a[full:] for a in arrays))
         parts.append(ys)
     return carry, tuple(jnp.concatenate(p) if len(p) > 1 else p[0] for p in zip(*parts))
 
 
+# --- the head's matmuls in the chunk loop ----------------------------------------------------
+# What XLA's CPU backend would keep across the loop, [V, H] float32 each: it computes a 16-bit
+# matmul in float32, converting its operands first; the weight being the same in every chunk,
+# it hoists that conversion out of the loop and keeps two float32 copies of the weight for the
+# whole loop (a transposed one for hidden @ weight.T, one for dlogits @ weight); and it adds
+# each chunk's dlogits.T @ hidden to the dweight accumulator as a new [V, H] product. So the
+# loop takes the weight as its matmuls do (_with_heads: on the CPU one float32 copy, made once),
+# and adds to the accumulator a block of its rows at a time, in place (_add_dweight).
+
+# the dweight accumulator gets each chunk's share in this many blocks of rows (at most)
+DWEIGHT_BLOCKS = 8
+
+
+def _with_heads(fn, *weights):
+    """fn(*weights), each weight as the chunk loop's matmuls take it: where the loop runs on the
+    CPU a bfloat16 / float16 weight converted to float32 once, before the loop (XLA's CPU matmuls
+    compute in float32: the products are the same; one [V, H] float32 copy where XLA's own
+    conversion keeps two), elsewhere (a GPU's 16-bit matmuls) as it is. _logits and _dhidden
+    take them."""
+    if all(w.dtype.itemsize > 2 for w in weights):
+        return fn(*weights)
+    widened = lambda *ws: fn(*(w.astype(jnp.float32) if w.dtype.itemsize <= 2 else w for w in ws))  # noqa: E731
+    return jax.lax.platform_dependent(*weights, cpu=widened, default=fn)
+
+
 def _logits(h, w, b):
-    logits = jnp.dot(h, w.T)
+    """A chunk's logits [n, V] in hidden's dtype; w as _with_heads gives it."""
+    logits = jnp.dot(h.astype(w.dtype), w.T).astype(h.dtype)
     return logits if b is None else logits + b
 
 
-def _accumulate(carry, dl, h):
-    """(dweight, dbias) float32 accumulators plus one chunk's share."""
-    dw, db = carry
-    dw = dw + jnp.dot(dl.T, h, preferred_element_type=jnp.float32)
-    return dw, None if db is None else db + jnp.sum(dl, axis=0, dtype=jnp.float32)
+def _dhidden(dl, w):
+    """dlogits @ weight in dlogits' dtype; w as _with_heads gives it."""
+    return jnp.dot(dl.astype(w.dtype), w).astype(dl.dtype)
+
+
+def _add_dweight(dw, dl, h):
+    """dw + dl.T @ h (float32 [V, H]; dw None: the product alone), in place: DWEIGHT_BLOCKS
+    blocks of dw's rows in a fori_loop, each block's product added to its rows by a
+    dynamic_update_slice (which XLA does in the accumulator's buffer), so that only one block's
+    product [V / DWEIGHT_BLOCKS, H] exists beside dw. The last block may overlap the one before
+    it (V not a multiple of the block): its columns of dl already added are zeroed."""
+    if dw is None:
+        return jnp.dot(dl.T, h, preferred_element_type=jnp.float32)
+    v = dw.shape[0]
+    rows = -(-v // DWEIGHT_BLOCKS) if v else 0
+    if rows == 0 or rows == v:
+        return dw + jnp.dot(dl.T, h, preferred_element_type=jnp.float32)
+
+    def block(j, dw):
+        start = j * rows
+        first = jnp.minimum(start, v - rows)  # where dynamic_slice puts the block
+        d = jax.lax.dynamic_slice_in_dim(dl, first, rows, 1)
+        if v % rows:
+            d = jnp.where(first + jnp.arange(rows) >= start, d, jnp.zeros((), d.dtype))
+        part = jax.lax.dynamic_slice_in_dim(dw, first, rows, 0) + jnp.dot(d.T, h, preferred_element_type=jnp.float32)
+        return jax.lax.dynamic_update_slice_in_dim(dw, part, first, 0)
+
+    return jax.lax.fori_loop(0, -(-v // rows), block, dw)
+
+
+def _accumulate(carry, dl, h, b=None):
+    """(dweight, dbias) float32 accumulators plus one chunk's share; carry None (_over_chunks'
+    first chunk): that share, dbias where there is a bias b."""
+    dw, db = (None, None) if carry is None else carry
+    if carry is None and b is not None:
+        return _add_dweight(None, dl, h), jnp.sum(dl, axis=0, dtype=jnp.float32)
+    return _add_dweight(dw, dl, h), None if db is None else db + jnp.sum(dl, axis=0, dtype=jnp.float32)
 
 
 def _zeros(w, b, *others):
@@ -145,12 +219,15 @@ def _local_reduced(where, opts, chunk, mean, h, w, b, t):
     ok = where.rows_ok(h.shape[0])
     ok_all = jnp.ones(h.shape[0], bool) if ok is None else ok
 
-    def body(carry, xs):
-        h_i, t_i, ok_i = xs
-        loss_i, z_i, dl = _chunk_fwd_bwd(where, _logits(h_i, w, b), t_i, None if ok is None else ok_i, opts, offset)
-        return _accumulate(carry, dl, h_i), (loss_i, z_i, jnp.dot(dl, w))
+    def loop(w_mm):
+        def body(carry, xs):
+            h_i, t_i, ok_i = xs
+            loss_i, z_i, dl = _chunk_fwd_bwd(where, _logits(h_i, w_mm, b), t_i, None if ok is None else ok_i, opts, offset)
+            return _accumulate(carry, dl, h_i, b), (loss_i, z_i, _dhidden(dl, w_mm))
 
-    (dw, db), (loss, z, dh) = _over_chunks(body, _zeros(w, b, h, t), (h, t, ok_all), chunk)
+        return _over_chunks(body, lambda: _zeros(w, b, h, t), (h, t, ok_all), chunk)
+
+    (dw, db), (loss, z, dh) = _with_heads(loop, w)
     dh = where.sum_classes(dh)  # each device's dlogits_r @ weight_r: its share of dhidden
     count = jnp.sum(vp.kept(t, opts.ignore_index) & ok_all, dtype=jnp.float32)
     sums = where.sum_tokens(jnp.stack([jnp.sum(loss), jnp.sum(z), count]))
@@ -166,17 +243,20 @@ def _local_fwd(where, opts, chunk, h, w, b, t):
     w, b, offset = where.head(w, b)
     ok = where.rows_ok(h.shape[0])
 
-    def body(carry, xs):
-        h_i, t_i = xs[:2]
-        ok_i = xs[2] if ok is not None else None
-        logits = _logits(h_i, w, b)
-        if where.vocab_axes:
-            return carry, vp.stats(logits, t_i, opts.op_args(), where.vocab_axes, where.vocab, offset, ok_i)
-        t_k, _ = _masked(ok_i, t_i)
-        return carry, _masked(ok_i, t_i, *_fwd_call(logits, t_k, opts))[1]
+    def loop(w_mm):
+        def body(carry, xs):
+            h_i, t_i = xs[:2]
+            ok_i = xs[2] if ok is not None else None
+            logits = _logits(h_i, w_mm, b)
+            if where.vocab_axes:
+                return carry, vp.stats(logits, t_i, opts.op_args(), where.vocab_axes, where.vocab, offset, ok_i)
+            t_k, _ = _masked(ok_i, t_i)
+            return carry, _masked(ok_i, t_i, *_fwd_call(logits, t_k, opts))[1]
 
-    arrays = (h, t) if ok is None else (h, t, ok)
-    return _over_chunks(body, (), arrays, chunk)[1]
+        arrays = (h, t) if ok is None else (h, t, ok)
+        return _over_chunks(body, (), arrays, chunk)[1]
+
+    return _with_heads(loop, w)
 
 
 def _local_bwd(where, opts, chunk, g, h, w, b, t, lse):
@@ -184,14 +264,17 @@ def _local_bwd(where, opts, chunk, g, h, w, b, t, lse):
     w, b, offset = where.head(w, b)
     ok = where.rows_ok(h.shape[0])
 
-    def body(carry, xs):
-        h_i, t_i, g_i, l_i = xs[:4]
-        ok_i = xs[4] if ok is not None else None
-        dl = _chunk_fwd_bwd(where, _logits(h_i, w, b), t_i, ok_i, opts, offset, g_i, l_i)
-        return _accumulate(carry, dl, h_i), (jnp.dot(dl, w),)
+    def loop(w_mm):
+        def body(carry, xs):
+            h_i, t_i, g_i, l_i = xs[:4]
+            ok_i = xs[4] if ok is not None else None
+            dl = _chunk_fwd_bwd(where, _logits(h_i, w_mm, b), t_i, ok_i, opts, offset, g_i, l_i)
+            return _accumulate(carry, dl, h_i, b), (_dhidden(dl, w_mm),)
+
+        return _over_chunks(body, lambda: _zeros(w, b, *arrays), arrays, chunk)
 
     arrays = (h, t, g.astype(jnp.float32), lse) + (() if ok is None else (ok,))
-    (dw, db), (dh,) = _over_chunks(body, _zeros(w, b, *arrays), arrays, chunk)
+    (dw, db), (dh,) = _with_heads(loop, w)
     dh = where.sum_classes(dh)
     dw, db = where.sum_tokens(dw), None if db is None else where.sum_tokens(db)
     return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype)

@@ -28,7 +28,15 @@ from fuselet.jax._checks import array_facts
 from fuselet.jax._sharding import vary_like, varying_axes
 from fuselet.jax.cross_entropy import logprobs_chunk
 from fuselet.jax.divergence import _logits_call
-from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
+from fuselet.jax.fused_linear_cross_entropy import (
+    _accumulate,
+    _add_dweight,
+    _dhidden,
+    _logits,
+    _over_chunks,
+    _with_heads,
+    _zeros,
+)
 from fuselet.spec import fused_linear_jsd as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
@@ -44,17 +52,19 @@ def _loss_and_grads(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptio
 
     common = jnp.promote_types(hs.dtype, ht.dtype)  # the kernel's one dtype: both models' where they differ
 
-    def step(dws, xs):
-        h, t, g = xs
-        # one pass: both log_softmaxes, the divergence and its gradient through the student's
-        # log_softmax and the temperature, over the logits in their dtype
-        rows, dlogits = _logits_call(jnp.matmul(h, ws.T).astype(common), jnp.matmul(t, wt.T).astype(common), g, jsd, inv_t)
-        dlogits = dlogits.astype(ws.dtype)
-        dh = jnp.matmul(dlogits, ws)
-        dws = dws + jnp.matmul(dlogits.T, h, preferred_element_type=jnp.float32)
-        return dws, (jnp.sum(jnp.where(g > 0, rows * g, 0.0)), dh)
+    def loop(ws_mm, wt_mm):  # the heads as the matmuls take them (_with_heads)
+        def step(dws, xs):
+            h, t, g = xs
+            # one pass: both log_softmaxes, the divergence and its gradient through the student's
+            # log_softmax and the temperature, over the logits in their dtype
+            z, zt = _logits(h, ws_mm, None).astype(common), _logits(t, wt_mm, None).astype(common)
+            rows, dlogits = _logits_call(z, zt, g, jsd, inv_t)
+            dlogits = dlogits.astype(ws.dtype)
+            return _add_dweight(dws, dlogits, h), (jnp.sum(jnp.where(g > 0, rows * g, 0.0)), _dhidden(dlogits, ws_mm))
 
-    dws, (losses, dhs) = jax.lax.scan(step, jnp.zeros(ws.shape, jnp.float32), (split(hs), split(ht), split(weight_of)))
+        return jax.lax.scan(step, jnp.zeros(ws.shape, jnp.float32), (split(hs), split(ht), split(weight_of)))
+
+    dws, (losses, dhs) = _with_heads(loop, ws, wt)
     return jnp.sum(losses), dhs.reshape(-1, hs.shape[1])[:n], dws.astype(ws.dtype)
 
 
@@ -170,18 +180,21 @@ def _per_token_fwd(hs, ws, bs, ht, wt, bt, options: spec.FusedLinearJSDPerTokenO
     (s_scale, s_cap), (t_scale, t_cap) = options.logits("student"), options.logits("teacher")
     common = jnp.promote_types(hs.dtype, ht.dtype)
 
-    def body(carry, xs):
-        h, t = xs
-        z = _capped(h, ws, bs, s_scale, s_cap)[0].astype(common)
-        zt = _capped(t, wt, bt, t_scale, t_cap)[0].astype(common)
-        out = ()
-        if options.with_entropy:
-            ids = jnp.zeros(h.shape[:1], jnp.int32)
-            out = (logprobs_chunk(z, ids, ignore_index=-100, softcap=None, outputs=("entropy",))["entropy"],)
-        rows, _ = _logits_call(z, zt, jnp.zeros(h.shape[:1], jnp.float32), options.divergence, 1.0)
-        return carry, (rows, *out)
+    def loop(ws_mm, wt_mm):  # the heads as the matmuls take them (_with_heads)
+        def body(carry, xs):
+            h, t = xs
+            z = _capped(h, ws_mm, bs, s_scale, s_cap)[0].astype(common)
+            zt = _capped(t, wt_mm, bt, t_scale, t_cap)[0].astype(common)
+            out = ()
+            if options.with_entropy:
+                ids = jnp.zeros(h.shape[:1], jnp.int32)
+                out = (logprobs_chunk(z, ids, ignore_index=-100, softcap=None, outputs=("entropy",))["entropy"],)
+            rows, _ = _logits_call(z, zt, jnp.zeros(h.shape[:1], jnp.float32), options.divergence, 1.0)
+            return carry, (rows, *out)
 
-    _, ys = _over_chunks(body, (), (hs, ht), chunk)
+        return _over_chunks(body, (), (hs, ht), chunk)[1]
+
+    ys = _with_heads(loop, ws, wt)
     return (ys[0], ys[1] if options.with_entropy else None), (hs, ws, bs, ht, wt, bt)
 
 
@@ -198,19 +211,22 @@ def _per_token_bwd(options, chunk, res, g):
     common = jnp.promote_types(hs.dtype, ht.dtype)
     g = jnp.zeros(hs.shape[:1], jnp.float32) if g[0] is None else g[0].astype(jnp.float32)
 
-    def body(carry, xs):
-        h, t, g_i = xs
-        z, th = _capped(h, ws, bs, s_scale, s_cap)
-        zt = _capped(t, wt, bt, t_scale, t_cap)[0]
-        _, dz = _logits_call(z.astype(common), zt.astype(common), g_i, options.divergence, 1.0)
-        if th is not None:  # dz/dy = scale (1 - tanh^2)
-            dz = dz * ((1 - th * th) * s_scale).astype(dz.dtype)
-        elif s_scale != 1.0:
-            dz = dz * s_scale
-        dl = dz.astype(ws.dtype)
-        return _accumulate(carry, dl, h), (jnp.dot(dl, ws),)
+    def loop(ws_mm, wt_mm):  # the heads as the matmuls take them (_with_heads)
+        def body(carry, xs):
+            h, t, g_i = xs
+            z, th = _capped(h, ws_mm, bs, s_scale, s_cap)
+            zt = _capped(t, wt_mm, bt, t_scale, t_cap)[0]
+            _, dz = _logits_call(z.astype(common), zt.astype(common), g_i, options.divergence, 1.0)
+            if th is not None:  # dz/dy = scale (1 - tanh^2)
+                dz = dz * ((1 - th * th) * s_scale).astype(dz.dtype)
+            elif s_scale != 1.0:
+                dz = dz * s_scale
+            dl = dz.astype(ws.dtype)
+            return _accumulate(carry, dl, h, bs), (_dhidden(dl, ws_mm),)
 
-    (dw, db), (dh,) = _over_chunks(body, _zeros(ws, bs), (hs, ht, g), chunk)
+        return _over_chunks(body, lambda: _zeros(ws, bs), (hs, ht, g), chunk)
+
+    (dw, db), (dh,) = _with_heads(loop, ws, wt)
     zero = lambda a: None if a is None else jnp.zeros_like(a)  # noqa: E731
     return dh, dw.astype(ws.dtype), None if bs is None else db.astype(bs.dtype), zero(ht), zero(wt), zero(bt)
 

@@ -24,7 +24,7 @@ from fuselet.jax import _vocab_parallel_logprobs as vpl
 from fuselet.jax._checks import array_facts
 from fuselet.jax._sharding import vary_like, varying_axes
 from fuselet.jax.cross_entropy import _target_errors, logprobs_chunk, logprobs_chunk_grad
-from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
+from fuselet.jax.fused_linear_cross_entropy import _accumulate, _dhidden, _logits, _over_chunks, _with_heads, _zeros
 from fuselet.spec import fused_linear_logprobs as spec
 from fuselet.spec.fused_linear_cross_entropy import chunk_size_for
 
@@ -46,12 +46,15 @@ def _fwd(h, w, b, t, options: spec.FusedLinearLogProbsOptions, chunk):
     asked = options.outputs - {"log_probs"}
     names = ("log_probs", "lse", *sorted(asked))
 
-    def body(carry, xs):
-        h_i, t_i = xs
-        got = logprobs_chunk(_logits(h_i, w, b), t_i, ignore_index=ignore_index, softcap=softcap or None, outputs=asked)
-        return carry, tuple(got[name] for name in names)
+    def loop(w_mm):
+        def body(carry, xs):
+            h_i, t_i = xs
+            got = logprobs_chunk(_logits(h_i, w_mm, b), t_i, ignore_index=ignore_index, softcap=softcap or None, outputs=asked)
+            return carry, tuple(got[name] for name in names)
 
-    _, values = _over_chunks(body, (), (h, t), chunk)
+        return _over_chunks(body, (), (h, t), chunk)[1]
+
+    values = _with_heads(loop, w)
     out = dict(zip(names, values))
     lse = out.pop("lse")
     return out, (h, w, b, t, lse, out.get("entropy"))
@@ -68,23 +71,26 @@ def _bwd(options, chunk, res, g):
     dlogp = g["log_probs"].astype(jnp.float32)
     dentropy = None if entropy is None else g["entropy"].astype(jnp.float32)
 
-    def body(carry, xs):
-        h_i, t_i, l_i, e_i, gl_i, ge_i = xs
-        dl = logprobs_chunk_grad(
-            _logits(h_i, w, b),
-            t_i,
-            l_i,
-            e_i,
-            gl_i,
-            ge_i if entropy is not None else None,
-            ignore_index=ignore_index,
-            softcap=softcap or None,
-        )
-        return _accumulate(carry, dl, h_i), (jnp.dot(dl, w),)
+    def loop(w_mm):
+        def body(carry, xs):
+            h_i, t_i, l_i, e_i, gl_i, ge_i = xs
+            dl = logprobs_chunk_grad(
+                _logits(h_i, w_mm, b),
+                t_i,
+                l_i,
+                e_i,
+                gl_i,
+                ge_i if entropy is not None else None,
+                ignore_index=ignore_index,
+                softcap=softcap or None,
+            )
+            return _accumulate(carry, dl, h_i, b), (_dhidden(dl, w_mm),)
+
+        return _over_chunks(body, lambda: _zeros(w, b), xs, chunk)
 
     zero = jnp.zeros_like(lse)
     xs = (h, t, lse, zero if entropy is None else entropy, dlogp, zero if dentropy is None else dentropy)
-    (dw, db), (dh,) = _over_chunks(body, _zeros(w, b), xs, chunk)
+    (dw, db), (dh,) = _with_heads(loop, w)
     return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype), None
 
 
