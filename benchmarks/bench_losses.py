@@ -27,7 +27,7 @@ computed the reference / teacher model's logits while compiling, out of the step
 
     python benchmarks/bench_losses.py [--loss dpo|cpo|simpo|orpo|kto|grpo|grpo_entropy|logprobs|jsd|jsd_per_token]
         [--dtype bfloat16] [--tokens N --hidden H --vocab V]
-        [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...]
+        [--processes 3] [--steps 3] [--methods fuselet.torch,torch eager,...] [--plot PATH|none]
 """
 
 from __future__ import annotations
@@ -38,9 +38,11 @@ import math
 import os
 import statistics
 import time
+from pathlib import Path
 
 import common
 
+RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("fuselet.torch", "torch eager", "torch.compile", "liger", "fuselet.jax", "jax.jit")
 UNFUSED = {"fuselet.torch": ("torch eager", "torch.compile", "liger"), "fuselet.jax": ("jax.jit",)}
 LOSSES = ("dpo", "cpo", "simpo", "orpo", "kto", "grpo", "grpo_entropy", "logprobs", "jsd", "jsd_per_token")
@@ -433,6 +435,7 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=3)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--plot", help="PNG of peaks and times (default benchmarks/results/bench_losses-LOSS-cpu.png; none: none)")
     p.add_argument("--child", choices=("memory", "time", "reference"), help=argparse.SUPPRESS)
     p.add_argument("--method", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -495,6 +498,9 @@ def main() -> None:
                 f"{ours} / {peer}: peak memory {mem:.1%} (target {target}), time {t:.2f}x (target <= 1.0x): "
                 + ("met" if met else "not met")
             )
+    if args.plot != "none":
+        title = f"{op}\n{args.tokens} tokens, H {args.hidden}, V {args.vocab}, {args.dtype}, CPU; {args.processes} processes"
+        common.plot_peak_and_time(results, title, args.plot or RESULTS / f"bench_losses-{args.loss}-cpu.png")
 
 
 if __name__ == "__main__":

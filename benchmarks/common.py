@@ -77,6 +77,37 @@ def pyplot():
     return plt
 
 
+def plot_peak_and_time(results: dict, title: str, path) -> None:
+    """Two bar panels, one bar per method: the median peak memory (MiB) and step time (s, the
+    min-max spread as error bars) of results {method: {"peak_bytes": [...], "seconds": [...]}},
+    fuselet's methods green, the peers gray; written to the PNG `path`."""
+    plt = pyplot()
+    if plt is None:
+        print(f"matplotlib is not installed: no plot ({path} not written)")
+        return
+    names = list(results)[::-1]
+    colors = ["tab:green" if n.startswith("fuselet") else "tab:gray" for n in names]
+    fig, (mem_ax, time_ax) = plt.subplots(1, 2, figsize=(10, 0.45 * len(names) + 1.6), sharey=True)
+    peaks = [statistics.median(results[n]["peak_bytes"]) / 2**20 for n in names]
+    bars = mem_ax.barh(names, peaks, color=colors)
+    mem_ax.bar_label(bars, fmt="%.0f", padding=3)
+    mem_ax.set_xlabel("peak memory, MiB")
+    mem_ax.set_xlim(0, max(peaks) * 1.3)
+    seconds = [results[n]["seconds"] for n in names]
+    med = [statistics.median(s) for s in seconds]
+    err = [[m - min(s) for m, s in zip(med, seconds)], [max(s) - m for m, s in zip(med, seconds)]]
+    bars = time_ax.barh(names, med, xerr=err, color=colors, capsize=3)
+    time_ax.bar_label(bars, fmt="%.2f", padding=6)
+    time_ax.set_xlabel("step time, s (median, min-max)")
+    time_ax.set_xlim(0, max(max(s) for s in seconds) * 1.3)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
 # --- tables measured in several processes ---------------------------------------------------
 # A micro-benchmark's table function, decorated with @recorded, prints as before; run with
 # --processes N (> 1), the benchmark runs itself N times, each child once with --record FILE,
