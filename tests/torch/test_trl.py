@@ -52,14 +52,15 @@ def make_tokenizer():
     return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="</s>", pad_token="<pad>", unk_token="<unk>")
 
 
-def tiny_llama(seed: int):
+def tiny_llama(seed: int, hidden_size: int = 16):
     """A one-layer Llama, its lm_head its own (untied: its gradient is the head's alone); weights
-    drawn wide (std 0.5) so that the log-probabilities spread and hinge / clipping regions are hit."""
+    drawn wide (std 0.5) so that the log-probabilities spread and hinge / clipping regions are hit
+    (hidden_size: a wider one, as a distillation's teacher)."""
     torch.manual_seed(seed)
     config = transformers.LlamaConfig(
         vocab_size=len(VOCAB),
-        hidden_size=16,
-        intermediate_size=32,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
         num_hidden_layers=1,
         num_attention_heads=2,
         num_key_value_heads=1,

@@ -29,7 +29,7 @@ from datasets import Dataset  # noqa: E402
 from trl.kernels import ChunkedLogProbFunction  # noqa: E402
 from trl.kernels.chunked_divergence import ChunkedDivergenceFunction  # noqa: E402
 
-from tests.torch.test_trl import CHOSEN, PROMPTS, REJECTED, VOCAB, make_tokenizer, tiny_llama, trl_args  # noqa: E402
+from tests.torch.test_trl import CHOSEN, PROMPTS, REJECTED, make_tokenizer, tiny_llama, trl_args  # noqa: E402
 
 RTOL = 1e-5
 OUTPUTS = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
@@ -178,6 +178,11 @@ def _datasets():
     }
 
 
+def _steps_args(tmp_path):
+    """trl_args and STEPS steps of SGD (so that a rounding difference stays one), each logged."""
+    return {**trl_args(tmp_path), "max_steps": STEPS, "logging_steps": 1, "optim": "sgd", "learning_rate": 0.1}
+
+
 def _reward(completions, **kwargs):
     """GRPO's reward: the completion's length, so that the advantages are not all 0."""
     return [float(len(c)) for c in completions]
@@ -186,7 +191,7 @@ def _reward(completions, **kwargs):
 def _train(kind, tmp_path, tokenizer):
     """A trainer of `kind` trained STEPS steps (SGD, so that a rounding difference stays one):
     its log history."""
-    common = {**trl_args(tmp_path), "max_steps": STEPS, "logging_steps": 1, "optim": "sgd", "learning_rate": 0.1}
+    common = _steps_args(tmp_path)
     common["per_device_train_batch_size"] = 6 if kind == "grpo" else 2
     data = _datasets()[kind]
     model = tiny_llama(0)
@@ -218,64 +223,58 @@ def _train(kind, tmp_path, tokenizer):
     return [entry for entry in trainer.state.log_history if "loss" in entry]
 
 
-@pytest.mark.parametrize("kind", ["sft", "dpo", "kto", "grpo"])
-def test_trainers_train_alike(kind, tmp_path, tokenizer, monkeypatch):
+def _trained_with_and_without_door(monkeypatch, name, train):
+    """train(folder) from seed 0 with TRL's own kernel and then through the door, each call of
+    door.<name> counted: (TRL's log history, the door's, the keyword arguments of each call)."""
     calls = []
-    fused = door.fused_linear_logprobs
+    fused = getattr(door, name)
 
     def counted(*args, **kwargs):
-        calls.append(kwargs["outputs"])
+        calls.append(kwargs)
         return fused(*args, **kwargs)
 
-    monkeypatch.setattr(door, "fused_linear_logprobs", counted)
+    monkeypatch.setattr(door, name, counted)
     torch.manual_seed(0)
-    want = _train(kind, tmp_path / "trl", tokenizer)
+    want = train("trl")
     assert not calls
     door.enable()
     try:
         torch.manual_seed(0)
-        got = _train(kind, tmp_path / "fuselet", tokenizer)
+        got = train("fuselet")
     finally:
         door.disable()
     assert len(got) == len(want) == STEPS
-    assert len(calls) >= STEPS, f"fuselet's head ran {len(calls)} times in {STEPS} steps"
-    if kind == "grpo":
-        assert sum("entropy" in c for c in calls) >= STEPS  # the policy's, with the entropy bonus and mask
+    return want, got, calls
+
+
+def _assert_logs_alike(got, want):
     for step, (g, w) in enumerate(zip(got, want)):
         assert g.keys() == w.keys()
         for key in sorted(k for k, v in w.items() if isinstance(v, float) and k != "step_time"):
             # every logged figure: the losses, grad norms, entropies, log-probabilities, rewards,
-            # KL, mean logits and token accuracies (is_top1) of each step
+            # KL, mean logits and token accuracies (is_top1), completion lengths of each step
             scale = max(abs(w[key]), 1.0)
             assert abs(g[key] - w[key]) <= 1e-5 * scale, f"step {step} {key}: fuselet {g[key]!r}, TRL {w[key]!r}"
 
 
-def _teacher(seed: int):
-    """A one-layer Llama wider than the student (hidden 24 against 16), the student's vocabulary."""
-    torch.manual_seed(seed)
-    config = transformers.LlamaConfig(
-        vocab_size=len(VOCAB),
-        hidden_size=24,
-        intermediate_size=48,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        tie_word_embeddings=False,
-        initializer_range=0.5,
-        pad_token_id=VOCAB["<pad>"],
-        eos_token_id=VOCAB["</s>"],
-        bos_token_id=None,
-    )
-    return transformers.LlamaForCausalLM(config).float()
+@pytest.mark.parametrize("kind", ["sft", "dpo", "kto", "grpo"])
+def test_trainers_train_alike(kind, tmp_path, tokenizer, monkeypatch):
+    train = lambda run: _train(kind, tmp_path / run, tokenizer)  # noqa: E731
+    want, got, calls = _trained_with_and_without_door(monkeypatch, "fused_linear_logprobs", train)
+    outputs = [c["outputs"] for c in calls]  # every call names the outputs it asks for
+    assert len(outputs) >= STEPS, f"fuselet's head ran {len(outputs)} times in {STEPS} steps"
+    if kind == "grpo":
+        assert sum("entropy" in o for o in outputs) >= STEPS  # the policy's, with the entropy bonus and mask
+    _assert_logs_alike(got, want)
 
 
 def _distill(tmp_path, tokenizer, beta):
     """DistillationTrainer trained STEPS steps (on-policy: the student generates its completions):
     its log history. The student's config carries a logit_scale and the teacher's a soft-cap, which
     the trainer reads and hands to the divergence."""
-    args = {**trl_args(tmp_path), "max_steps": STEPS, "logging_steps": 1, "optim": "sgd", "learning_rate": 0.1}
+    args = _steps_args(tmp_path)
     args.update(per_device_train_batch_size=3, max_completion_length=6, temperature=0.8, beta=beta)
-    student, teacher = tiny_llama(0), _teacher(1)
+    student, teacher = tiny_llama(0), tiny_llama(1, hidden_size=24)  # the teacher wider than the student
     student.config.logit_scale = 0.8
     teacher.config.final_logit_softcapping = 5.0
     data = Dataset.from_dict({"prompt": ["the cat", "a dog sat", "the big red"] * 2})
@@ -295,30 +294,10 @@ def test_distillation_trains_alike(beta, tmp_path, tokenizer, monkeypatch):
     """DistillationTrainer with and without the door: every figure it logs (loss, grad norm, the
     student's entropy, the completions' lengths) equal within 1e-5 in every step, and fuselet's
     divergence ran in every step with the trainer's options."""
-    calls = []
-    fused = door.fused_linear_jsd_per_token
-
-    def counted(*args, **kwargs):
-        calls.append(kwargs)
-        return fused(*args, **kwargs)
-
-    monkeypatch.setattr(door, "fused_linear_jsd_per_token", counted)
-    torch.manual_seed(0)
-    want = _distill(tmp_path / "trl", tokenizer, beta)
-    assert not calls
-    door.enable()
-    try:
-        torch.manual_seed(0)
-        got = _distill(tmp_path / "fuselet", tokenizer, beta)
-    finally:
-        door.disable()
-    assert len(got) == len(want) == STEPS
+    train = lambda run: _distill(tmp_path / run, tokenizer, beta)  # noqa: E731
+    want, got, calls = _trained_with_and_without_door(monkeypatch, "fused_linear_jsd_per_token", train)
     assert len(calls) >= STEPS, f"fuselet's divergence ran {len(calls)} times in {STEPS} steps"
     assert {(c["beta"], c["temperature"], c["student_logit_scale"], c["teacher_softcap"]) for c in calls} == {
         (beta, 0.8, 0.8, 5.0)
     }
-    for step, (g, w) in enumerate(zip(got, want)):
-        assert g.keys() == w.keys()
-        for key in sorted(k for k, v in w.items() if isinstance(v, float) and k != "step_time"):
-            scale = max(abs(w[key]), 1.0)
-            assert abs(g[key] - w[key]) <= 1e-5 * scale, f"step {step} {key}: fuselet {g[key]!r}, TRL {w[key]!r}"
+    _assert_logs_alike(got, want)

@@ -5,7 +5,7 @@ classes) sharded over the ranks, through the process_group door and the DTensor 
 Every check runs the same loss on one process over the whole head (fuselet's own, on every rank
 alike) and compares the loss and the gradients (hidden, this rank's rows of weight and bias, or
 this rank's columns of the logits): the max over the tensors and the ranks of max|a - b| /
-max|b|. Rank 0 prints the results as one JSON line, last.
+max|b|. Rank 0 prints the results as one JSON line, last (tests/torch/vocab_parallel_common.py).
 
 Run by the test as `python -m tests.torch.vocab_parallel_child` with RANK, WORLD_SIZE,
 MASTER_ADDR and MASTER_PORT set.
@@ -13,20 +13,29 @@ MASTER_ADDR and MASTER_PORT set.
 
 from __future__ import annotations
 
-import json
-import math
-import os
-import sys
-import traceback
-
 import fuselet.torch as ft
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 
-CHECKS = {}
+from tests.torch.vocab_parallel_common import (
+    counts,
+    error_of,
+    four_ranks,
+    leaf,
+    mesh_placements,
+    my_rows,
+    my_share,
+    rank_world,
+    registry,
+    rel,
+    run_child,
+    sizes_for,
+)
+
+CHECKS, check = registry()
 N, H = 13, 8  # 13 tokens in chunks of 5: a short last chunk
 OPTIONS = {
     "plain": {},
@@ -38,41 +47,6 @@ OPTIONS = {
 }
 
 
-def check(name):
-    def declare(fn):
-        CHECKS[name] = fn
-        return fn
-
-    return declare
-
-
-def rank_world():
-    return dist.get_rank(), dist.get_world_size()
-
-
-def rel(a, b) -> float:
-    a = a.full_tensor() if isinstance(a, DTensor) else a
-    b = b.full_tensor() if isinstance(b, DTensor) else b
-    a, b = a.detach().double(), b.detach().double()
-    if b.numel() == 0:
-        return 0.0
-    value = float((a - b).abs().max() / b.abs().max().clamp(min=1e-30))
-    return math.inf if math.isnan(value) else value  # NaN would be dropped by max() over the cases
-
-
-def sizes_for(vocab: int, even: bool) -> list:
-    """Per-rank rows: an even split, or one that differs between ranks (sums to vocab)."""
-    _, world = rank_world()
-    if even:
-        return [vocab // world] * world
-    base = [vocab // world] * world
-    base[0] += vocab - sum(base)  # the remainder on rank 0
-    if world > 1:
-        base[0] += 1
-        base[-1] -= 1
-    return base
-
-
 def data(vocab: int, ignore_index=-100, seed=3):
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(N, H, generator=g)
@@ -82,10 +56,6 @@ def data(vocab: int, ignore_index=-100, seed=3):
     target[:2] = -100 if ignore_index == -100 else ignore_index  # ignored tokens
     grad = torch.randn(N, generator=g)
     return hidden, weight, bias, target, grad
-
-
-def leaf(t):
-    return t.detach().clone().requires_grad_()
 
 
 def upstream(out, grad):
@@ -101,13 +71,11 @@ def _flce_reference(hidden, weight, bias, target, grad, reduction, with_bias, **
 
 
 def flce_plain(reduction, options, even=False, with_bias=True, vocab=23):
-    rank, _ = rank_world()
     kw = OPTIONS[options]
     hidden, weight, bias, target, grad = data(vocab, kw.get("ignore_index", -100))
     ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, with_bias, **kw)
     sizes = sizes_for(vocab, even)
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
+    rows = my_rows(sizes)
     h, w, b = leaf(hidden), leaf(weight[rows]), leaf(bias[rows])
     out = ft.fused_linear_cross_entropy(
         h, w, target, bias=b if with_bias else None, reduction=reduction, chunk_size=5, process_group=dist.group.WORLD, **kw
@@ -127,8 +95,7 @@ def flce_dtensor(reduction, vocab, options="all", mesh_shape=None, hidden_sharde
     hidden, weight, bias, target, grad = data(vocab, kw.get("ignore_index", -100))
     ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, True, **kw)
     mesh = init_device_mesh("cpu", mesh_shape or (world,))
-    rows = [Shard(0)] * (mesh.ndim - 1) + [Shard(0) if hidden_sharded else Replicate()]
-    head = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
+    rows, head = mesh_placements(mesh, hidden_sharded)
     if mesh.ndim == 2 or hidden_sharded:  # splits of the tokens: take 12 of them
         hidden, target, grad = hidden[:12], target[:12], grad[:12]
         ref, dh, dw, db = _flce_reference(hidden, weight, bias, target, grad, reduction, True, **kw)
@@ -140,7 +107,7 @@ def flce_dtensor(reduction, vocab, options="all", mesh_shape=None, hidden_sharde
         out = ft.fused_linear_cross_entropy(h, w, t, bias=b, reduction=reduction, chunk_size=5, **kw)
     g = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
     with CommDebugMode() as bwd:
-        ((out * g).sum() if out.ndim else out * 0.75).backward()
+        upstream(out, g).backward()
     errors = [rel(out, ref), rel(h.grad, dh), rel(w.grad, dw), rel(b.grad, db)]
     return {
         "max_rel": max(errors),
@@ -151,12 +118,7 @@ def flce_dtensor(reduction, vocab, options="all", mesh_shape=None, hidden_sharde
     }
 
 
-def counts(mode) -> dict:
-    return {str(op).split(".")[-1]: n for op, n in mode.get_comm_counts().items() if n}
-
-
 def ce_plain(reduction, options, even=False, vocab=23):
-    rank, _ = rank_world()
     kw = OPTIONS[options]
     g = torch.Generator().manual_seed(5)
     logits = torch.randn(3, 5, vocab, generator=g) * 2
@@ -167,8 +129,7 @@ def ce_plain(reduction, options, even=False, vocab=23):
     ref = ft.cross_entropy(ref_in, target, reduction=reduction, **kw)
     upstream(ref, grad).backward()
     sizes = sizes_for(vocab, even)
-    a = sum(sizes[:rank])
-    cols = slice(a, a + sizes[rank])
+    cols = my_rows(sizes)
     x = leaf(logits[..., cols])
     out = ft.cross_entropy(x, target, reduction=reduction, process_group=dist.group.WORLD, **kw)
     upstream(out, grad).backward()
@@ -193,7 +154,7 @@ def ce_dtensor(reduction, vocab, target_placement):
         out = ft.cross_entropy(x, t, reduction=reduction, **kw)
     gd = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
     with CommDebugMode() as bwd:
-        ((out * gd).sum() if out.ndim else out * 0.75).backward()
+        upstream(out, gd).backward()
     return {
         "max_rel": max(rel(out, ref), rel(x.grad, ref_in.grad)),
         "grads": [str(p) for p in x.grad.placements],
@@ -217,12 +178,10 @@ for reduction in ("mean", "sum", "none"):
     check(f"ce_dtensor_{reduction}_target_sharded")(lambda r=reduction: ce_dtensor(r, 23, Shard(1)))
 
 
+@four_ranks
 def ce_dtensor_2d(reduction):
     """logits [4, 8, V] (Shard(0) over dp, Shard(2) over tp) on a 2 x 2 mesh: the batch stays
     split over dp, the classes over tp."""
-    _, world = rank_world()
-    if world != 4:
-        return {"max_rel": 0.0, "skipped": True}
     kw = OPTIONS["all"]
     g = torch.Generator().manual_seed(7)
     logits, target = torch.randn(4, 8, 23, generator=g) * 2, torch.randint(0, 23, (4, 8), generator=g)
@@ -237,7 +196,7 @@ def ce_dtensor_2d(reduction):
     with CommDebugMode() as fwd:
         out = ft.cross_entropy(x, t, reduction=reduction, **kw)
     gd = distribute_tensor(grad, mesh, out.placements) if out.ndim else None
-    ((out * gd).sum() if out.ndim else out * 0.75).backward()
+    upstream(out, gd).backward()
     return {
         "max_rel": max(rel(out, ref), rel(x.grad, ref_in.grad)),
         "out": [str(p) for p in out.placements],
@@ -250,10 +209,8 @@ for reduction in ("mean", "sum", "none"):
     check(f"ce_dtensor_{reduction}_2d_mesh")(lambda r=reduction: ce_dtensor_2d(r))
 
 
+@four_ranks
 def _mesh_2d(reduction):
-    _, world = rank_world()
-    if world != 4:
-        return {"max_rel": 0.0, "skipped": True}
     return flce_dtensor(reduction, 23, mesh_shape=(2, 2))
 
 
@@ -261,12 +218,14 @@ for reduction in ("mean", "sum", "none"):
     check(f"flce_dtensor_{reduction}_2d_mesh")(lambda r=reduction: _mesh_2d(r))
 
 
-def post_training(loss):
-    """The post-training losses over a vocab-sharded head (weight, bias and the reference model's
-    weight Shard(0), everything else replicated): their per-token log-probabilities are
-    fused_linear_cross_entropy's, so they run vocab-parallel with no gathered head."""
-    _, world = rank_world()
-    mesh = init_device_mesh("cpu", (world,))
+POST_GRADS, POST_HEADS = ("hidden", "weight", "bias"), ("weight", "bias", "ref_weight")
+
+
+def post_training_case(loss, **grpo_kw):
+    """A post-training loss's inputs (a head of 23 rows and its bias; the reference model's hidden
+    and head for DPO and KTO; 16 tokens, some ignored), the loss as a function of them (grpo_kw:
+    GRPO's further options), and its one-process result, (loss * 0.75) backpropagated to the
+    leaves POST_GRADS of args: (tensors, fn, args, ref)."""
     g = torch.Generator().manual_seed(12)
     vocab = 23
     target = torch.randint(0, vocab, (4, 4), generator=g)
@@ -288,22 +247,31 @@ def post_training(loss):
         tensors["advantages"] = torch.tensor([0.5, -1.0, 1.5, 0.25])
         tensors["old_logps"] = -torch.rand(4, 4, generator=g) * 3
         tensors["ref_logps"] = -torch.rand(4, 4, generator=g) * 3
-        fn = lambda **a: ft.fused_linear_grpo_loss(beta=0.1, chunk_size=5, **a)  # noqa: E731
+        fn = lambda **a: ft.fused_linear_grpo_loss(beta=0.1, chunk_size=5, **grpo_kw, **a)  # noqa: E731
     else:
         fn = lambda **a: ft.fused_linear_preference_loss(loss=loss, label_smoothing=0.1, chunk_size=5, **a)  # noqa: E731
-    grads, heads = ("hidden", "weight", "bias"), ("weight", "bias", "ref_weight")
-    args = {n: leaf(t) if n in grads else t for n, t in tensors.items()}
+    args = {n: leaf(t) if n in POST_GRADS else t for n, t in tensors.items()}
     ref = fn(**args)
     (ref * 0.75).backward()
+    return tensors, fn, args, ref
+
+
+def post_training(loss):
+    """The post-training losses over a vocab-sharded head (weight, bias and the reference model's
+    weight Shard(0), everything else replicated): their per-token log-probabilities are
+    fused_linear_cross_entropy's, so they run vocab-parallel with no gathered head."""
+    _, world = rank_world()
+    mesh = init_device_mesh("cpu", (world,))
+    tensors, fn, args, ref = post_training_case(loss)
     dargs = {}
     for n, t in tensors.items():
-        d = distribute_tensor(t, mesh, [Shard(0) if n in heads else Replicate()])
-        dargs[n] = d.requires_grad_() if n in grads else d
+        d = distribute_tensor(t, mesh, [Shard(0) if n in POST_HEADS else Replicate()])
+        dargs[n] = d.requires_grad_() if n in POST_GRADS else d
     with CommDebugMode() as fwd:
         out = fn(**dargs)
     (out * 0.75).backward()
-    errors = [rel(out, ref)] + [rel(dargs[n].grad, args[n].grad) for n in grads]
-    return {"max_rel": max(errors), "fwd": counts(fwd), "grads": [str(dargs[n].grad.placements[0]) for n in grads]}
+    errors = [rel(out, ref)] + [rel(dargs[n].grad, args[n].grad) for n in POST_GRADS]
+    return {"max_rel": max(errors), "fwd": counts(fwd), "grads": [str(dargs[n].grad.placements[0]) for n in POST_GRADS]}
 
 
 for _loss in ("dpo", "orpo", "simpo", "kto", "grpo"):
@@ -327,14 +295,6 @@ def no_tokens():
     return {"max_rel": 0.0, "results": out}
 
 
-def _error(fn) -> str:
-    try:
-        fn()
-    except (TypeError, ValueError) as e:
-        return f"{type(e).__name__}: {e}"
-    return "ran"
-
-
 @check("refusals")
 def refusals():
     rank, world = rank_world()
@@ -345,14 +305,14 @@ def refusals():
     mesh = init_device_mesh("cpu", (world,))
     errors = {
         # rank 0 has one token fewer than the others
-        "hidden_shape": _error(lambda: flce(hidden[: N - (rank == 0)], w, target[: N - (rank == 0)], process_group=group)),
-        "label_smoothing": _error(lambda: flce(hidden, w, target, label_smoothing=0.1 * rank, process_group=group)),
-        "ce_logits_rows": _error(
+        "hidden_shape": error_of(lambda: flce(hidden[: N - (rank == 0)], w, target[: N - (rank == 0)], process_group=group)),
+        "label_smoothing": error_of(lambda: flce(hidden, w, target, label_smoothing=0.1 * rank, process_group=group)),
+        "ce_logits_rows": error_of(
             lambda: ft.cross_entropy(torch.randn(4 + rank, 3), torch.zeros(4 + rank, dtype=torch.long), process_group=group)
         ),
-        "target_range": _error(lambda: flce(hidden, w, torch.full((N,), 8 * world), process_group=group)),
-        "group_type": _error(lambda: flce(hidden, w, target, process_group="tp")),
-        "dtensor_and_group": _error(
+        "target_range": error_of(lambda: flce(hidden, w, torch.full((N,), 8 * world), process_group=group)),
+        "group_type": error_of(lambda: flce(hidden, w, target, process_group="tp")),
+        "dtensor_and_group": error_of(
             lambda: flce(
                 distribute_tensor(hidden, mesh, [Replicate()]),
                 distribute_tensor(weight, mesh, [Shard(0)]),
@@ -360,11 +320,11 @@ def refusals():
                 process_group=group,
             )
         ),
-        "mixed": _error(lambda: flce(hidden, distribute_tensor(weight, mesh, [Shard(0)]), target)),
+        "mixed": error_of(lambda: flce(hidden, distribute_tensor(weight, mesh, [Shard(0)]), target)),
     }
     if world == 4:  # a 2 x 2 mesh: the head (the logits' classes) split over both dims
         mesh2 = init_device_mesh("cpu", (2, 2))
-        errors["weight_two_dims"] = _error(
+        errors["weight_two_dims"] = error_of(
             lambda: flce(
                 distribute_tensor(hidden, mesh2, [Replicate(), Replicate()]),
                 distribute_tensor(weight, mesh2, [Shard(0), Shard(0)]),
@@ -372,7 +332,7 @@ def refusals():
             )
         )
         logits = torch.randn(N, 8 * world)
-        errors["logits_two_dims"] = _error(
+        errors["logits_two_dims"] = error_of(
             lambda: ft.cross_entropy(
                 distribute_tensor(logits, mesh2, [Shard(1), Shard(1)]),
                 distribute_tensor(target, mesh2, [Replicate(), Replicate()]),
@@ -387,15 +347,13 @@ def bfloat16():
     float32 on the same (bfloat16-rounded) values: the logits, dlogits and gradients are rounded
     to bfloat16 on both, and hidden's gradient is summed from the ranks' bfloat16 shares (each
     rounded at its own size, which may exceed the sum's), so its error may grow with the ranks."""
-    rank, _ = rank_world()
     kw = OPTIONS["all"]
     hidden, weight, bias, target, grad = data(23)
     hidden, weight, bias = (t.to(torch.bfloat16) for t in (hidden, weight, bias))
     truth = _flce_reference(hidden.float(), weight.float(), bias.float(), target, grad, "none", True, **kw)
     one = _flce_reference(hidden, weight, bias, target, grad, "none", True, **kw)
     sizes = sizes_for(23, even=False)
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
+    rows = my_rows(sizes)
     h, w, b = leaf(hidden), leaf(weight[rows]), leaf(bias[rows])
     out = ft.fused_linear_cross_entropy(
         h, w, target, bias=b, reduction="none", chunk_size=5, process_group=dist.group.WORLD, **kw
@@ -419,6 +377,7 @@ JSD_OPTIONS = {
     "beta03": {"beta": 0.3, "temperature": 2.0},
     "beta1": {"beta": 1.0, "temperature": 0.7},
 }
+JSD_HEADS = ("student_weight", "teacher_weight")
 
 
 def jsd_data(vocab: int, seed=21):
@@ -452,14 +411,11 @@ def _jsd(tensors, labels=True, **kw):
 
 def jsd_plain(options, labels=True, even=False, vocab=23, dtype=torch.float32):
     """The process_group door: this rank's rows of both heads (sizes that differ per rank)."""
-    rank, _ = rank_world()
     kw = JSD_OPTIONS[options]
     tensors = {n: t.to(dtype) if t.is_floating_point() else t for n, t in jsd_data(vocab).items()}
     ref, rh, rw = _jsd(tensors, labels, **kw)
     sizes = sizes_for(vocab, even)
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
-    mine = dict(tensors, student_weight=tensors["student_weight"][rows], teacher_weight=tensors["teacher_weight"][rows])
+    mine, rows = my_share(tensors, sizes, JSD_HEADS)
     out, hs, ws = _jsd(mine, labels, process_group=dist.group.WORLD, **kw)
     return {"max_rel": max(rel(out, ref), rel(hs.grad, rh.grad), rel(ws.grad, rw.grad[rows])), "sizes": sizes}
 
@@ -468,13 +424,11 @@ def jsd_plain(options, labels=True, even=False, vocab=23, dtype=torch.float32):
 def jsd_module():
     """FusedLinearJSD(process_group=WORLD): this rank's rows of both heads (sizes that differ per
     rank), against the function on one process over the whole heads."""
-    rank, _ = rank_world()
     kw = JSD_OPTIONS["beta03"]
     tensors = jsd_data(23)
     ref, rh, rw = _jsd(tensors, **kw)
     sizes = sizes_for(23, even=False)
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
+    rows = my_rows(sizes)
     hs, ws = leaf(tensors["student_hidden"]), leaf(tensors["student_weight"][rows])
     module = ft.FusedLinearJSD(chunk_size=5, process_group=dist.group.WORLD, **kw)
     out = module(hs, ws, tensors["teacher_hidden"], tensors["teacher_weight"][rows], tensors["labels"])
@@ -493,8 +447,7 @@ def jsd_dtensor(vocab, mesh_shape=None, hidden_sharded=False, teacher_replicated
         tensors = {n: t if n.endswith("weight") else t[:12] for n, t in tensors.items()}
     ref, rh, rw = _jsd(tensors, **kw)
     mesh = init_device_mesh("cpu", mesh_shape or (world,))
-    rows = [Shard(0)] * (mesh.ndim - 1) + [Shard(0) if hidden_sharded else Replicate()]
-    head = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
+    rows, head = mesh_placements(mesh, hidden_sharded)
     dts = {}
     for n, t in tensors.items():
         placement = rows if not n.endswith("weight") else head
@@ -522,23 +475,18 @@ check("jsd_dtensor_hidden_sharded")(lambda: jsd_dtensor(23, hidden_sharded=True)
 
 
 @check("jsd_dtensor_2d_mesh")
+@four_ranks
 def jsd_dtensor_2d_mesh():
-    _, world = rank_world()
-    if world != 4:
-        return {"max_rel": 0.0, "skipped": True}
     return jsd_dtensor(23, mesh_shape=(2, 2))
 
 
 @check("jsd_bfloat16")
 def jsd_bfloat16():
     """bfloat16 heads through the process_group door against float32 on the same values."""
-    rank, _ = rank_world()
     tensors = {n: t.to(torch.bfloat16) if t.is_floating_point() else t for n, t in jsd_data(23).items()}
     truth = _jsd({n: t.float() if t.is_floating_point() else t for n, t in tensors.items()}, beta=0.3)
     sizes = sizes_for(23, even=False)
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
-    mine = dict(tensors, student_weight=tensors["student_weight"][rows], teacher_weight=tensors["teacher_weight"][rows])
+    mine, rows = my_share(tensors, sizes, JSD_HEADS)
     out, hs, ws = _jsd(mine, beta=0.3, process_group=dist.group.WORLD)
     one = _jsd(tensors, beta=0.3)
     errors = [rel(out, truth[0]), rel(hs.grad, truth[1].grad), rel(ws.grad, truth[2].grad[rows])]
@@ -563,10 +511,10 @@ def process_group_refusals():
     jsd = ft.fused_linear_jsd
     n = N - (rank == 0)  # rank 0 has one token fewer than the others
     errors = {
-        "beta": _error(lambda: jsd(t["student_hidden"], ws, t["teacher_hidden"], wt, beta=0.1 * rank, process_group=group)),
-        "tokens": _error(lambda: jsd(t["student_hidden"][:n], ws, t["teacher_hidden"][:n], wt, process_group=group)),
-        "group_type": _error(lambda: jsd(t["student_hidden"], ws, t["teacher_hidden"], wt, process_group="tp")),
-        "dtensor_and_group": _error(
+        "beta": error_of(lambda: jsd(t["student_hidden"], ws, t["teacher_hidden"], wt, beta=0.1 * rank, process_group=group)),
+        "tokens": error_of(lambda: jsd(t["student_hidden"][:n], ws, t["teacher_hidden"][:n], wt, process_group=group)),
+        "group_type": error_of(lambda: jsd(t["student_hidden"], ws, t["teacher_hidden"], wt, process_group="tp")),
+        "dtensor_and_group": error_of(
             lambda: jsd(
                 distribute_tensor(t["student_hidden"], mesh, [Replicate()]),
                 distribute_tensor(t["student_weight"], mesh, [Shard(0)]),
@@ -586,46 +534,16 @@ def post_training_plain(loss, module=False):
     """post_training's losses with plain tensors: this rank's rows of the head, its bias and the
     reference head (sizes that differ per rank), process_group=WORLD (module: to the loss's module
     at construction)."""
-    rank, _ = rank_world()
-    g = torch.Generator().manual_seed(12)
-    vocab = 23
-    target = torch.randint(0, vocab, (4, 4), generator=g)
-    target[:, 0] = -100
-    target[1, -1] = -100
-    tensors = {
-        "hidden": torch.randn(4, 4, 8, generator=g) * 0.5,
-        "weight": torch.randn(vocab, 8, generator=g) * 0.3,
-        "bias": torch.randn(vocab, generator=g) * 0.1,
-        "target": target,
-    }
-    if loss in ("dpo", "kto"):
-        tensors["ref_hidden"] = torch.randn(4, 4, 6, generator=g) * 0.5
-        tensors["ref_weight"] = torch.randn(vocab, 6, generator=g) * 0.3
-    if loss == "kto":
-        tensors["preference_labels"] = torch.tensor([True, False, False, True])
-        fn = lambda **a: ft.fused_linear_kto_loss(kl=torch.tensor(0.1), chunk_size=5, **a)  # noqa: E731
-    elif loss == "grpo":
-        tensors["advantages"] = torch.tensor([0.5, -1.0, 1.5, 0.25])
-        tensors["old_logps"] = -torch.rand(4, 4, generator=g) * 3
-        tensors["ref_logps"] = -torch.rand(4, 4, generator=g) * 3
-        fn = lambda **a: ft.fused_linear_grpo_loss(beta=0.1, temperature=0.8, chunk_size=5, **a)  # noqa: E731
-    else:
-        fn = lambda **a: ft.fused_linear_preference_loss(loss=loss, label_smoothing=0.1, chunk_size=5, **a)  # noqa: E731
-    heads, grads = ("weight", "bias", "ref_weight"), ("hidden", "weight", "bias")
-    args = {n: leaf(t) if n in grads else t for n, t in tensors.items()}
-    ref = fn(**args)
-    (ref * 0.75).backward()
-    sizes = sizes_for(vocab, even=False)
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
-    mine = {n: t[rows] if n in heads else t for n, t in tensors.items()}
-    mine = {n: leaf(t) if n in grads else t for n, t in mine.items()}
+    tensors, fn, args, ref = post_training_case(loss, temperature=0.8)
+    sizes = sizes_for(23, even=False)
+    mine, rows = my_share(tensors, sizes, POST_HEADS)
+    mine = {n: leaf(t) if n in POST_GRADS else t for n, t in mine.items()}
     if module:
         out = _module_call(loss, mine)
     else:
         out = fn(**mine, process_group=dist.group.WORLD)
     (out * 0.75).backward()
-    errors = [rel(out, ref)] + [rel(mine[n].grad, args[n].grad[rows] if n in heads else args[n].grad) for n in grads]
+    errors = [rel(out, ref)] + [rel(mine[n].grad, args[n].grad[rows] if n in POST_HEADS else args[n].grad) for n in POST_GRADS]
     return {"max_rel": max(errors), "sizes": sizes}
 
 
@@ -651,33 +569,5 @@ for _loss in ("dpo", "kto", "grpo"):
     check(f"post_training_{_loss}_module_process_group")(lambda loss=_loss: post_training_plain(loss, module=True))
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
-    only = os.environ.get("VP_ONLY")
-    results = {}
-    for name, fn in CHECKS.items():
-        if only and only not in name:
-            continue
-        try:
-            r = fn()
-        except Exception:  # reported per check; the test fails on it with the traceback
-            r = {"error": traceback.format_exc()[-3000:]}
-        # the worst rank's errors: every rank reduces both (bf16_rel: the bfloat16 check's)
-        worst = torch.tensor([r.get("max_rel", float("inf")), r.get("bf16_rel", 0.0)], dtype=torch.float64)
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        r["max_rel"], r["bf16_rel"] = worst.tolist()
-        results[name] = r
-        dist.barrier()
-    if dist.get_rank() == 0:
-        print(json.dumps(results), flush=True)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    main()
-    # Leave without the interpreter's exit-time destructors (gloo's teardown there may abort a
-    # rank after its results are out: tests/torch/dtensor_child.py).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_child(CHECKS)

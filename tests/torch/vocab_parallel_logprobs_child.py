@@ -14,11 +14,6 @@ MASTER_ADDR and MASTER_PORT set (VP_ONLY=<substring>: only the checks whose name
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import traceback
-
 import fuselet.torch as ft
 import torch
 import torch.distributed as dist
@@ -26,12 +21,25 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
 from torch.distributed.tensor.debug import CommDebugMode
 
-from tests.torch.vocab_parallel_child import _error, counts, leaf, rank_world, rel, sizes_for
+from tests.torch.vocab_parallel_common import (
+    counts,
+    error_of,
+    four_ranks,
+    leaf,
+    mesh_placements,
+    my_share,
+    rank_world,
+    registry,
+    rel,
+    run_child,
+    sizes_for,
+)
 
-CHECKS = {}
+CHECKS, check = registry()
 N, H, V = 13, 8, 23  # 13 tokens in chunks of 5: a short last chunk; V = 23: uneven over 2 and 4
 OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 VALUES = ("log_probs", "entropy", "log_sum_sq_probs", "mean_logits")
+HEAD = ("weight", "bias")  # the rows sharded over the ranks
 OPTIONS = {
     "plain": {},
     "scaled": {"temperature": 0.7, "logit_scale": 1.3},
@@ -41,14 +49,6 @@ OPTIONS = {
     "entropy_only": {"outputs": ("entropy",)},
     "stats_only": {"outputs": ("is_top1",)},
 }
-
-
-def check(name):
-    def declare(fn):
-        CHECKS[name] = fn
-        return fn
-
-    return declare
 
 
 def data(vocab=V, ignore_index=-100, seed=31):
@@ -100,20 +100,13 @@ def _compare(ours, ref, rows, with_bias=True) -> dict:
     return result
 
 
-def _mine(tensors, sizes):
-    rank, _ = rank_world()
-    a = sum(sizes[:rank])
-    rows = slice(a, a + sizes[rank])
-    return dict(tensors, weight=tensors["weight"][rows], bias=tensors["bias"][rows]), rows
-
-
 def plain(options, even=False, with_bias=True, vocab=V, tensors=None, entropy_grad=True):
     """The process_group door: this rank's rows of the head (sizes that differ per rank)."""
     kw = OPTIONS[options]
     tensors = tensors or data(vocab, kw.get("ignore_index", -100))
     ref = _call(tensors, with_bias, entropy_grad, **kw)
     sizes = sizes_for(vocab, even)
-    mine, rows = _mine(tensors, sizes)
+    mine, rows = my_share(tensors, sizes, HEAD)
     ours = _call(mine, with_bias, entropy_grad, process_group=dist.group.WORLD, **kw)
     return {**_compare(ours, ref, rows, with_bias), "sizes": sizes}
 
@@ -151,12 +144,11 @@ def _dtensor_case(vocab, mesh_shape=None, hidden_sharded=False, options="softcap
     kw = OPTIONS[options]
     tensors = data(vocab)
     if mesh_shape or hidden_sharded:  # splits of the tokens: 12 of them
-        tensors = {n: t if n in ("weight", "bias") else t[:12] for n, t in tensors.items()}
+        tensors = {n: t if n in HEAD else t[:12] for n, t in tensors.items()}
     ref = _call(tensors, **kw)
     mesh = init_device_mesh("cpu", mesh_shape or (world,))
-    rows = [Shard(0)] * (mesh.ndim - 1) + [Shard(0) if hidden_sharded else Replicate()]
-    head = [Replicate()] * (mesh.ndim - 1) + [Shard(0)]
-    dts = {n: distribute_tensor(t, mesh, head if n in ("weight", "bias") else rows) for n, t in tensors.items()}
+    rows, head = mesh_placements(mesh, hidden_sharded)
+    dts = {n: distribute_tensor(t, mesh, head if n in HEAD else rows) for n, t in tensors.items()}
     with CommDebugMode() as fwd:
         h, w, b = leaf(dts["hidden"]), leaf(dts["weight"]), leaf(dts["bias"])
         out = ft.fused_linear_logprobs(h, w, dts["target"], bias=b, outputs=OUTPUTS, chunk_size=5, **kw)
@@ -178,10 +170,8 @@ check("dtensor_hidden_sharded")(lambda: _dtensor_case(23, hidden_sharded=True))
 
 
 @check("dtensor_2d_mesh")
+@four_ranks
 def dtensor_2d_mesh():
-    _, world = rank_world()
-    if world != 4:
-        return {"max_rel": 0.0, "skipped": True}
     return _dtensor_case(23, mesh_shape=(2, 2))
 
 
@@ -238,7 +228,7 @@ def grpo_plain(options):
     tensors = grpo_data()
     ref = _grpo(tensors, **kw)
     sizes = sizes_for(V, even=False)
-    mine, rows = _mine(tensors, sizes)
+    mine, rows = my_share(tensors, sizes, HEAD)
     ours = _grpo(mine, process_group=dist.group.WORLD, **kw)
     return {"max_rel": max(_grpo_errors(ours, ref, rows)), "sizes": sizes, "loss": float(ref[0].detach())}
 
@@ -251,7 +241,7 @@ def grpo_dtensor(options):
     tensors = grpo_data()
     ref = _grpo(tensors, **kw)
     mesh = init_device_mesh("cpu", (world,))
-    dts = {n: distribute_tensor(t, mesh, [Shard(0) if n in ("weight", "bias") else Replicate()]) for n, t in tensors.items()}
+    dts = {n: distribute_tensor(t, mesh, [Shard(0) if n in HEAD else Replicate()]) for n, t in tensors.items()}
     with CommDebugMode() as comms:  # the forward and the backward
         ours = _grpo(dts, **kw)
     return {
@@ -275,7 +265,7 @@ def bfloat16():
     truth = _call({n: t.float() if t.is_floating_point() else t for n, t in low.items()})
     one = _call(low)
     sizes = sizes_for(V, even=False)
-    mine, rows = _mine(low, sizes)
+    mine, rows = my_share(low, sizes, HEAD)
     ours = _call(mine, process_group=dist.group.WORLD)
 
     tout, th, tw, tb = truth
@@ -304,12 +294,12 @@ def refusals():
     flp = ft.fused_linear_logprobs
     mesh = init_device_mesh("cpu", (world,))
     errors = {
-        "outputs": _error(lambda: flp(h, w, t, outputs=("entropy",) if rank else (), process_group=group)),
-        "temperature": _error(lambda: flp(h, w, t, temperature=1.0 + rank, process_group=group)),
-        "tokens": _error(lambda: flp(h[: N - (rank == 0)], w, t[: N - (rank == 0)], process_group=group)),
-        "target_range": _error(lambda: flp(h, w, torch.full((N,), 8 * world), process_group=group)),
-        "group_type": _error(lambda: flp(h, w, t, process_group="tp")),
-        "dtensor_and_group": _error(
+        "outputs": error_of(lambda: flp(h, w, t, outputs=("entropy",) if rank else (), process_group=group)),
+        "temperature": error_of(lambda: flp(h, w, t, temperature=1.0 + rank, process_group=group)),
+        "tokens": error_of(lambda: flp(h[: N - (rank == 0)], w, t[: N - (rank == 0)], process_group=group)),
+        "target_range": error_of(lambda: flp(h, w, torch.full((N,), 8 * world), process_group=group)),
+        "group_type": error_of(lambda: flp(h, w, t, process_group="tp")),
+        "dtensor_and_group": error_of(
             lambda: flp(
                 distribute_tensor(h, mesh, [Replicate()]),
                 distribute_tensor(tensors["weight"], mesh, [Shard(0)]),
@@ -332,38 +322,5 @@ def no_tokens():
     return {"max_rel": 0.0, "shapes": shapes, "grads": [list(h.grad.shape), float(w.grad.abs().sum())]}
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
-    only = os.environ.get("VP_ONLY")
-    results = {}
-    for name, fn in CHECKS.items():
-        if only and only not in name:
-            continue
-        try:
-            r = fn()
-        except Exception:  # reported per check; the test fails on it with the traceback
-            r = {"error": traceback.format_exc()[-3000:]}
-        # the worst rank's: every rank reduces the errors, and whether is_top1 was equal everywhere
-        worst = torch.tensor(
-            [r.get("max_rel", float("inf")), r.get("bf16_rel", 0.0), 0.0 if r.get("top1_equal", True) else 1.0],
-            dtype=torch.float64,
-        )
-        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-        r["max_rel"], r["bf16_rel"] = worst.tolist()[:2]
-        if "top1_equal" in r:
-            r["top1_equal"] = worst[2].item() == 0.0
-        results[name] = r
-        dist.barrier()
-    if dist.get_rank() == 0:
-        print(json.dumps(results), flush=True)
-    dist.destroy_process_group()
-
-
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    main()
-    # Leave without the interpreter's exit-time destructors (gloo's teardown there may abort a
-    # rank after its results are out: tests/torch/dtensor_child.py).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    run_child(CHECKS)
