@@ -27,3 +27,11 @@ def run_on_8_cpu_devices(module: str) -> dict:
 def others(counts: dict, *allowed) -> dict:
     """The collectives of `counts` that occur, but for the `allowed` ones."""
     return {c: n for c, n in counts.items() if n and c not in allowed}
+
+
+def size(shape) -> int:
+    """The elements of an array of `shape` (a list of dims, as the children print them)."""
+    n = 1
+    for d in shape:
+        n *= d
+    return n

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.jax.multi_device import CHUNK_COPIES, others, run_on_8_cpu_devices
+from tests.jax.multi_device import CHUNK_COPIES, others, run_on_8_cpu_devices, size
 
 pytestmark = pytest.mark.processes  # the make test tier (tests/conftest.py)
 
@@ -36,13 +36,6 @@ def _cases(results, prefix):
     return cases
 
 
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def test_all_equal_to_one_device(results):
     """Every case: loss and gradients within 1e-5 relative of the one-device call."""
     worst = {k: v["rel_diff"] for k, v in results.items() if not v["rel_diff"] <= TOL}
@@ -61,7 +54,7 @@ def test_fused_linear_head_never_gathered(results, mesh):
         assert r["collectives"]["all-gather"] == 0, (name, r["collectives"])
         k = 3 if ("label_smoothing" in name or "/all" in name) else 2
         assert [CHUNK] in r["all_reduces"] and [k, CHUNK] in r["all_reduces"], (name, r["all_reduces"])
-        assert all(_size(s) < V * H for s in r["all_reduces"]), (name, r["all_reduces"])
+        assert all(size(s) < V * H for s in r["all_reduces"]), (name, r["all_reduces"])
         assert r["dweight_spec"].startswith("P('model'"), (name, r["dweight_spec"])
 
 
@@ -95,7 +88,7 @@ def test_cross_entropy_vocab_sharded_logits(results, mesh):
         assert r["collectives"]["all-gather"] == 0, (name, r["collectives"])
         rows = [4 // data, 8]
         assert rows in r["all_reduces"], (name, r["all_reduces"])
-        assert all(_size(s) <= 3 * 32 for s in r["all_reduces"]), (name, r["all_reduces"])
+        assert all(size(s) <= 3 * 32 for s in r["all_reduces"]), (name, r["all_reduces"])
 
 
 def test_axis_name_form(results):
@@ -146,7 +139,7 @@ def test_fused_linear_jsd_heads_never_gathered(results, case):
     r = results[f"jsd/{case}"]
     assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
     assert r["all_reduces"].count([2, CHUNK]) == 3 * CHUNK_COPIES, r["all_reduces"]
-    assert all(_size(s) < V * 16 for s in r["all_reduces"]), r["all_reduces"]
+    assert all(size(s) < V * 16 for s in r["all_reduces"]), r["all_reduces"]
     assert r["dweight_spec"].startswith("P('model'"), r["dweight_spec"]
 
 

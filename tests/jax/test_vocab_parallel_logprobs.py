@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.jax.multi_device import CHUNK_COPIES, others, run_on_8_cpu_devices
+from tests.jax.multi_device import CHUNK_COPIES, others, run_on_8_cpu_devices, size
 
 pytestmark = pytest.mark.processes  # the make test tier (tests/conftest.py)
 
@@ -28,13 +28,6 @@ TOL = 1e-5
 @pytest.fixture(scope="module")
 def results() -> dict:
     return run_on_8_cpu_devices("tests.jax.vocab_parallel_logprobs_child")
-
-
-def _size(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 def test_all_equal_to_one_device(results):
@@ -54,7 +47,7 @@ def test_head_never_gathered(results, case):
     r = results[f"logprobs/{case}"]
     assert r["rel_diff"] <= TOL and r["collectives"]["all-gather"] == 0, r
     assert r["all_reduces"].count([CHUNK]) == 2 * CHUNK_COPIES and [5, CHUNK] in r["all_reduces"], r["all_reduces"]
-    assert all(_size(s) < V * H for s in r["all_reduces"]), r["all_reduces"]
+    assert all(size(s) < V * H for s in r["all_reduces"]), r["all_reduces"]
     assert r["dweight_spec"].startswith("P('model'"), r["dweight_spec"]
 
 
@@ -104,5 +97,5 @@ def test_grpo_entropies_over_sharded_head(results, case):
     mask's quantile gathers the [B, T] entropies over data, nothing larger), dweight sharded."""
     r = results[f"grpo/{case}"]
     assert r["rel_diff"] <= TOL and [3, CHUNK] in r["all_reduces"], r
-    assert all(_size(s) <= 8 * 4 for s in r["all_gathers"]), r["all_gathers"]
+    assert all(size(s) <= 8 * 4 for s in r["all_gathers"]), r["all_gathers"]
     assert r["dweight_spec"].startswith("P('model'"), r["dweight_spec"]

@@ -3,9 +3,10 @@ mesh axes (the same axes: the teacher's is resharded to the student's), the toke
 
 As fused_linear_cross_entropy (docs/tensor_parallel.md), the chunked loop is one
 custom_partitioning call (under jax.shard_map where the heads are sharded over Explicit mesh
-axes), whose partition callback reads the operands' shardings: the student head's row dim's mesh
-axes are the vocab axes, student_hidden's leading dim's the token axes. Each device runs the loop
-over its own tokens and its own classes, [chunk, V_r] logits of each model; per chunk:
+axes; _chunk_partition), whose partition callback reads the operands' shardings: the student
+head's row dim's mesh axes (else the teacher head's) are the vocab axes, student_hidden's leading
+dim's the token axes. Each device runs the loop over its own tokens and its own classes,
+[chunk, V_r] logits of each model; per chunk:
 
   1. one all-reduce (max) of [2, n] float32 over the vocab axes: the row maxima of the student's
      and the teacher's logits (times 1 / temperature);
@@ -30,17 +31,13 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from fuselet.jax import _vocab_parallel as vp
-from fuselet.jax._ffi import _batched
+from fuselet.jax import _chunk_partition as cp
 from fuselet.jax._sharding import vary_like, varying_axes
-from fuselet.jax.fused_linear_cross_entropy import _explicit, _over_chunks, _Where
+from fuselet.jax.fused_linear_cross_entropy import _over_chunks
 
 # The operands: student_hidden, student_weight, teacher_hidden, teacher_weight, the tokens' weights
-# (g); the results: the loss, dhidden, dweight. _explicit reads "h" and "w" (student's).
+# (g); the results: the loss, dhidden, dweight. cp.explicit reads "h" and "w" (student's).
 _INS, _OUTS = "hwtvg", "shw"
 # The factors of each (Shardy): n tokens, v classes, k / j the student's / teacher's hidden (whole).
 _FACTORS = {"h": "n k", "w": "v k", "t": "n j", "v": "v j", "g": "n", "s": ""}
@@ -85,7 +82,7 @@ def jsd_chunk(s, u, g, beta: float, inv_t: float, axes: tuple, vocab: int, offse
     return sums[0], jnp.where(real, d, 0.0).astype(s.dtype)
 
 
-def _local(where: _Where, unsharded, options, chunk: int, hs, ws, ht, wt, g):
+def _local(where: cp.Where, unsharded, options, chunk: int, hs, ws, ht, wt, g):
     """(loss, dhidden, dweight) of this device's tokens and classes: the loss summed over all
     tokens (alike everywhere), dhidden its tokens' (the whole heads'), dweight its rows'."""
     ok = where.rows_ok(hs.shape[0])
@@ -112,67 +109,19 @@ def _local(where: _Where, unsharded, options, chunk: int, hs, ws, ht, wt, g):
     return loss, where.sum_classes(dhs), where.sum_tokens(dws).astype(ws.dtype)
 
 
-def _layout(arg_shapes):
-    """(vocab axes, token axes): the student head's rows' (else the teacher head's), student
-    hidden's leading dim's (but the vocab axes, which its tokens cannot share)."""
-
-    def axes(i, dim):
-        sharding = arg_shapes[i].sharding
-        spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
-        return vp.axes_of(spec[dim]) if dim < len(spec) else ()
-
-    vocab = axes(_INS.index("w"), 0) or axes(_INS.index("v"), 0)
-    return vocab, tuple(a for a in axes(_INS.index("h"), 0) if a not in vocab)
-
-
-def _specs(kinds: str, vocab: tuple, tokens: tuple) -> tuple:
-    v, n = vocab or None, tokens or None
-    table = {"h": P(n, None), "w": P(v, None), "t": P(n, None), "v": P(v, None), "g": P(n), "s": P()}
-    return tuple(table[k] for k in kinds)
-
-
-def _sizes(shapes) -> tuple:
-    """(V, N): the student head's rows, the tokens."""
-    return shapes[_INS.index("w")].shape[0], shapes[_INS.index("h")].shape[0]
+def _call(unsharded, options, chunk: int):
+    """call(where, hs, ws, ht, wt, g): the loop on one device's share (_local)."""
+    return lambda where, *a: _local(where, unsharded, options, chunk, *a)
 
 
 @functools.cache
 def _partitioned(unsharded, options, chunk: int):
     """The loop as one custom_partitioning call over (hs, ws, ht, wt, g) -> (loss, dhs, dws)."""
 
-    def fn(*args):  # unpartitioned: one device, everything whole
+    def whole(*args):  # unpartitioned: one device, everything whole
         return unsharded(*args, options, chunk)
 
-    def shardings(mesh, arg_shapes):
-        vocab, tokens = _layout(arg_shapes)
-        named = lambda kinds: tuple(NamedSharding(mesh, s) for s in _specs(kinds, vocab, tokens))  # noqa: E731
-        return vocab, tokens, named(_INS), named(_OUTS)
-
-    def infer(mesh, arg_shapes, result_shape):
-        return shardings(mesh, arg_shapes)[3]
-
-    def partition(mesh, arg_shapes, result_shape):
-        vocab, tokens, in_s, out_s = shardings(mesh, arg_shapes)
-        where = _Where(vocab, tokens, *_sizes(arg_shapes))
-        return mesh, lambda *a: _local(where, unsharded, options, chunk, *a), out_s, in_s
-
-    rule = f"{', '.join(_FACTORS[k] for k in _INS)} -> {', '.join(_FACTORS[k] for k in _OUTS)}"
-    wrapped = custom_partitioning(fn)
-    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule, need_replication_factors=("k", "j"))
-    return _batched(wrapped, (False,) * len(_INS), False)  # vmap: a loop (lax.map)
-
-
-def _shard_mapped(unsharded, options, chunk: int, layout, args):
-    """The loop under jax.shard_map over the Explicit axes of `layout`, the results resharded to
-    their arrays' shardings."""
-    mesh, vocab, tokens = layout
-    where = _Where(vocab, tokens, *_sizes(args))
-    in_specs, out_specs = _specs(_INS, vocab, tokens), _specs(_OUTS, vocab, tokens)
-    given = {k: jax.typeof(a).sharding for k, a in zip(_INS, args)}
-    args = tuple(jax.sharding.reshard(a, NamedSharding(mesh, s)) for a, s in zip(args, in_specs))
-    local = functools.partial(_local, where, unsharded, options, chunk)
-    results = jax.shard_map(local, mesh=mesh, in_specs=in_specs, out_specs=out_specs)(*args)
-    return tuple(r if k == "s" else jax.sharding.reshard(r, given[k]) for r, k in zip(results, _OUTS))
+    return cp.partitioned(_INS, _OUTS, _call(unsharded, options, chunk), _FACTORS, "wv", whole)
 
 
 def loss_and_grads(unsharded, hs, ws, ht, wt, g, options, chunk: int, axis=None, vocab_size=None):
@@ -183,11 +132,10 @@ def loss_and_grads(unsharded, hs, ws, ht, wt, g, options, chunk: int, axis=None,
     the real V, None: V_r times the axis size), the loss over its tokens."""
     args = (hs, ws, ht, wt, g)
     if axis is not None:
-        vocab = vocab_size or ws.shape[0] * vp.axis_size(axis)
-        return _local(_Where(axis, (), vocab, hs.shape[0]), unsharded, options, chunk, *args)
-    layout = _explicit(args, _INS)
+        return _local(cp.in_shard_map(axis, vocab_size, ws, hs), unsharded, options, chunk, *args)
+    layout = cp.explicit(args, _INS)
     if layout is not None:
         if layout[1]:  # heads sharded over Explicit axes
-            return _shard_mapped(unsharded, options, chunk, layout, args)
+            return cp.shard_mapped(_INS, _OUTS, _call(unsharded, options, chunk), layout, args, _FACTORS)
         return unsharded(*args, options, chunk)  # tokens alone over Explicit axes: as GSPMD takes it
     return _partitioned(unsharded, options, chunk)(*args)

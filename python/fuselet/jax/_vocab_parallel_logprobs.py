@@ -2,12 +2,12 @@
 axes, the tokens over others (docs/tensor_parallel.md).
 
 As fused_linear_cross_entropy, the chunked loop is one custom_partitioning call (under
-jax.shard_map where the head or hidden is sharded over Explicit mesh axes), whose partition
-callback reads the operands' shardings: the head's row dim's mesh axes are the vocab axes,
-hidden's leading dim's the token axes. Each device runs the loop over its own tokens and its own
-classes. Without vocab axes (the head whole on every device) that loop is fused_linear_logprobs'
-own (fuselet's logprobs kernel per chunk). With them, per chunk of n tokens, each device's
-logits [n, V_r] (soft-capped in float32, the classes at or past V masked):
+jax.shard_map where the head or hidden is sharded over Explicit mesh axes; _chunk_partition),
+whose partition callback reads the operands' shardings: the head's row dim's mesh axes are the
+vocab axes, hidden's leading dim's the token axes. Each device runs the loop over its own tokens
+and its own classes. Without vocab axes (the head whole on every device) that loop is
+fused_linear_logprobs' own (fuselet's logprobs kernel per chunk). With them, per chunk of n
+tokens, each device's logits [n, V_r] (soft-capped in float32, the classes at or past V masked):
 
   1. **one all-reduce (max) of [n] float32** over the vocab axes: the row max m;
   2. **one all-reduce (sum) of [k, n] float32**: sum_j e_j (e_j = exp(s_j - m)), the target's
@@ -31,17 +31,11 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
+from fuselet.jax import _chunk_partition as cp
 from fuselet.jax import _vocab_parallel as vp
-from fuselet.jax._ffi import _batched
-from fuselet.jax.fused_linear_cross_entropy import _accumulate, _explicit, _logits, _over_chunks, _Where, _zeros
+from fuselet.jax.fused_linear_cross_entropy import _accumulate, _logits, _over_chunks, _zeros
 from fuselet.spec import fused_linear_logprobs as spec
-
-# The factors of each operand kind (Shardy): n tokens, k hidden (whole), v classes.
-_FACTORS = {"h": "n k", "w": "v k", "b": "v", "t": "n"}
 
 
 def asked_of(options: spec.FusedLinearLogProbsOptions) -> tuple:
@@ -134,7 +128,7 @@ def _padded(ok, t, h):
     return jnp.where(ok, t, jnp.zeros((), t.dtype)), jnp.where(ok[:, None], h, jnp.zeros((), h.dtype))
 
 
-def _local_fwd(where: _Where, unsharded, options, chunk: int, h, w, b, t) -> tuple:
+def _local_fwd(where: cp.Where, unsharded, options, chunk: int, h, w, b, t) -> tuple:
     """(log_probs, lse, *asked) per token of this device's tokens [n], float32."""
     asked = asked_of(options)
     ok = where.rows_ok(h.shape[0])
@@ -155,7 +149,7 @@ def _local_fwd(where: _Where, unsharded, options, chunk: int, h, w, b, t) -> tup
     return _over_chunks(body, (), arrays, chunk)[1]
 
 
-def _local_bwd(where: _Where, unsharded, options, chunk: int, dlogp, h, w, b, t, lse, dentropy=None, entropy=None) -> tuple:
+def _local_bwd(where: cp.Where, unsharded, options, chunk: int, dlogp, h, w, b, t, lse, dentropy=None, entropy=None) -> tuple:
     """(dhidden, dweight, dbias) of this device's tokens (dhidden the whole head's) and classes."""
     ok = where.rows_ok(h.shape[0])
     if ok is not None:  # padding tokens: no gradient
@@ -188,96 +182,25 @@ def _local_bwd(where: _Where, unsharded, options, chunk: int, dlogp, h, w, b, t,
     return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype)
 
 
-# --- the partitioned calls -------------------------------------------------------------------
-
-
-def _kinds(kind: str, options, has_bias: bool) -> tuple:
-    """(input kinds, output kinds) of the loop `kind`, "b" dropped without a bias. fwd: (h, w, b,
-    t) -> (log_probs, lse, *asked); bwd: (dlogp, h, w, b, t, lse[, dentropy, entropy]) -> (dh, dw, db)."""
-    if kind == "fwd":
-        ins, outs = "hwbt", "t" * (2 + len(asked_of(options)))
-    else:
-        ins, outs = "thwbtt" + ("tt" if "entropy" in options.outputs else ""), "hwb"
-    if not has_bias:
-        ins, outs = ins.replace("b", ""), outs.replace("b", "")
-    return ins, outs
+# --- the partitioned calls (_chunk_partition) ------------------------------------------------
 
 
 def _local_call(kind: str, unsharded, options, chunk: int, has_bias: bool):
     """(input kinds, output kinds, call(where, *arrays)) of the loop `kind` on one device's share,
-    over its arrays (no None for an absent bias) and giving them (no None)."""
-    ins, outs = _kinds(kind, options, has_bias)
+    over its arrays (no None for an absent bias) and giving them (no None). fwd: (h, w, b, t) ->
+    (log_probs, lse, *asked); bwd: (dlogp, h, w, b, t, lse[, dentropy, entropy]) -> (dh, dw, db)."""
+    if kind == "fwd":
+        ins, outs = "hwbt", "t" * (2 + len(asked_of(options)))
+    else:
+        ins, outs = "thwbtt" + ("tt" if "entropy" in options.outputs else ""), "hwb"
     local = _local_fwd if kind == "fwd" else _local_bwd
-
-    def call(where, *args):
-        args = list(args)
-        if not has_bias:  # the local functions take a None
-            args.insert(ins.index("w") + 1, None)
-        return tuple(r for r in local(where, unsharded, options, chunk, *args) if r is not None)
-
-    return ins, outs, call
-
-
-def _layout(arg_shapes, ins: str):
-    """(vocab axes, token axes): weight's rows', hidden's leading dim's (but the vocab axes)."""
-
-    def axes(i, dim):
-        sharding = arg_shapes[i].sharding
-        spec_ = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
-        return vp.axes_of(spec_[dim]) if dim < len(spec_) else ()
-
-    vocab = axes(ins.index("w"), 0)
-    return vocab, tuple(a for a in axes(ins.index("h"), 0) if a not in vocab)
-
-
-def _specs(kinds: str, vocab: tuple, tokens: tuple) -> tuple:
-    v, n = vocab or None, tokens or None
-    return tuple({"h": P(n, None), "w": P(v, None), "b": P(v), "t": P(n)}[k] for k in kinds)
-
-
-def _sizes(ins: str, shapes) -> tuple:
-    """(V, N): the weight's rows, hidden's tokens."""
-    return shapes[ins.index("w")].shape[0], shapes[ins.index("h")].shape[0]
+    return cp.local_call(ins, outs, lambda where, *a: local(where, unsharded, options, chunk, *a), has_bias)
 
 
 @functools.cache
 def _partitioned(kind: str, unsharded, options, chunk: int, has_bias: bool):
     """The loop `kind` as one custom_partitioning call over its arrays (no None)."""
-    ins, outs, call = _local_call(kind, unsharded, options, chunk, has_bias)
-
-    def fn(*args):  # unpartitioned: one device, everything whole
-        return call(_Where((), (), *_sizes(ins, args)), *args)
-
-    def shardings(mesh, arg_shapes):
-        vocab, tokens = _layout(arg_shapes, ins)
-        named = lambda kinds: tuple(NamedSharding(mesh, s) for s in _specs(kinds, vocab, tokens))  # noqa: E731
-        return vocab, tokens, named(ins), named(outs)
-
-    def infer(mesh, arg_shapes, result_shape):
-        return shardings(mesh, arg_shapes)[3]
-
-    def partition(mesh, arg_shapes, result_shape):
-        vocab, tokens, in_s, out_s = shardings(mesh, arg_shapes)
-        where = _Where(vocab, tokens, *_sizes(ins, arg_shapes))
-        return mesh, lambda *a: call(where, *a), out_s, in_s
-
-    rule = f"{', '.join(_FACTORS[k] for k in ins)} -> {', '.join(_FACTORS[k] for k in outs)}"
-    wrapped = custom_partitioning(fn)
-    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule, need_replication_factors=("k",))
-    return _batched(wrapped, (False,) * len(ins), False)  # vmap: a loop (lax.map)
-
-
-def _shard_mapped(kind, unsharded, options, chunk, has_bias, layout, args):
-    """The loop `kind` under jax.shard_map over the Explicit axes of `layout`, the results
-    resharded to the shardings of the arrays they are like."""
-    mesh, vocab, tokens = layout
-    ins, outs, call = _local_call(kind, unsharded, options, chunk, has_bias)
-    where = _Where(vocab, tokens, *_sizes(ins, args))
-    in_specs, out_specs = _specs(ins, vocab, tokens), _specs(outs, vocab, tokens)
-    given = {k: jax.typeof(a).sharding for k, a in zip(ins, args)}  # the results go back to these
-    args = tuple(jax.sharding.reshard(a, NamedSharding(mesh, s)) for a, s in zip(args, in_specs))
-    results = jax.shard_map(lambda *a: call(where, *a), mesh=mesh, in_specs=in_specs, out_specs=out_specs)(*args)
-    return tuple(jax.sharding.reshard(r, given[k]) for r, k in zip(results, outs))
+    return cp.partitioned(*_local_call(kind, unsharded, options, chunk, has_bias))
 
 
 def _run(kind: str, unsharded, options, chunk: int, args: tuple, axis=None, vocab_size=None) -> tuple:
@@ -287,14 +210,14 @@ def _run(kind: str, unsharded, options, chunk: int, args: tuple, axis=None, voca
     gradient."""
     if axis is not None:
         h, w = args[1:3] if kind == "bwd" else args[:2]
-        where = _Where(axis, (), vocab_size or w.shape[0] * vp.axis_size(axis), h.shape[0])
+        where = cp.in_shard_map(axis, vocab_size, w, h)
         return tuple((_local_fwd if kind == "fwd" else _local_bwd)(where, unsharded, options, chunk, *args))
     has_bias = args[3 if kind == "bwd" else 2] is not None
     given = tuple(a for a in args if a is not None)
-    ins, outs = _kinds(kind, options, has_bias)
-    layout = _explicit(given, ins)
+    loop = _local_call(kind, unsharded, options, chunk, has_bias)
+    layout = cp.explicit(given, loop[0])
     if layout is not None:
-        results = _shard_mapped(kind, unsharded, options, chunk, has_bias, layout, given)
+        results = cp.shard_mapped(*loop, layout, given)
     else:
         results = _partitioned(kind, unsharded, options, chunk, has_bias)(*given)
     if kind == "bwd" and not has_bias:

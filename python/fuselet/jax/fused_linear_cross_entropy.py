@@ -9,13 +9,14 @@ time. With reduction "mean" / "sum" the gradients are computed in the forward (c
 residuals: dhidden, dweight, dbias); with "none" the backward recomputes each chunk's logits
 from hidden, weight and the per-token lse.
 
-Sharded (docs/tensor_parallel.md): the chunked loop is one custom_partitioning call, so that
-each device runs it over its own tokens (hidden's leading dim, sharded over any mesh axes: the
-chunks never span devices) and its own classes (weight's rows, sharded over other mesh axes:
-vocab-parallel, the head never gathered). With the classes sharded, each chunk's statistics
-are combined across their axes (_vocab_parallel: a pmax and a psum of [chunk]-sized float32
-values), dhidden is psum'ed over them once per call, and dweight / dbias stay sharded (psum'ed
-over the token axes). Inside a user's shard_map, axis_name= names the axes of the classes.
+Sharded (docs/tensor_parallel.md): the chunked loop is one custom_partitioning call
+(_chunk_partition), so that each device runs it over its own tokens (hidden's leading dim,
+sharded over any mesh axes: the chunks never span devices) and its own classes (weight's rows,
+sharded over other mesh axes: vocab-parallel, the head never gathered). With the classes
+sharded, each chunk's statistics are combined across their axes (_vocab_parallel: a pmax and a
+psum of [chunk]-sized float32 values), dhidden is psum'ed over them once per call, and dweight /
+dbias stay sharded (psum'ed over the token axes). Inside a user's shard_map, axis_name= names
+the axes of the classes.
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
+from fuselet.jax import _chunk_partition as cp
 from fuselet.jax import _vocab_parallel as vp
 from fuselet.jax._checks import array_facts
-from fuselet.jax._ffi import _batched
 from fuselet.jax._sharding import vary_like, varying_axes
 from fuselet.jax.cross_entropy import _bwd_call, _fwd_bwd, _fwd_call, _target_errors
 from fuselet.spec import fused_linear_cross_entropy as spec
@@ -156,35 +154,6 @@ def _scaled(a, scale, dtype):
 # --- one device's share: its tokens, its classes ---------------------------------------------
 
 
-class _Where:
-    """Where one device's block sits: the mesh axes of the classes and of the tokens (both ()
-    unsharded or in the unpartitioned call), V and N (the real ones: XLA pads uneven blocks)."""
-
-    def __init__(self, vocab_axes, token_axes, vocab, tokens):
-        self.vocab_axes, self.token_axes, self.vocab, self.tokens = vocab_axes, token_axes, vocab, tokens
-
-    def head(self, w, b):
-        """(w, b, offset): the block's rows, padding rows (past V) zeroed; the first one's class."""
-        offset = vp.index(self.vocab_axes) * w.shape[0]
-        if w.shape[0] * vp.axis_size(self.vocab_axes) != self.vocab:
-            real = offset + jnp.arange(w.shape[0]) < self.vocab
-            w = jnp.where(real[:, None], w, jnp.zeros((), w.dtype))
-            b = None if b is None else jnp.where(real, b, jnp.zeros((), b.dtype))
-        return w, b, offset
-
-    def rows_ok(self, n):
-        """[n] bool, False on padding tokens (past N), or None where there are none."""
-        if n * vp.axis_size(self.token_axes) == self.tokens:
-            return None
-        return vp.index(self.token_axes) * n + jnp.arange(n) < self.tokens
-
-    def sum_tokens(self, a):
-        return jax.lax.psum(a, self.token_axes) if self.token_axes else a
-
-    def sum_classes(self, a):
-        return jax.lax.psum(a, self.vocab_axes) if self.vocab_axes else a
-
-
 def _masked(rows_ok, t, *per_row):
     """Padding tokens out of the kernel's way (a valid class id) and of the results (0)."""
     if rows_ok is None:
@@ -280,119 +249,29 @@ def _local_bwd(where, opts, chunk, g, h, w, b, t, lse):
     return dh, dw.astype(w.dtype), None if b is None else db.astype(b.dtype)
 
 
-# --- the partitioned calls -------------------------------------------------------------------
+# --- the partitioned calls (_chunk_partition) ------------------------------------------------
 
-# The factors of each array (Shardy): n tokens, k hidden (whole on every device), v classes.
-_FACTORS = {"h": "n k", "w": "v k", "b": "v", "t": "n", "s": ""}
-# kind: (inputs, outputs); "b" entries are dropped without a bias
+# kind: (inputs, outputs), of the kinds of cp.FACTORS; "b" entries are dropped without a bias
 _KINDS = {
     "reduced": ("hwbt", "sshwb"),
     "fwd": ("hwbt", "ttt"),
     "bwd": ("thwbtt", "hwb"),
 }
-
-
-def _layout(arg_shapes, ins: str):
-    """(vocab axes, token axes) of the operands: weight's rows', hidden's leading dim's (but the
-    vocab axes, which its tokens cannot share)."""
-
-    def axes(i, dim):
-        sharding = arg_shapes[i].sharding
-        spec = tuple(sharding.spec) if isinstance(sharding, NamedSharding) else ()
-        return vp.axes_of(spec[dim]) if dim < len(spec) else ()
-
-    vocab = axes(ins.index("w"), 0)
-    tokens = tuple(a for a in axes(ins.index("h"), 0) if a not in vocab)
-    return vocab, tokens
-
-
-def _specs(kinds: str, vocab: tuple, tokens: tuple) -> tuple:
-    v, n = vocab or None, tokens or None
-    return tuple({"h": P(n, None), "w": P(v, None), "b": P(v), "t": P(n), "s": P()}[k] for k in kinds)
+_LOCAL = {"reduced": _local_reduced, "fwd": _local_fwd, "bwd": _local_bwd}
 
 
 def _local_call(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
     """(input kinds, output kinds, call(where, *arrays)): the chunked loop `kind` on one device's
     share, over its arrays (no None for an absent bias) and giving them (no None)."""
-    ins, outs = (s if has_bias else s.replace("b", "") for s in _KINDS[kind])
-    local = {
-        "reduced": lambda where, *a: _local_reduced(where, opts, chunk, mean, *a),
-        "fwd": lambda where, *a: _local_fwd(where, opts, chunk, *a),
-        "bwd": lambda where, *a: _local_bwd(where, opts, chunk, *a),
-    }[kind]
-
-    def call(where, *args):
-        args = list(args)
-        if not has_bias:  # the local functions take a None
-            args.insert(ins.index("w") + 1, None)
-        return tuple(r for r in local(where, *args) if r is not None)
-
-    return ins, outs, call
-
-
-def _sizes(ins: str, shapes) -> tuple:
-    """(V, N): the weight's rows, hidden's tokens."""
-    return shapes[ins.index("w")].shape[0], shapes[ins.index("h")].shape[0]
+    extra = (mean,) if kind == "reduced" else ()
+    local = lambda where, *a: _LOCAL[kind](where, opts, chunk, *extra, *a)  # noqa: E731
+    return cp.local_call(*_KINDS[kind], local, has_bias)
 
 
 @functools.cache
 def _partitioned(kind: str, opts, chunk: int, mean: bool, has_bias: bool):
     """The chunked loop `kind` as one custom_partitioning call over its arrays (no None)."""
-    ins, outs, call = _local_call(kind, opts, chunk, mean, has_bias)
-
-    def fn(*args):
-        return call(_Where((), (), *_sizes(ins, args)), *args)
-
-    def shardings(mesh, arg_shapes):
-        vocab, tokens = _layout(arg_shapes, ins)
-        named = lambda kinds: tuple(NamedSharding(mesh, s) for s in _specs(kinds, vocab, tokens))  # noqa: E731
-        return vocab, tokens, named(ins), named(outs)
-
-    def infer(mesh, arg_shapes, result_shape):
-        return shardings(mesh, arg_shapes)[3]
-
-    def partition(mesh, arg_shapes, result_shape):
-        vocab, tokens, in_s, out_s = shardings(mesh, arg_shapes)
-        where = _Where(vocab, tokens, *_sizes(ins, arg_shapes))
-        return mesh, lambda *a: call(where, *a), out_s, in_s
-
-    rule = f"{', '.join(_FACTORS[k] for k in ins)} -> {', '.join(_FACTORS[k] for k in outs)}"
-    wrapped = custom_partitioning(fn)
-    wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule, need_replication_factors=("k",))
-    # vmap: a loop over the batch (lax.map; custom_partitioning has no batching rule)
-    return _batched(wrapped, (False,) * len(ins), False)
-
-
-def _explicit(args, ins: str):
-    """(mesh, vocab axes, token axes) where hidden or the weight is sharded over Explicit mesh axes
-    (sharding in types: jax.make_mesh's default), else None. custom_partitioning traces the
-    whole loop with the global types, which Explicit axes refuse (a chunk that straddles the
-    devices' tokens): there the loop runs under jax.shard_map instead."""
-
-    def axes(i, dim):
-        sharding = jax.typeof(args[i]).sharding
-        spec = tuple(getattr(sharding, "spec", ()))
-        return (vp.axes_of(spec[dim]) if dim < len(spec) else ()), getattr(sharding, "mesh", None)
-
-    (vocab, mesh), (tokens, _) = axes(ins.index("w"), 0), axes(ins.index("h"), 0)
-    if mesh is None or not (vocab or tokens):
-        return None
-    explicit = {n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == jax.sharding.AxisType.Explicit}
-    if not set(vocab + tokens) <= explicit:
-        return None
-    return mesh, vocab, tuple(a for a in tokens if a not in vocab)
-
-
-def _shard_mapped(kind, opts, chunk, mean, has_bias, layout, args):
-    """The chunked loop `kind` under jax.shard_map over the Explicit axes of `layout`."""
-    mesh, vocab, tokens = layout
-    ins, outs, call = _local_call(kind, opts, chunk, mean, has_bias)
-    where = _Where(vocab, tokens, *_sizes(ins, args))
-    in_specs, out_specs = _specs(ins, vocab, tokens), _specs(outs, vocab, tokens)
-    given = {k: jax.typeof(a).sharding for k, a in zip(ins, args)}  # the results go back to these
-    args = tuple(jax.sharding.reshard(a, NamedSharding(mesh, s)) for a, s in zip(args, in_specs))
-    results = jax.shard_map(lambda *a: call(where, *a), mesh=mesh, in_specs=in_specs, out_specs=out_specs)(*args)
-    return tuple(r if k == "s" else jax.sharding.reshard(r, given[k]) for r, k in zip(results, outs))
+    return cp.partitioned(*_local_call(kind, opts, chunk, mean, has_bias))
 
 
 def _run(kind, cfg, *args):
@@ -400,18 +279,15 @@ def _run(kind, cfg, *args):
     axis (inside the caller's shard_map) this device's share, the classes over axis."""
     opts, chunk, mean, axis, vocab_size = cfg
     if axis is not None:
-        h = args[1] if kind == "bwd" else args[0]
-        w = args[2] if kind == "bwd" else args[1]
-        vocab = vocab_size or w.shape[0] * vp.axis_size(axis)
-        local = {"reduced": _local_reduced, "fwd": _local_fwd, "bwd": _local_bwd}[kind]
+        h, w = args[1:3] if kind == "bwd" else args[:2]
         extra = (mean,) if kind == "reduced" else ()
-        return local(_Where(axis, (), vocab, h.shape[0]), opts, chunk, *extra, *args)
+        return _LOCAL[kind](cp.in_shard_map(axis, vocab_size, w, h), opts, chunk, *extra, *args)
     has_bias = args[3 if kind == "bwd" else 2] is not None
     given = tuple(a for a in args if a is not None)
-    ins = _KINDS[kind][0] if has_bias else _KINDS[kind][0].replace("b", "")
-    layout = _explicit(given, ins)
+    loop = _local_call(kind, opts, chunk, mean, has_bias)
+    layout = cp.explicit(given, loop[0])
     if layout is not None:
-        results = iter(_shard_mapped(kind, opts, chunk, mean, has_bias, layout, given))
+        results = iter(cp.shard_mapped(*loop, layout, given))
     else:
         results = iter(_partitioned(kind, opts, chunk, mean, has_bias)(*given))
     n_out = len(_KINDS[kind][1])
