@@ -86,6 +86,68 @@ def gather(t: torch.Tensor, group, world: int) -> torch.Tensor:
     return out.reshape(world, *t.shape)
 
 
+# the dtypes of the agree() fields "...: its dtype" (their index: one number every rank compares)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class MeshLayout:
+    """A DTensor head Shard(0) on mesh dim d, and the tokens' placements that its losses keep
+    (their local_map's in / out / gradient placements): the tokens are replicated over d; over the
+    other dims their Shard(0) is kept (`split`: those dims; a sum over the tokens is then Partial
+    there: `summed`). Tokens Shard(0) over d itself (sequence parallel) are gathered for the loss,
+    and hidden's gradient goes back as each rank's share (Partial over d: `drows`), which DTensor
+    reduce-scatters."""
+
+    mesh: object
+    d: int
+    split: tuple
+    sequence: bool
+    rows: tuple
+    drows: tuple
+    head: tuple
+    dhead: tuple
+    summed: tuple
+    sizes: tuple
+    rank: int
+
+    def shard(self, **heads) -> Shard:
+        """This rank's Shard of the mesh dim's group, each local head of `heads` (name: tensor)
+        checked to hold DTensor's split of the rows (refused rather than misplaced)."""
+        mine = self.sizes[self.rank]
+        for name, w in heads.items():
+            if w.shape[0] != mine:
+                raise ValueError(
+                    f"{name}: expected {mine} rows on rank {self.rank} (Shard(0) of {sum(self.sizes)}), got {w.shape[0]}"
+                )
+        return Shard(self.mesh.get_group(self.d), self.rank, self.sizes, reduce_hidden=not self.sequence)
+
+
+def mesh_layout(hidden, weight, d: int) -> MeshLayout:
+    """The MeshLayout of DTensor `hidden` (tokens' rows leading) and head `weight` Shard(0) on dim d."""
+    from torch.distributed.tensor import Partial, Replicate
+    from torch.distributed.tensor import Shard as DShard
+
+    mesh = weight.device_mesh
+    dims = range(mesh.ndim)
+    split = tuple(e != d and isinstance(p, DShard) and p.dim == 0 for e, p in zip(dims, hidden.placements))
+    rows = tuple(DShard(0) if s else Replicate() for s in split)
+    sequence = isinstance(hidden.placements[d], DShard) and hidden.placements[d].dim == 0
+    return MeshLayout(
+        mesh=mesh,
+        d=d,
+        split=split,
+        sequence=sequence,
+        rows=rows,
+        drows=tuple(Partial() if e == d and sequence else p for e, p in zip(dims, rows)),
+        head=tuple(DShard(0) if e == d else Replicate() for e in dims),
+        dhead=tuple(DShard(0) if e == d else Partial() if split[e] else Replicate() for e in dims),
+        summed=tuple(Partial() if s else Replicate() for s in split),
+        sizes=even_sizes(weight.shape[0], mesh.size(d)),
+        rank=mesh.get_local_rank(d),
+    )
+
+
 def _bits(x: float) -> int:
     return struct.unpack("<q", struct.pack("<d", float(x)))[0]
 

@@ -119,9 +119,6 @@ def _local(hs, ws, ht, wt, weight_of, shard: vp.Shard, options: spec.FusedLinear
     return _VocabParallelJSD.apply(hs, ws, ht, wt, weight_of, shard, float(options.beta), 1.0 / options.temperature)
 
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
 def vocab_dim(student_weight, teacher_weight) -> int | None:
     """The mesh dim over which the DTensor heads are Shard(0) (either of them; the other is
     resharded to it), or None."""
@@ -149,9 +146,9 @@ def plain(hs, ws, ht, wt, weight_of, process_group, options: spec.FusedLinearJSD
     """The process_group door: this rank's rows of both heads, the tokens alike on every rank."""
     fields = {
         "student_hidden: the tokens [N, H], alike on every rank": tuple(hs.shape),
-        "student_hidden: its dtype": _DTYPES.index(hs.dtype),
+        "student_hidden: its dtype": vp.DTYPES.index(hs.dtype),
         "teacher_hidden: the tokens [N, H], alike on every rank": tuple(ht.shape),
-        "teacher_hidden: its dtype": _DTYPES.index(ht.dtype),
+        "teacher_hidden: its dtype": vp.DTYPES.index(ht.dtype),
         "beta": float(options.beta),
         "temperature": float(options.temperature),
         "ignore_index": int(options.ignore_index),
@@ -169,34 +166,17 @@ def dtensor(hs, ws, ht, wt, weight_of, options: spec.FusedLinearJSDOptions, d: i
     goes back as each rank's share (Partial over d), which DTensor reduce-scatters."""
     from torch.distributed.tensor.experimental import local_map
 
-    Replicate, Shard, Partial = placements()
-    mesh = ws.device_mesh
-    dims = range(mesh.ndim)
-    split = [e != d and isinstance(p, Shard) and p.dim == 0 for e, p in zip(dims, hs.placements)]
-    rows = tuple(Shard(0) if s else Replicate() for s in split)
-    sequence = isinstance(hs.placements[d], Shard) and hs.placements[d].dim == 0
-    drows = tuple(Partial() if e == d and sequence else p for e, p in zip(dims, rows))
-    head = tuple(Shard(0) if e == d else Replicate() for e in dims)
-    dhead = tuple(Shard(0) if e == d else Partial() if split[e] else Replicate() for e in dims)
-    summed = tuple(Partial() if s else Replicate() for s in split)
-    sizes = vp.even_sizes(ws.shape[0], mesh.size(d))
-    rank = mesh.get_local_rank(d)
+    lay = vp.mesh_layout(hs, ws, d)
 
     def local(hs, ws, ht, wt, weight_of):
-        for name, w in (("student_weight", ws), ("teacher_weight", wt)):
-            if w.shape[0] != sizes[rank]:  # not DTensor's split of Shard(0): refuse rather than misplace rows
-                raise ValueError(
-                    f"{name}: expected {sizes[rank]} rows on rank {rank} (Shard(0) of {sum(sizes)}), got {w.shape[0]}"
-                )
-        shard = vp.Shard(mesh.get_group(d), rank, sizes, reduce_hidden=not sequence)
-        return _local(hs, ws, ht, wt, weight_of, shard, options)
+        return _local(hs, ws, ht, wt, weight_of, lay.shard(student_weight=ws, teacher_weight=wt), options)
 
     return local_map(
         local,
-        out_placements=[*summed],  # a list: one output
-        in_placements=(rows, head, rows, head, rows),
-        in_grad_placements=(drows, dhead, rows, head, rows),
-        device_mesh=mesh,
+        out_placements=[*lay.summed],  # a list: one output
+        in_placements=(lay.rows, lay.head, lay.rows, lay.head, lay.rows),
+        in_grad_placements=(lay.drows, lay.dhead, lay.rows, lay.head, lay.rows),
+        device_mesh=lay.mesh,
         redistribute_inputs=True,
     )(hs, ws, ht, wt, weight_of)
 

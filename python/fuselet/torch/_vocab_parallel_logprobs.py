@@ -36,7 +36,7 @@ import torch
 
 from fuselet.spec import fused_linear_logprobs as spec
 from fuselet.torch import _vocab_parallel as vp
-from fuselet.torch._dtensor import is_dtensor, placements
+from fuselet.torch._dtensor import is_dtensor
 from fuselet.torch.fused_linear_cross_entropy import _Accumulator, _chunks, _Logits, _vocab_dim, _vp_chunk
 
 ops = torch.ops.fuselet
@@ -201,14 +201,11 @@ def _local(h2, weight, bias, t1, shard: vp.Shard, options: spec.FusedLinearLogPr
     return dict(zip(("log_probs", *asked), values))
 
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
 def plain(h2, weight, bias, t1, process_group, options: spec.FusedLinearLogProbsOptions) -> dict:
     """The process_group door: this rank's rows of the head, the tokens alike on every rank."""
     fields = {
         "hidden: the tokens [N, H], alike on every rank": tuple(h2.shape),
-        "hidden: its dtype": _DTYPES.index(h2.dtype),
+        "hidden: its dtype": vp.DTYPES.index(h2.dtype),
         "bias: given or None": bias is not None,
         "chunk_size": options.chunk_size or 0,
         "ignore_index": int(options.ignore_index),
@@ -228,35 +225,20 @@ def dtensor(h2, weight, bias, t1, options: spec.FusedLinearLogProbsOptions, d: i
     gradient reduce-scattered back), their Shard(0) over the other dims kept, and so the outputs'."""
     from torch.distributed.tensor.experimental import local_map
 
-    Replicate, Shard, Partial = placements()
-    mesh = weight.device_mesh
-    dims = range(mesh.ndim)
-    split = [e != d and isinstance(p, Shard) and p.dim == 0 for e, p in zip(dims, h2.placements)]
-    rows = tuple(Shard(0) if s else Replicate() for s in split)
-    sequence = isinstance(h2.placements[d], Shard) and h2.placements[d].dim == 0
-    drows = tuple(Partial() if e == d and sequence else p for e, p in zip(dims, rows))
-    head = tuple(Shard(0) if e == d else Replicate() for e in dims)
-    dhead = tuple(Shard(0) if e == d else Partial() if split[e] else Replicate() for e in dims)
-    sizes = vp.even_sizes(weight.shape[0], mesh.size(d))
-    rank = mesh.get_local_rank(d)
+    lay = vp.mesh_layout(h2, weight, d)
     asked = tuple(name for name in spec.OUTPUTS[1:] if name in options.outputs)
 
     def local(h, w, t, b=None):
-        if w.shape[0] != sizes[rank]:  # not DTensor's split of Shard(0): refuse rather than misplace rows
-            raise ValueError(
-                f"weight: expected {sizes[rank]} rows on rank {rank} (Shard(0) of {weight.shape[0]}), got {w.shape[0]}"
-            )
-        shard = vp.Shard(mesh.get_group(d), rank, sizes, reduce_hidden=not sequence)
-        got = _local(h, w, b, t, shard, options)
+        got = _local(h, w, b, t, lay.shard(weight=w), options)
         return tuple(got[name] for name in ("log_probs", *asked))
 
     args = (h2, weight, t1) + (() if bias is None else (bias,))
     values = local_map(
         local,
-        out_placements=(rows,) * (1 + len(asked)),  # a tuple: one placement list per output
-        in_placements=(rows, head, rows) + (() if bias is None else (head,)),
-        in_grad_placements=(drows, dhead, rows) + (() if bias is None else (dhead,)),
-        device_mesh=mesh,
+        out_placements=(lay.rows,) * (1 + len(asked)),  # a tuple: one placement list per output
+        in_placements=(lay.rows, lay.head, lay.rows) + (() if bias is None else (lay.head,)),
+        in_grad_placements=(lay.drows, lay.dhead, lay.rows) + (() if bias is None else (lay.dhead,)),
+        device_mesh=lay.mesh,
         redistribute_inputs=True,
     )(*args)
     return dict(zip(("log_probs", *asked), values))

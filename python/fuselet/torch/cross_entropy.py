@@ -133,13 +133,10 @@ def _vocab_parallel(logits, target, shard: vp.Shard, options, inplace: bool):
     return loss.reshape(target.shape), z.reshape(target.shape)
 
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
 def _plain_vocab_parallel(logits, target, process_group, options, inplace: bool):
     fields = {
         "logits: the tokens (its rows), alike on every rank": target.numel(),
-        "logits: its dtype": _DTYPES.index(logits.dtype),
+        "logits: its dtype": vp.DTYPES.index(logits.dtype),
         "ignore_index": int(options.ignore_index),
         "label_smoothing": float(options.label_smoothing),
         "z_loss": float(options.z_loss),

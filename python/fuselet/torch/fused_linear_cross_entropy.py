@@ -468,15 +468,12 @@ def _vocab_parallel(h2, weight, bias, t1, shard: vp.Shard, options, reduction: s
     return _VocabParallelReduced.apply(h2, weight, bias, t1, shard, ce.op_args(), scale)
 
 
-_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
 def _plain_vocab_parallel(h2, weight, bias, t1, process_group, options, reduction: str):
     """The process_group door: this rank's rows of the head, the tokens alike on every rank."""
     ce = options.cross_entropy
     fields = {
         "hidden: the tokens [N, H], alike on every rank": tuple(h2.shape),
-        "hidden: its dtype": _DTYPES.index(h2.dtype),
+        "hidden: its dtype": vp.DTYPES.index(h2.dtype),
         "bias: given or None": bias is not None,
         "chunk_size": options.chunk_size or 0,
         "ignore_index": int(ce.ignore_index),
@@ -511,37 +508,21 @@ def _dtensor_vocab_parallel(h2, weight, bias, t1, options, reduction: str, d: in
     goes back as each rank's share (Partial over d), which DTensor reduce-scatters to Shard(0)."""
     from torch.distributed.tensor.experimental import local_map
 
-    Replicate, Shard, Partial = placements()
-    mesh = weight.device_mesh
-    dims = range(mesh.ndim)
-    split = [e != d and isinstance(p, Shard) and p.dim == 0 for e, p in zip(dims, h2.placements)]
-    rows = tuple(Shard(0) if s else Replicate() for s in split)
-    sequence = isinstance(h2.placements[d], Shard) and h2.placements[d].dim == 0  # sequence parallel
-    drows = tuple(Partial() if e == d and sequence else p for e, p in zip(dims, rows))
-    head = tuple(Shard(0) if e == d else Replicate() for e in dims)
-    dhead = tuple(Shard(0) if e == d else Partial() if split[e] else Replicate() for e in dims)
-    summed = tuple(Partial() if s else Replicate() for s in split)
-    mean_here = reduction == "mean" and not any(split)
+    lay = vp.mesh_layout(h2, weight, d)
+    mean_here = reduction == "mean" and not any(lay.split)
     local_reduction = "sum" if reduction == "mean" and not mean_here else reduction
-    out = rows if reduction == "none" else summed
-    sizes = vp.even_sizes(weight.shape[0], mesh.size(d))
-    rank = mesh.get_local_rank(d)
+    out = lay.rows if reduction == "none" else lay.summed
 
     def local(h, w, t, b=None):
-        if w.shape[0] != sizes[rank]:  # not DTensor's split of Shard(0): refuse rather than misplace rows
-            raise ValueError(
-                f"weight: expected {sizes[rank]} rows on rank {rank} (Shard(0) of {weight.shape[0]}), got {w.shape[0]}"
-            )
-        shard = vp.Shard(mesh.get_group(d), rank, sizes, reduce_hidden=not sequence)
-        return _vocab_parallel(h, w, b, t, shard, options, local_reduction)
+        return _vocab_parallel(h, w, b, t, lay.shard(weight=w), options, local_reduction)
 
     args = (h2, weight, t1) + (() if bias is None else (bias,))
     loss, z = local_map(
         local,
         out_placements=(out, out),  # a tuple: one placement list per output
-        in_placements=(rows, head, rows) + (() if bias is None else (head,)),
-        in_grad_placements=(drows, dhead, rows) + (() if bias is None else (dhead,)),
-        device_mesh=mesh,
+        in_placements=(lay.rows, lay.head, lay.rows) + (() if bias is None else (lay.head,)),
+        in_grad_placements=(lay.drows, lay.dhead, lay.rows) + (() if bias is None else (lay.dhead,)),
+        device_mesh=lay.mesh,
         redistribute_inputs=True,
     )(*args)
     if reduction == "mean" and not mean_here:
