@@ -211,23 +211,35 @@ def axis_name_cases() -> dict:
     return out
 
 
+def grpo_arrays(rng, hidden_scale: float, weight_scale: float, bias: bool = False, b_=8, t_=4, h_=8, v=64) -> dict:
+    """A GRPO case's float32 arrays from rng (each sequence's first token ignored): hidden
+    [b_, t_, h_], weight [v, h_] (and bias [v]), target, advantages, old_logps and ref_logps."""
+    target = rng.integers(0, v, (b_, t_))
+    target[:, 0] = -100
+    f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
+    arrays = {
+        "hidden": f32(rng.standard_normal((b_, t_, h_)) * hidden_scale),
+        "weight": f32(rng.standard_normal((v, h_)) * weight_scale),
+    }
+    if bias:
+        arrays["bias"] = f32(rng.standard_normal(v) * 0.1)
+    return arrays | {
+        "target": jnp.asarray(target, jnp.int32),
+        "advantages": f32(rng.standard_normal(b_)),
+        "old_logps": f32(-rng.random((b_, t_)) * 3),
+        "ref_logps": f32(-rng.random((b_, t_)) * 3),
+    }
+
+
 def loss_cases() -> dict:
     """fused_linear_grpo_loss and DPO over a head (and reference head) sharded on "model",
     sequences on "data", mesh 2 x 4."""
     mesh = mesh_of((2, 4))
     s = lambda *spec: NamedSharding(mesh, P(*spec))  # noqa: E731
     rng = np.random.default_rng(4)
-    b_, t_, h_, v = 8, 4, 8, 64
-    target = rng.integers(0, v, (b_, t_))
-    target[:, 0] = -100
+    b_, t_, v = 8, 4, 64
     f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
-    arrays = {
-        "hidden": f32(rng.standard_normal((b_, t_, h_)) * 0.5),
-        "weight": f32(rng.standard_normal((v, h_)) * 0.3),
-        "target": jnp.asarray(target, jnp.int32),
-        "advantages": f32(rng.standard_normal(b_)),
-        "old_logps": f32(-rng.random((b_, t_)) * 3),
-        "ref_logps": f32(-rng.random((b_, t_)) * 3),
+    arrays = grpo_arrays(rng, 0.5, 0.3) | {
         "ref_hidden": f32(rng.standard_normal((b_, t_, 6)) * 0.5),
         "ref_weight": f32(rng.standard_normal((v, 6)) * 0.3),
     }

@@ -11,7 +11,6 @@ the numbers.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -26,7 +25,7 @@ from jax import shard_map  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from tests.jax.vocab_parallel_child import CHUNK, all_reduces, counts, mesh_of, rel_diff  # noqa: E402
+from tests.jax.vocab_parallel_child import CHUNK, all_reduces, counts, grpo_arrays, mesh_of, rel_diff  # noqa: E402
 
 OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 OPTIONS = {
@@ -69,6 +68,22 @@ def problem(v, n=32, h=16, seed=0, ignore_index=-100, integers=False):
     )
 
 
+def measured(fn, args, expected, **more) -> dict:
+    """fn (a jit of value_and_grad whose gradients are (hidden's, the head's, ...)) compiled for
+    args and run: its relative difference from expected, its program's collectives and
+    all-reduce shapes, the head gradient's sharding, and more (name: a function of the program's
+    text)."""
+    compiled = fn.lower(*args).compile()
+    got = compiled(*args)
+    hlo = compiled.as_text()
+    return {
+        "rel_diff": rel_diff(got, expected),
+        "collectives": counts(hlo),
+        "all_reduces": all_reduces(hlo),
+        "dweight_spec": str(got[1][1].sharding.spec),
+    } | {name: of(hlo) for name, of in more.items()}
+
+
 def logprobs_case(mesh, v, opts, bias=True, constrain=False, n=32, integers=False) -> dict:
     """jit(value_and_grad) of sum(g1 log_probs + g2 entropy), the statistics as aux, with hidden and
     target sharded on "data", weight and bias on "model" (V divisible: device_put; else sharding
@@ -93,14 +108,7 @@ def logprobs_case(mesh, v, opts, bias=True, constrain=False, n=32, integers=Fals
     else:
         fn = jax.jit(vg)
         args = tuple(jax.device_put(x, sh) for x, sh in zip((h, w, b, t), shardings))
-    compiled = fn.lower(*args).compile()
-    got = compiled(*args)
-    hlo = compiled.as_text()
-    return {
-        "rel_diff": rel_diff(got, expected),
-        "collectives": counts(hlo),
-        "all_reduces": all_reduces(hlo),
-        "dweight_spec": str(got[1][1].sharding.spec),
+    return measured(fn, args, expected) | {
         "top1_count": int(np.sum(np.asarray(expected[0][1][-1]))) if "is_top1" in kw["outputs"] else None,
     }
 
@@ -168,20 +176,7 @@ def grpo_case(opts) -> dict:
     "data", mesh 2 x 4: the loss, hidden's and the head's gradients, and the per-token outputs."""
     mesh = mesh_of((2, 4))
     s = lambda *spec: NamedSharding(mesh, P(*spec))  # noqa: E731
-    rng = np.random.default_rng(4)
-    b_, t_, h_, v = 8, 4, 8, 64
-    target = rng.integers(0, v, (b_, t_))
-    target[:, 0] = -100
-    f32 = functools.partial(jnp.asarray, dtype=jnp.float32)
-    arrays = {
-        "hidden": f32(rng.standard_normal((b_, t_, h_)) * 0.7),
-        "weight": f32(rng.standard_normal((v, h_)) * 0.5),
-        "bias": f32(rng.standard_normal(v) * 0.1),
-        "target": jnp.asarray(target, jnp.int32),
-        "advantages": f32(rng.standard_normal(b_)),
-        "old_logps": f32(-rng.random((b_, t_)) * 3),
-        "ref_logps": f32(-rng.random((b_, t_)) * 3),
-    }
+    arrays = grpo_arrays(np.random.default_rng(4), 0.7, 0.5, bias=True)
     specs = {n: s("model", None) if n == "weight" else s("model") if n == "bias" else s("data") for n in arrays}
     names = tuple(arrays)
 
@@ -192,16 +187,7 @@ def grpo_case(opts) -> dict:
     vg = jax.value_and_grad(f, argnums=(0, 1, 2), has_aux=True)
     expected = jax.jit(vg)(*arrays.values())
     args = [jax.device_put(arrays[n], specs[n]) for n in names]
-    compiled = jax.jit(vg).lower(*args).compile()
-    got = compiled(*args)
-    hlo = compiled.as_text()
-    return {
-        "rel_diff": rel_diff(got, expected),
-        "collectives": counts(hlo),
-        "all_reduces": all_reduces(hlo),
-        "all_gathers": all_gathers(hlo),
-        "dweight_spec": str(got[1][1].sharding.spec),
-    }
+    return measured(jax.jit(vg), args, expected, all_gathers=all_gathers)
 
 
 def main():
