@@ -30,6 +30,33 @@ constexpr int kLanes = 16;
 // Rows per task: enough elements that a task outweighs the cost of waking a worker.
 inline int64_t row_grain(int64_t hidden) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(hidden, 1)); }
 
+// Streams read ahead: the row kernels read rows from memory in blocks of kAheadBlock elements,
+// and each block first requests the cache lines kAheadBytes ahead of it in every stream it reads
+// (ahead). The hardware prefetchers alone left a compute-heavy row loop short of the memory's
+// bandwidth on the 2-vCPU EPYC build machine: measured on one thread over 2048 x 4096 float32
+// rows, the KL forward (one exp per element) took 3.0-3.6 ms, with these requests 2.0 ms (the
+// FMA polynomials of cpu_math.h alone were worth little there), as torch.compile's kernel did;
+// in a C++ loop of the same kind, lines 2-32 KiB ahead did equally well, 1 KiB ahead less well.
+// A request past the end of a buffer is harmless: a prefetch never faults.
+constexpr int64_t kAheadBytes = 8192;
+constexpr int64_t kAheadBlock = 64;
+
+template <typename S>
+FUSELET_INLINE void request_ahead(const S* p) {
+  const char* line = reinterpret_cast<const char*>(p) + kAheadBytes;
+  for (int64_t b = 0; b < kAheadBlock * static_cast<int64_t>(sizeof(S)); b += 64) __builtin_prefetch(line + b);
+}
+
+// f(j0, j1) over the blocks [j0, j1) of [0, n), the lines ahead of each of `streams` requested
+// before each block. f's own loop over [j0, j1) vectorizes as a loop over [0, n) would.
+template <typename F, typename... S>
+FUSELET_INLINE void ahead(int64_t n, F f, const S*... streams) {
+  for (int64_t j0 = 0; j0 < n; j0 += kAheadBlock) {
+    (request_ahead(streams + j0), ...);
+    f(j0, std::min(n, j0 + kAheadBlock));
+  }
+}
+
 // The n elements at src as float32: src itself for float, else converted into buf.
 template <typename T>
 const float* row_as_float(const T* src, float* buf, int64_t n) {
@@ -38,7 +65,12 @@ const float* row_as_float(const T* src, float* buf, int64_t n) {
     (void)n;
     return src;
   } else {
-    for (int64_t i = 0; i < n; ++i) buf[i] = to_float(src[i]);
+    ahead(
+        n,
+        [=](int64_t j0, int64_t j1) __attribute__((always_inline)) {
+          for (int64_t i = j0; i < j1; ++i) buf[i] = to_float(src[i]);
+        },
+        src);
     return buf;
   }
 }

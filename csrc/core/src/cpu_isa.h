@@ -29,8 +29,9 @@ Isa active_isa();
 
 #define FUSELET_INLINE __attribute__((always_inline)) inline
 
-// No FMA contraction anywhere in the core (-ffp-contract=off) and the fixed lane order of
-// lane_reduce: the copies give bit-identical results.
+// No FMA contraction anywhere in the core (-ffp-contract=off), explicit fused multiply-adds
+// only where cpu_math.h writes them (fmadd: exactly rounded in every copy), and the fixed lane
+// order of lane_reduce: the copies give bit-identical results.
 template <typename K, typename... A>
 void run_baseline(A... a) {
   K::run(a...);

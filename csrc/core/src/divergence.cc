@@ -34,7 +34,12 @@ struct FwdRows {
       for (int64_t r = r0; r < r1; ++r) {
         const float* x = row_as_float(static_cast<const T*>(p->input) + r * p->input_stride, buf, V);
         const float* t = row_as_float(static_cast<const T*>(p->target) + r * p->target_stride, buf + V, V);
-        for (int64_t j = 0; j < V; ++j) terms[j] = math.term(x[j], t[j]);
+        ahead(
+            V,
+            [&](int64_t j0, int64_t j1) FUSELET_INLINE_LAMBDA {
+              for (int64_t j = j0; j < j1; ++j) terms[j] = math.term(x[j], t[j]);
+            },
+            x, t);
         p->loss[r] = lane_reduce(V, [=](int64_t j) { return terms[j]; });
       }
     });
@@ -55,9 +60,19 @@ struct BwdRows {
         T* dx = p->dinput ? static_cast<T*>(p->dinput) + r * p->dinput_stride : nullptr;
         T* dt = p->dtarget ? static_cast<T*>(p->dtarget) + r * p->dtarget_stride : nullptr;
         if (dx)
-          for (int64_t j = 0; j < V; ++j) dx[j] = from_float<T>(g * math.grad(x[j], t[j]).dx);
+          ahead(
+              V,
+              [&](int64_t j0, int64_t j1) FUSELET_INLINE_LAMBDA {
+                for (int64_t j = j0; j < j1; ++j) dx[j] = from_float<T>(g * math.grad(x[j], t[j]).dx);
+              },
+              x, t);
         if (dt)
-          for (int64_t j = 0; j < V; ++j) dt[j] = from_float<T>(g * math.grad(x[j], t[j]).dt);
+          ahead(
+              V,
+              [&](int64_t j0, int64_t j1) FUSELET_INLINE_LAMBDA {
+                for (int64_t j = j0; j < j1; ++j) dt[j] = from_float<T>(g * math.grad(x[j], t[j]).dt);
+              },
+              x, t);
       }
     });
   }
@@ -77,8 +92,18 @@ struct LogitsRows {
       for (int64_t r = r0; r < r1; ++r) {
         T* x = static_cast<T*>(p->dinput) + r * p->dinput_stride;
         const T* t = static_cast<const T*>(p->target) + r * p->target_stride;
-        for (int64_t j = 0; j < V; ++j) a[j] = scale * to_float(x[j]);
-        for (int64_t j = 0; j < V; ++j) b[j] = scale * to_float(t[j]);
+        ahead(
+            V,
+            [&](int64_t j0, int64_t j1) FUSELET_INLINE_LAMBDA {
+              for (int64_t j = j0; j < j1; ++j) a[j] = scale * to_float(x[j]);
+            },
+            x);
+        ahead(
+            V,
+            [&](int64_t j0, int64_t j1) FUSELET_INLINE_LAMBDA {
+              for (int64_t j = j0; j < j1; ++j) b[j] = scale * to_float(t[j]);
+            },
+            t);
         const float mx = lane_max(V, [=](int64_t j) { return a[j]; });
         const float mt = lane_max(V, [=](int64_t j) { return b[j]; });
         const float lx = mx + std::log(lane_reduce(V, [=](int64_t j) { return exp_approx(a[j] - mx); }));
