@@ -74,32 +74,41 @@ class _Accumulator:
     """dweight / dbias in float32, added to chunk by chunk from (dlogits, h). dweight is held as
     float32 blocks of _VOCAB_BLOCK rows: each chunk's share is one matmul per block in the
     weight's dtype into a block-sized temporary, and the result is converted block by block,
-    each float32 block freed as soon as it is converted."""
+    each float32 block freed as soon as it is converted. The blocks start as the first chunk's
+    products (no zero-filled accumulator read back once)."""
 
     def __init__(self, weight, bias):
         self.weight, self.bias = weight, bias
         vocab, hidden = weight.shape
         self.rows = [(v0, min(vocab, v0 + _VOCAB_BLOCK)) for v0 in range(0, vocab, _VOCAB_BLOCK)]
-        self.blocks = [torch.zeros((v1 - v0, hidden), dtype=torch.float32, device=weight.device) for v0, v1 in self.rows]
-        self.dbias = None if bias is None else torch.zeros(vocab, dtype=torch.float32, device=weight.device)
+        self.blocks: list[torch.Tensor] = []  # made by the first add
+        self.dbias = None
         self.tmp = None if weight.dtype == torch.float32 else weight.new_empty((min(vocab, _VOCAB_BLOCK), hidden))
 
     def add(self, dlogits, h):
-        for (v0, v1), block in zip(self.rows, self.blocks):
-            if self.tmp is None:  # float32: straight into the accumulator
-                block.addmm_(dlogits[:, v0:v1].t(), h)
+        first = not self.blocks
+        for i, (v0, v1) in enumerate(self.rows):
+            part = dlogits[:, v0:v1].t()
+            if first:  # the products in float32 (a 16-bit weight's converted)
+                product = torch.mm(part, h) if self.tmp is None else torch.mm(part, h, out=self.tmp[: v1 - v0])
+                self.blocks.append(product.float())
+            elif self.tmp is None:  # float32: straight into the accumulator
+                self.blocks[i].addmm_(part, h)
             else:
-                block.add_(torch.mm(dlogits[:, v0:v1].t(), h, out=self.tmp[: v1 - v0]))
-        if self.dbias is not None:
-            self.dbias.add_(dlogits.sum(0, dtype=torch.float32))
+                self.blocks[i].add_(torch.mm(part, h, out=self.tmp[: v1 - v0]))
+        if self.bias is not None:
+            db = dlogits.sum(0, dtype=torch.float32)
+            self.dbias = db if self.dbias is None else self.dbias.add_(db)
 
     def results(self):
         self.tmp = None
+        no_bias = self.weight.new_empty(0)
+        if not self.blocks:  # no chunk: no token
+            return torch.zeros_like(self.weight), no_bias if self.bias is None else torch.zeros_like(self.bias)
         dweight = torch.empty_like(self.weight)
         for v0, v1 in self.rows:
             dweight[v0:v1].copy_(self.blocks.pop(0))
-        dbias = self.dbias.to(self.bias.dtype) if self.bias is not None else self.weight.new_empty(0)
-        return dweight, dbias
+        return dweight, no_bias if self.bias is None else self.dbias.to(self.bias.dtype)
 
 
 def _op_check(hidden, weight, bias, target, op_args, chunk_size, **tokens) -> spec.FusedLinearCrossEntropyOptions:
