@@ -85,7 +85,7 @@ def _partitioned(op: str, flags: int, sections: tuple[int, ...] = ()):
     def rule(mesh, value_types, result_types):
         x = " ".join(_factors(len(value_types[0].shape), bhsd))
         table = ("k " if kd else "") + ("b " if len(value_types[1].shape) == 3 + kd else "") + "s r"
-        return f"{x}, {table}, {table} -> {x}", {"need_replication_factors": ("d", "r", "k") if kd else ("d", "r")}
+        return f"{x}, {table}, {table} -> {x}", {"need_replication_factors": ("d", "k", "r") if kd else ("d", "r")}
 
     wrapped = custom_partitioning(call)
     wrapped.def_partition(partition, infer_sharding_from_operands=infer, sharding_rule=rule)
