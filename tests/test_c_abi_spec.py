@@ -131,7 +131,7 @@ def _opts(op: str, s: dict):
 
 
 def _sections(op: str, s: dict):
-    """rope's sections as the C ABI takes them: an int64 array, NULL for none (the empty list)."""
+    """rope's sections as the C ABI takes them: an int64 array, NULL for None."""
     values = s.get("sections") or []
     return (ctypes.c_int64 * len(values))(*values) if values else None
 
@@ -155,7 +155,7 @@ SCALARS = {
 _GLU_FWD = ("fuselet_glu_fwd_check", "x activation"), ("fuselet_glu_fwd_ex_check", "x opts")
 _GLU_BWD = ("fuselet_glu_bwd_check", "dy x activation"), ("fuselet_glu_bwd_ex_check", "dy x opts")
 _CE_SCALARS = "ignore_index label_smoothing z_loss softcap"
-_ROPE_SCALARS = "bhsd=False interleaved=False pair_table=False sections=[] interleaved_sections=False"
+_ROPE_SCALARS = "bhsd=False interleaved=False pair_table=False sections=None interleaved_sections=False"
 # raw op (torch.ops.fuselet.<op>) -> (its scalar arguments in order, with the schema's defaults;
 # its C `_check` functions, each with its parameters in order: a tensor by the raw op's name of it,
 # a scalar as SCALARS makes it)

@@ -67,8 +67,8 @@ def _layout_as_op(args: dict) -> dict:
     args = dict(args)
     if args.get("layout", "bshd") in ("bshd", "bhsd"):
         args["bhsd"] = args.pop("layout", "bshd") == "bhsd"
-    if "sections" in args and (args["sections"] is None or isinstance(args["sections"], tuple)):
-        args["sections"] = list(args["sections"] or ())
+    if isinstance(args.get("sections"), tuple):
+        args["sections"] = list(args["sections"])
     return args
 
 
@@ -159,7 +159,8 @@ def _fits(kind: str, value) -> bool:
         "int": number and isinstance(value, int),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
-        "List[int]": isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value),
+        "Optional[List[int]]": value is None
+        or (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)),
     }.get(kind, False)
 
 

@@ -3,6 +3,7 @@
 // CUDA stream for CUDA tensors). x and dy are read in place through their strides (a transposed
 // q / k view needs no copy) unless their last dim is strided.
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "fuselet/rope.h"
@@ -16,20 +17,24 @@ uint32_t rope_flags(bool bhsd, bool interleaved, bool pair_table, bool interleav
          (pair_table ? FUSELET_ROPE_PAIR_TABLE : 0u) | (interleaved_sections ? FUSELET_ROPE_SECTIONS_INTERLEAVED : 0u);
 }
 
-// sections as the C ABI takes them: NULL and 0 for none (the empty list), else K of them (the
-// core refuses a count beyond FUSELET_ROPE_MAX_SECTIONS, so it fits int32).
-const int64_t* sections_data(const std::vector<int64_t>& sections) {
-  return sections.empty() ? nullptr : sections.data();
+// sections as the C ABI takes them: NULL and 0 for None or an empty list (torch's tracing may
+// give an absent int[]? as []), else its K values (a count beyond INT32_MAX is refused as
+// INT32_MAX). An optional list, not a list defaulting to []: AOTInductor's proxy executor
+// passes an empty list default as None.
+using Sections = std::optional<std::vector<int64_t>>;
+const int64_t* sections_data(const Sections& sections) {
+  return !sections || sections->empty() ? nullptr : sections->data();
 }
-int32_t sections_count(const std::vector<int64_t>& sections) {
-  return sections.size() > INT32_MAX ? INT32_MAX : static_cast<int32_t>(sections.size());
+int32_t sections_count(const Sections& sections) {
+  if (!sections) return 0;
+  return sections->size() > INT32_MAX ? INT32_MAX : static_cast<int32_t>(sections->size());
 }
 
 // The core reads any strides with a unit last one: only another last stride needs a copy.
 bool unit_last_stride(const Tensor& t) { return t.dim() < 1 || t.size(-1) <= 1 || t.stride(-1) == 1; }
 
 Tensor rope_fwd(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_in, bool bhsd, bool interleaved,
-                bool pair_table, std::vector<int64_t> sections, bool interleaved_sections) {
+                bool pair_table, Sections sections, bool interleaved_sections) {
   check_devices(x_in, "x", {{"cos", &cos_in}, {"sin", &sin_in}});
   Arg x(x_in, "x"), cos(cos_in, "cos"), sin(sin_in, "sin");
   const uint32_t f = rope_flags(bhsd, interleaved, pair_table, interleaved_sections);
@@ -48,7 +53,7 @@ Tensor rope_fwd(const Tensor& x_in, const Tensor& cos_in, const Tensor& sin_in, 
 }
 
 Tensor rope_bwd(const Tensor& dy_in, const Tensor& cos_in, const Tensor& sin_in, bool bhsd, bool interleaved,
-                bool pair_table, std::vector<int64_t> sections, bool interleaved_sections) {
+                bool pair_table, Sections sections, bool interleaved_sections) {
   check_devices(dy_in, "dy", {{"cos", &cos_in}, {"sin", &sin_in}});
   Arg dy(dy_in, "dy"), cos(cos_in, "cos"), sin(sin_in, "sin");
   const uint32_t f = rope_flags(bhsd, interleaved, pair_table, interleaved_sections);

@@ -148,4 +148,4 @@ def test_torch_op_direct_rope(torch):
     with raises(ValueError, "sections: expected a sum of 4 (R/2, the rotating pairs), got 5"):
         torch.ops.fuselet.rope_bwd(x, torch.ones(2, 3, 8), torch.ones(2, 3, 8), False, False, False, [2, 3])
     with raises(ValueError, "flags: FUSELET_ROPE_SECTIONS_INTERLEAVED needs sections (got sections=NULL)"):
-        torch.ops.fuselet.rope_fwd(x, torch.ones(3, 8), torch.ones(3, 8), False, False, False, [], True)
+        torch.ops.fuselet.rope_fwd(x, torch.ones(3, 8), torch.ones(3, 8), False, False, False, None, True)

@@ -186,6 +186,8 @@ int main() {
                  "sections: expected 1 to 4 sections (one per table), got 5", "5 sections");
     expect_error(fuselet_rope_sections_fwd(&tx, &k2, &k2s, nullptr, 2, 0, &ty), "sections: NULL with n_sections 2",
                  "NULL sections");
+    expect_error(fuselet_rope_sections_fwd(&tx, &tc, &ts, two, 0, 0, &ty),
+                 "sections: expected 1 to 4 sections (one per table), got 0", "0 sections, not NULL");
     expect_error(fuselet_rope_sections_fwd(&tx, &tc, &ts, two, 2, 0, &ty),
                  "cos: expected shape [K, S, R] or [K, B, S, R], got shape [3, 8]", "sections: no K dim");
     fuselet_tensor k3 = view(c4, {3, 3, 8});

@@ -82,7 +82,7 @@ fuselet_status inputs(const fuselet_tensor* in, const char* in_name, const fusel
   if (sin->dtype != cos->dtype)
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "sin: expected dtype %s (the dtype of cos), got %s",
                 dtype_name(cos->dtype), dtype_name(sin->dtype));
-  if (n_sections < 0 || n_sections > FUSELET_ROPE_MAX_SECTIONS)
+  if (n_sections < 0 || n_sections > FUSELET_ROPE_MAX_SECTIONS || (n_sections == 0 && sections != nullptr))
     return fail(FUSELET_ERR_INVALID_ARGUMENT, "sections: expected 1 to %d sections (one per table), got %d",
                 FUSELET_ROPE_MAX_SECTIONS, static_cast<int>(n_sections));
   if (n_sections > 0 && sections == nullptr)

@@ -178,4 +178,4 @@ def rope(
         | (SECTIONS_INTERLEAVED if interleaved_sections else 0)
     )
     axes = _sharding.varying_axes(x)
-    return _rope_jit(x, _sharding.vary_like(axes, cos), _sharding.vary_like(axes, sin), flags, tuple(sections))
+    return _rope_jit(x, _sharding.vary_like(axes, cos), _sharding.vary_like(axes, sin), flags, tuple(sections or ()))

@@ -29,8 +29,8 @@ class RopeOptions:
 
     def op_args(self) -> tuple:
         """rope_fwd's (and rope_bwd's) scalar arguments: (bhsd, interleaved, pair_table, sections
-        as a list, [] for None, interleaved_sections)."""
-        sections = list(self.sections) if self.sections is not None else []
+        as a list or None, interleaved_sections)."""
+        sections = list(self.sections) if self.sections is not None else None
         return self.layout == "bhsd", self.interleaved, self.pair_table, sections, self.interleaved_sections
 
 
@@ -134,10 +134,10 @@ def rope(
 
 
 def op(
-    x_name: str, x: tuple, cos: tuple, sin: tuple, bhsd, interleaved, pair_table=False, sections=(), interleaved_sections=False
+    x_name: str, x: tuple, cos: tuple, sin: tuple, bhsd, interleaved, pair_table=False, sections=None, interleaved_sections=False
 ) -> RopeOptions:
     """The raw ops rope_fwd (x) and rope_bwd (x_name dy), whose layout is the flag bhsd and whose
-    sections are a list, empty for none."""
+    sections are a list, None or [] for none (torch's tracing may give an absent int[]? as [])."""
     if isinstance(sections, (tuple, list)) and len(sections) == 0:
         sections = None
     return rope(x, cos, sin, "bhsd" if bhsd else "bshd", interleaved, pair_table, sections, interleaved_sections, x_name)

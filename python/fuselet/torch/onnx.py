@@ -215,7 +215,7 @@ def _rope_full_table(b, t, interleaved, pair_table, sections, interleaved_sectio
     return full
 
 
-def rope_fwd(b, x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=(), interleaved_sections=False):
+def rope_fwd(b, x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
     """y_i = x_i cos_i + rot(x)_i sin_i over the first R features, x_i beyond (a pair table and
     K section tables read as the full-width table they stand for)."""
     if pair_table or sections:
@@ -460,7 +460,7 @@ def _arguments(name):
     out = []
     for a in _overload(name)._schema.arguments:
         kind, optional = kinds.get(a.type.kind()), a.type.kind() == "OptionalType"
-        if str(a.type) == "List[int]":
+        if str(a.type) in ("List[int]", "Optional[List[int]]"):
             kind = Sequence[int]
         if kind is None and a.type.kind() != "TensorType" and str(a.type) != "Optional[Tensor]":
             raise TypeError(f"fuselet::{name}: argument {a.name} of type {a.type} has no ONNX translation")
@@ -585,7 +585,8 @@ def _symbolic(name, math_fn):
             if kind is None:
                 values.append(None if optional and symbolic_helper._is_none(v) else v)
             elif kind == Sequence[int]:
-                values.append([int(e) for e in symbolic_helper._maybe_get_const(v, codes[kind])])
+                value = None if symbolic_helper._is_none(v) else symbolic_helper._maybe_get_const(v, codes[kind])
+                values.append(None if value is None else [int(e) for e in value])
             else:
                 values.append(kind(symbolic_helper._maybe_get_const(v, codes[kind])))
         return math_fn(_Graph(g), *values)

@@ -53,13 +53,13 @@ def _fake_check(name, x, cos, sin, *scalars):
 
 
 @torch.library.register_fake("fuselet::rope_fwd")
-def _(x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=(), interleaved_sections=False):
+def _(x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
     _fake_check("x", x, cos, sin, bhsd, interleaved, pair_table, sections, interleaved_sections)
     return torch.empty(x.shape, dtype=x.dtype, device=x.device)
 
 
 @torch.library.register_fake("fuselet::rope_bwd")
-def _(dy, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=(), interleaved_sections=False):
+def _(dy, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
     _fake_check("dy", dy, cos, sin, bhsd, interleaved, pair_table, sections, interleaved_sections)
     return torch.empty(dy.shape, dtype=dy.dtype, device=dy.device)
 
@@ -89,12 +89,12 @@ def _rope_sharding(x, cos, bhsd, sections):
 
 
 @sharding("rope_fwd", static_argnum=3)
-def _(x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=(), interleaved_sections=False):
+def _(x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
     return _rope_sharding(x, cos, bhsd, sections)
 
 
 @sharding("rope_bwd", static_argnum=3)
-def _(dy, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=(), interleaved_sections=False):
+def _(dy, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
     return _rope_sharding(dy, cos, bhsd, sections)
 
 

@@ -91,7 +91,7 @@ FUSELET_API fuselet_status fuselet_rope_bwd_check(const fuselet_tensor* dy, cons
 
 /* The same with K tables and their sections (above): cos and sin [K, S, R'] or [K, B, S, R'],
  * sections[0..n_sections-1] (n_sections = K, 1..FUSELET_ROPE_MAX_SECTIONS; 0 with sections NULL:
- * no K dim, the entry points above). */
+ * no K dim, the entry points above; 0 sections given, not NULL, are refused). */
 FUSELET_API fuselet_status fuselet_rope_sections_fwd(const fuselet_tensor* x, const fuselet_tensor* cos,
                                                      const fuselet_tensor* sin, const int64_t* sections,
                                                      int32_t n_sections, uint32_t flags, fuselet_tensor* y);
