@@ -7,6 +7,11 @@ framework: median time per call, fuselet's bandwidth (x read + y written; the ba
 dy read + dx written; the tables are negligible) and the ratio best peer / fuselet (> 1:
 fuselet is faster). Medians of --repeats timed batches; the machines this runs on are noisy.
 
+The rows "mrope" are multimodal rope (Qwen2-VL): three position tables cos / sin [3, S, D/2]
+(one angle per pair) and the sections (16, 24, 24) of D = 128: fuselet reads them as they are
+(pair_table, sections); the peers recompose them into one [S, D] table as transformers does
+(split, one section from each table, concatenated twice) and apply rotate_half.
+
     python benchmarks/bench_rope.py [--framework torch|jax|all] [--device cpu|cuda] [--repeats N] [--quick]
 """
 
@@ -20,6 +25,7 @@ import common
 from bench_norm import median_seconds
 
 SHAPE = (4, 2048, 32, 128)
+SECTIONS = (16, 24, 24)  # Qwen2-VL's mrope_section of D = 128
 QUICK_SHAPE = (4, 256, 32, 128)
 
 
@@ -32,7 +38,7 @@ def _ratio(row) -> float:
 def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> None:
     print(f"\n{title}")
     head = (
-        f"{'shape':>20}{'dtype':>10}{'pass':>9}{'fuselet':>12}{'GB/s':>8}"
+        f"{'shape':>20}{'dtype':>10}{'pass':>15}{'fuselet':>12}{'GB/s':>8}"
         + "".join(f"{p:>12}" for p in peers)
         + f"{'peer/fuselet':>14}"
     )
@@ -43,7 +49,7 @@ def table(title: str, rows: list[tuple], peers: tuple[str, ...], runs=None) -> N
         ratio, spread = common.ratio(rows, runs, i, _ratio)
         ratios.append(ratio)
         print(
-            f"{str(shape):>20}{dtype:>10}{kind:>9}{ours * 1e3:>10.2f}ms{nbytes / ours / 1e9:>8.1f}"
+            f"{str(shape):>20}{dtype:>10}{kind:>15}{ours * 1e3:>10.2f}ms{nbytes / ours / 1e9:>8.1f}"
             + "".join(f"{t * 1e3:>10.2f}ms" for t in theirs)
             + f"{ratio:>13.2f}x"
             + spread
@@ -86,6 +92,30 @@ def bench_torch(device: str, shape, dtypes, repeats: int) -> None:
 
         t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
         rows.append((shape, dtype_name, "fwd+bwd", bytes_moved(shape, x.element_size(), "fwd+bwd"), *t))
+
+        sections = tuple(v * d // 128 for v in SECTIONS)
+        cos3, sin3 = (torch.randn(3, s, d // 2, device=device, dtype=dtype) for _ in range(2))
+
+        def recompose(t, sections=sections):
+            t = torch.cat([m[i % 3] for i, m in enumerate(t.split(sections, -1))], -1)
+            return torch.cat((t, t), -1)
+
+        def unfused_mrope(x=x, cos3=cos3, sin3=sin3):
+            c, s_ = recompose(cos3), recompose(sin3)
+            x1, x2 = x.chunk(2, -1)
+            return x * c[:, None] + torch.cat((-x2, x1), -1) * s_[:, None]
+
+        torch._dynamo.reset()
+        fns = (
+            lambda x=x, c=cos3, s_=sin3: ft.rope(x, c, s_, pair_table=True, sections=sections),
+            unfused_mrope,
+            torch.compile(unfused_mrope),
+        )
+        with torch.no_grad():
+            t = [median_seconds(f, sync, repeats) for f in fns]
+        rows.append((shape, dtype_name, "fwd mrope", bytes_moved(shape, x.element_size(), "fwd"), *t))
+        t = [median_seconds(fwd_bwd(f), sync, repeats) for f in fns]
+        rows.append((shape, dtype_name, "fwd+bwd mrope", bytes_moved(shape, x.element_size(), "fwd+bwd"), *t))
     table(
         f"PyTorch {torch.__version__} on {device} ({torch.get_num_threads()} threads): fuselet vs the unfused "
         f"rotate_half expression, eager and torch.compile",
@@ -124,6 +154,27 @@ def bench_jax(device: str, shape, dtypes, repeats: int) -> None:
         grads = [grad(f) for f in fns]
         t = [median_seconds(lambda g=g: jax.block_until_ready(g(*args)), lambda: None, repeats) for g in grads]
         rows.append((shape, dtype_name, "fwd+bwd", bytes_moved(shape, itemsize, "fwd+bwd"), *t))
+
+        sections = tuple(v * d // 128 for v in SECTIONS)
+        keys = jax.random.split(jax.random.PRNGKey(1), 2)
+        cos3, sin3 = (jax.device_put(jax.random.normal(k, (3, s, d // 2), dtype_name), dev) for k in keys)
+        bounds = [sum(sections[:i]) for i in range(1, len(sections))]
+
+        def recompose(t):
+            t = jnp.concatenate([m[i % 3] for i, m in enumerate(jnp.split(t, bounds, -1))], -1)
+            return jnp.concatenate((t, t), -1)
+
+        def unfused_mrope(x, cos3, sin3):
+            return unfused(x, recompose(cos3), recompose(sin3))
+
+        fns = (lambda x, c, s_: fj.rope(x, c, s_, pair_table=True, sections=sections), unfused_mrope)
+        args = (x, cos3, sin3)
+        jitted = [jax.jit(f) for f in fns]
+        t = [median_seconds(lambda f=f: jax.block_until_ready(f(*args)), lambda: None, repeats) for f in jitted]
+        rows.append((shape, dtype_name, "fwd mrope", bytes_moved(shape, itemsize, "fwd"), *t))
+        grads = [grad(f) for f in fns]
+        t = [median_seconds(lambda g=g: jax.block_until_ready(g(*args)), lambda: None, repeats) for g in grads]
+        rows.append((shape, dtype_name, "fwd+bwd mrope", bytes_moved(shape, itemsize, "fwd+bwd"), *t))
     table(f"JAX {jax.__version__} on {dev.platform}: fuselet vs jax.jit of the unfused expression", rows, ("jax.jit",))
 
 

@@ -264,6 +264,36 @@ def _rope_partner(x, interleaved: bool):
     return x[..., partner], sign, partner
 
 
+def rope_section_of(j: int, sections, interleaved_sections: bool) -> int:
+    """The table pair j reads (fuselet/rope.h k(j)), written out here apart from fuselet.spec:
+    contiguous, the k with s_0 + ... + s_{k-1} <= j < s_0 + ... + s_k; interleaved, with K
+    tables and m = j mod K, m where m != 0 and j < K s_m, else 0."""
+    k = len(sections)
+    if interleaved_sections:
+        m = j % k
+        return m if m != 0 and j < k * sections[m] else 0
+    bounds = np.cumsum(sections)
+    return int(np.searchsorted(bounds, j, side="right"))
+
+
+def rope_full_tables(cos, sin, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
+    """The full-width float64 tables [S, R] or [B, S, R] that a pair table ([..., R/2]) and / or K
+    section tables ([K, ...]) stand for: feature i reads its pair's column (pair_table) of its
+    pair's table (sections)."""
+    cos, sin = to_float64(cos), to_float64(sin)
+    width = cos.shape[-1]
+    r = 2 * width if pair_table else width
+    h = r // 2
+    pair = np.arange(r) // 2 if interleaved else np.arange(r) % h
+    column = pair if pair_table else np.arange(r)
+    if sections is None:
+        return cos[..., column], sin[..., column]
+    table = np.array([rope_section_of(int(j), sections, interleaved_sections) for j in pair])
+    return cos[table, ..., column].transpose(*range(1, cos.ndim - 1), 0), sin[table, ..., column].transpose(
+        *range(1, sin.ndim - 1), 0
+    )
+
+
 def rope_fwd(x, cos, sin, bhsd=False, interleaved=False):
     """y_i = x_i cos_i + e_i x_p(i) sin_i for i < R; x_i beyond."""
     x = to_float64(x)

@@ -106,6 +106,8 @@ def _flags(op: str, s: dict) -> int:
         "FUSELET_SOFTMAX_CAUSAL": s.get("causal", False),
         "FUSELET_ROPE_BHSD": s.get("bhsd", False),
         "FUSELET_ROPE_INTERLEAVED": s.get("interleaved", False),
+        "FUSELET_ROPE_PAIR_TABLE": s.get("pair_table", False),
+        "FUSELET_ROPE_SECTIONS_INTERLEAVED": s.get("interleaved_sections", False),
     }
     family = {"softmax": "SOFTMAX", "rope": "ROPE"}.get(op.split("_")[0], "NORM")
     return sum(CODES[name] for name, on in bits.items() if on and name.startswith(f"FUSELET_{family}_"))
@@ -128,6 +130,12 @@ def _opts(op: str, s: dict):
     return GluOptions(_activation(op, s), int(s.get("interleaved", False)), alpha, limit)
 
 
+def _sections(op: str, s: dict):
+    """rope's sections as the C ABI takes them: an int64 array, NULL for None."""
+    values = s.get("sections") or []
+    return (ctypes.c_int64 * len(values))(*values) if values else None
+
+
 # C parameter -> (its ctypes type, or None for a pointer to a struct; its value from the raw op's
 # name and its scalars by name)
 SCALARS = {
@@ -138,6 +146,8 @@ SCALARS = {
     "flags": (ctypes.c_uint32, _flags),
     "activation": (ctypes.c_int32, _activation),
     "opts": (None, _opts),  # a pointer to the options struct
+    "sections": (ctypes.POINTER(ctypes.c_int64), _sections),
+    "n_sections": (ctypes.c_int32, lambda op, s: len(s.get("sections") or [])),
 }
 
 # --- the table: raw op -> its scalars and its C `_check` functions --------------------------------
@@ -145,6 +155,7 @@ SCALARS = {
 _GLU_FWD = ("fuselet_glu_fwd_check", "x activation"), ("fuselet_glu_fwd_ex_check", "x opts")
 _GLU_BWD = ("fuselet_glu_bwd_check", "dy x activation"), ("fuselet_glu_bwd_ex_check", "dy x opts")
 _CE_SCALARS = "ignore_index label_smoothing z_loss softcap"
+_ROPE_SCALARS = "bhsd=False interleaved=False pair_table=False sections=None interleaved_sections=False"
 # raw op (torch.ops.fuselet.<op>) -> (its scalar arguments in order, with the schema's defaults;
 # its C `_check` functions, each with its parameters in order: a tensor by the raw op's name of it,
 # a scalar as SCALARS makes it)
@@ -177,8 +188,20 @@ C_OPS = {
     "clamped_swiglu_bwd": ("alpha=1.702 limit=7.0 interleaved=False", _GLU_BWD[1:]),
     "softmax_fwd": ("scale=1.0 causal=False", [("fuselet_softmax_fwd_check", "x scale flags")]),
     "softmax_bwd": ("scale=1.0", [("fuselet_softmax_bwd_check", "dy y scale")]),
-    "rope_fwd": ("bhsd=False interleaved=False", [("fuselet_rope_fwd_check", "x cos sin flags")]),
-    "rope_bwd": ("bhsd=False interleaved=False", [("fuselet_rope_bwd_check", "dy cos sin flags")]),
+    "rope_fwd": (
+        _ROPE_SCALARS,
+        [
+            ("fuselet_rope_fwd_check", "x cos sin flags"),
+            ("fuselet_rope_sections_fwd_check", "x cos sin sections n_sections flags"),
+        ],
+    ),
+    "rope_bwd": (
+        _ROPE_SCALARS,
+        [
+            ("fuselet_rope_bwd_check", "dy cos sin flags"),
+            ("fuselet_rope_sections_bwd_check", "dy cos sin sections n_sections flags"),
+        ],
+    ),
     "cross_entropy_fwd": (_CE_SCALARS, [("fuselet_cross_entropy_fwd_check", "logits target opts")]),
     "cross_entropy_bwd": (_CE_SCALARS, [("fuselet_cross_entropy_bwd_check", "dloss logits target lse opts")]),
     "cross_entropy_fwd_bwd": (
@@ -238,7 +261,13 @@ PUBLIC = {
         ).op_args(),
     ),
     "softmax": ("softmax_fwd", softmax.softmax, lambda scale, causal: softmax.SoftmaxOptions(scale, causal).op_args()),
-    "rope": ("rope_fwd", rope.rope, lambda layout, interleaved: rope.RopeOptions(layout, interleaved).op_args()),
+    "rope": (
+        "rope_fwd",
+        rope.rope,
+        lambda layout, interleaved, pair_table, sections, interleaved_sections: rope.RopeOptions(
+            layout, interleaved, pair_table, sections, interleaved_sections
+        ).op_args(),
+    ),
     "cross_entropy": ("cross_entropy_fwd", cross_entropy.options, _ce),
     "cross_entropy.fwd_bwd": (
         "cross_entropy_fwd_bwd",
@@ -271,6 +300,7 @@ COMPOSED = ("fused_linear_cross_entropy", "fused_linear_jsd", "fused_linear_logp
 C_TERMS = {
     "zero_centered_gamma: ": "flags: FUSELET_NORM_ZERO_CENTERED_GAMMA ",
     "causal: ": "flags: FUSELET_SOFTMAX_CAUSAL ",
+    "interleaved_sections: ": "flags: FUSELET_ROPE_SECTIONS_INTERLEAVED ",
     "(layout 'bshd')": "(flags without FUSELET_ROPE_BHSD)",
     "(layout 'bhsd')": "(flags with FUSELET_ROPE_BHSD)",
     "kind: expected 0 (KL), 1 (JSD) or 2 (TVD)": (
@@ -427,6 +457,12 @@ def _expected(refusal, args: dict) -> str:
     return words
 
 
+def _functions(raw_op: str, scalars: dict) -> list[tuple[str, str]]:
+    """The C functions of the raw op that its call reaches: those without a sections parameter
+    (rope's entry points of one table) only where sections is empty."""
+    return [(f, params) for f, params in C_OPS[raw_op][1] if "sections" in params.split() or not scalars.get("sections")]
+
+
 def _check(lib, op: str, refusal, public: bool) -> None:
     reason = _unreachable(op, refusal, public)
     if reason:
@@ -434,7 +470,7 @@ def _check(lib, op: str, refusal, public: bool) -> None:
     raw_op, args, scalars = _public_call(op, refusal.args) if public else _raw_call(op, refusal.args)
     expected = _expected(refusal, args)
     argument = expected.split(":")[0]
-    for function, params in C_OPS[raw_op][1]:
+    for function, params in _functions(raw_op, scalars):
         status, message = _call(lib, function, params, raw_op, args, scalars)
         where = f"{function} ({op})"
         if refusal.raw is False:  # the raw op takes the value, with another meaning: so does the C ABI
@@ -467,7 +503,7 @@ def test_the_valid_calls_pass(lib, op):
     """Each public op's valid call (EXAMPLES) passes each of its C functions: a refusal above is
     that of its bad value alone."""
     raw_op, args, scalars = _public_call(op, {})
-    for function, params in C_OPS[raw_op][1]:
+    for function, params in _functions(raw_op, scalars):
         status, message = _call(lib, function, params, raw_op, args, scalars)
         assert status == 0, f"{function} ({op}): {message!r}"
 

@@ -62,10 +62,13 @@ def _logprobs_as_op(args: dict) -> dict:
 
 
 def _layout_as_op(args: dict) -> dict:
-    """rope's layout as its raw ops take it: the flag bhsd (a layout of neither name stays)."""
+    """rope's layout as its raw ops take it: the flag bhsd (a layout of neither name stays);
+    sections a list, [] for None (a value of another type stays)."""
     args = dict(args)
     if args.get("layout", "bshd") in ("bshd", "bhsd"):
         args["bhsd"] = args.pop("layout", "bshd") == "bhsd"
+    if isinstance(args.get("sections"), tuple):
+        args["sections"] = list(args["sections"])
     return args
 
 
@@ -156,6 +159,8 @@ def _fits(kind: str, value) -> bool:
         "int": number and isinstance(value, int),
         "bool": isinstance(value, bool),
         "str": isinstance(value, str),
+        "Optional[List[int]]": value is None
+        or (isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)),
     }.get(kind, False)
 
 

@@ -53,8 +53,15 @@ FUSELET_TORCH_LIBRARY(m) {
   // ([B, N, S, D] with bhsd; B may be absent), cos / sin [S, R] or [B, S, R] (float32 or x's
   // dtype), R even in [2, D]; the first R features rotate (interleaved: pairs 2j, 2j+1, else
   // i, i + R/2). The backward is the transposed rotation of dy; cos and sin get no gradient.
-  m.def("rope_fwd(Tensor x, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False) -> Tensor y");
-  m.def("rope_bwd(Tensor dy, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False) -> Tensor dx");
+  // pair_table: cos / sin hold one column per pair (width R/2); sections (not None): cos / sin
+  // are K = len(sections) tables [K, ...], pair j reading the table its section names
+  // (contiguous, or interleaved_sections: Qwen3-VL's).
+  m.def(
+      "rope_fwd(Tensor x, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False, bool pair_table=False, "
+      "int[]? sections=None, bool interleaved_sections=False) -> Tensor y");
+  m.def(
+      "rope_bwd(Tensor dy, Tensor cos, Tensor sin, bool bhsd=False, bool interleaved=False, bool pair_table=False, "
+      "int[]? sections=None, bool interleaved_sections=False) -> Tensor dx");
   // Cross-entropy (cross_entropy.cpp): math in csrc/core/include/fuselet/cross_entropy.h.
   // logits [..., V], target logits.shape[:-1] (int32 or int64); per-token float32 outputs of
   // target's shape, 0 where target == ignore_index; softcap 0.0: none. The backward takes the

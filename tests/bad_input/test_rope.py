@@ -81,6 +81,40 @@ def test_rope_table_shapes(api):
         api.module.rope(*rope_args(api, sin=(3, 6)))
 
 
+def test_rope_pair_table(api):
+    with raises(TypeError, "pair_table: expected a bool, got int"):
+        api.module.rope(*rope_args(api, cos=(3, 4)), pair_table=1)
+    for width in (5, 0):
+        with raises(
+            ValueError,
+            f"cos: the rotary dim R (2 x the last dimension: a pair table) must be in [2, D=8], got shape (3, {width})",
+        ):
+            api.module.rope(*rope_args(api, cos=(3, width)), pair_table=True)
+    with raises(ValueError, "cos: expected shape [S, R/2] (x has no batch dim), got shape (2, 3, 4)"):
+        api.module.rope(*rope_args(api, x=(3, 4, 8), cos=(2, 3, 4)), pair_table=True)
+
+
+def test_rope_sections(api):
+    with raises(TypeError, "sections: expected None or a tuple of ints, got tuple"):
+        api.module.rope(*rope_args(api, cos=(2, 3, 8)), sections=(2, 2.0))
+    with raises(TypeError, "interleaved_sections: expected a bool, got str"):
+        api.module.rope(*rope_args(api, cos=(2, 3, 8)), sections=(2, 2), interleaved_sections="yes")
+    with raises(ValueError, "interleaved_sections: needs sections (got sections=None)"):
+        api.module.rope(*rope_args(api), interleaved_sections=True)
+    with raises(ValueError, "sections: expected 1 to 4 sections (one per table), got 0"):
+        api.module.rope(*rope_args(api, cos=(2, 3, 8)), sections=())
+    with raises(ValueError, "cos: expected shape [K, S, R/2] or [K, B, S, R/2], got shape (3, 4)"):
+        api.module.rope(*rope_args(api, cos=(3, 4)), sections=(1, 1), pair_table=True)
+    with raises(ValueError, "cos: expected 3 tables (K, one per section), got shape (2, 3, 8)"):
+        api.module.rope(*rope_args(api, cos=(2, 3, 8)), sections=(2, 1, 1))
+    with raises(ValueError, "sections: expected a sum of 2 (R/2, the rotating pairs), got 4"):
+        api.module.rope(*rope_args(api, cos=(2, 2, 3, 2)), sections=(2, 2), pair_table=True)
+    with raises(ValueError, "sections: expected each >= 0, got -2 (section 0)"):
+        api.module.rope(*rope_args(api, cos=(2, 3, 8)), sections=(-2, 6))
+    with raises(ValueError, "sections: interleaved section 2 reads pairs 2, 5, ... up to 5, beyond the R/2 = 4 pairs"):
+        api.module.rope(*rope_args(api, cos=(3, 3, 8)), sections=(1, 1, 2), interleaved_sections=True)
+
+
 # --- torch only -----------------------------------------------------------------------------
 
 
@@ -107,3 +141,11 @@ def test_torch_op_direct_rope(torch):
         torch.ops.fuselet.rope_fwd(x.bfloat16(), torch.ones(3, 8, dtype=torch.float16), torch.ones(3, 8))
     with raises(ValueError, "x: expected shape [B, N, S, D] or [N, S, D] (flags with FUSELET_ROPE_BHSD), got shape [3, 8]"):
         torch.ops.fuselet.rope_fwd(torch.ones(3, 8), torch.ones(3, 8), torch.ones(3, 8), True)
+    with raises(ValueError, "cos: the rotary dim R (2 x the last dimension: a pair table) must be in [2, D=8], got shape [3, 5]"):
+        torch.ops.fuselet.rope_fwd(x, torch.ones(3, 5), torch.ones(3, 5), False, False, True)
+    with raises(ValueError, "sections: expected 1 to 4 sections (one per table), got 5"):
+        torch.ops.fuselet.rope_fwd(x, torch.ones(2, 3, 8), torch.ones(2, 3, 8), False, False, False, [1, 1, 1, 1, 0])
+    with raises(ValueError, "sections: expected a sum of 4 (R/2, the rotating pairs), got 5"):
+        torch.ops.fuselet.rope_bwd(x, torch.ones(2, 3, 8), torch.ones(2, 3, 8), False, False, False, [2, 3])
+    with raises(ValueError, "flags: FUSELET_ROPE_SECTIONS_INTERLEAVED needs sections (got sections=NULL)"):
+        torch.ops.fuselet.rope_fwd(x, torch.ones(3, 8), torch.ones(3, 8), False, False, False, None, True)

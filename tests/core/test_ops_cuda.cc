@@ -214,20 +214,28 @@ void add_rms_norm_case(int64_t rows, int64_t h, cudaStream_t s, bool f32_weight 
 
 // x [B, S, N, D] (bhsd: [B, N, S, D]) inside rows padded to `pad` >= D elements (pad > D: a
 // strided view), cos / sin [S, R] or [B, S, R] in x's dtype or float32 (`f32_tables`); y, dy, dx
-// contiguous.
+// contiguous. flags may hold FUSELET_ROPE_PAIR_TABLE (tables of width R/2); `k` > 0: K section
+// tables [K, ...] (the sections entry points; FUSELET_ROPE_SECTIONS_INTERLEAVED in flags picks
+// the interleaved rule), sections s_k = floor(R/2 / K) for k >= 1, s_0 the rest (which fits it).
 void rope_case(int64_t b, int64_t sq, int64_t n, int64_t d, int64_t r, int64_t pad, uint32_t flags, bool per_seq,
-               cudaStream_t s, bool f32_tables = true) {
+               cudaStream_t s, bool f32_tables = true, int32_t k = 0) {
+  std::vector<int64_t> sections;
+  for (int32_t t = 1; t <= k; ++t) sections.push_back(r / 2 / k);
+  if (k) sections[0] = r / 2 - (k - 1) * (r / 2 / k);
   const std::string name = "rope " + std::to_string(b) + "x" + std::to_string(sq) + "x" + std::to_string(n) + "x" +
                            std::to_string(d) + " R=" + std::to_string(r) + " pad=" + std::to_string(pad) +
                            " flags=" + std::to_string(flags) + (per_seq ? " per-seq" : "") +
-                           (f32_tables ? "" : " tables in x's dtype");
-  const int64_t rows = b * sq * n, tables = (per_seq ? b : 1) * sq;
+                           (f32_tables ? "" : " tables in x's dtype") + (k ? " K=" + std::to_string(k) : "");
+  const int64_t w = flags & FUSELET_ROPE_PAIR_TABLE ? r / 2 : r;
+  const int64_t rows = b * sq * n, tables = (k ? k : 1) * (per_seq ? b : 1) * sq;
   const fuselet_dtype cd = f32_tables ? FUSELET_FLOAT32 : g_dt;
-  Buf x(rows * pad, 11), dy(rows * d, 12), c(tables * r, 13, cd), sn(tables * r, 14, cd), y(rows * d), dx(rows * d);
+  Buf x(rows * pad, 11), dy(rows * d, 12), c(tables * w, 13, cd), sn(tables * w, 14, cd), y(rows * d), dx(rows * d);
   const bool bhsd = flags & FUSELET_ROPE_BHSD;
   const int64_t d1 = bhsd ? n : sq, d2 = bhsd ? sq : n;
   const std::vector<int64_t> xstrides{d1 * d2 * pad, d2 * pad, pad, 1};
-  std::vector<int64_t> cshape = per_seq ? std::vector<int64_t>{b, sq, r} : std::vector<int64_t>{sq, r};
+  std::vector<int64_t> cshape = per_seq ? std::vector<int64_t>{b, sq, w} : std::vector<int64_t>{sq, w};
+  if (k) cshape.insert(cshape.begin(), k);
+  const int64_t* sec = k ? sections.data() : nullptr;
   for (bool dev : {false, true}) {
     auto at = [dev](Buf& buf, std::vector<int64_t> shape, std::vector<int64_t> strides = {}) {
       return dev ? dv(buf, shape, strides) : hv(buf, shape, strides);
@@ -235,14 +243,19 @@ void rope_case(int64_t b, int64_t sq, int64_t n, int64_t d, int64_t r, int64_t p
     fuselet_tensor tx = at(x, {b, d1, d2, d}, xstrides), tdy = at(dy, {b, d1, d2, d}), ty = at(y, {b, d1, d2, d}),
                    tdx = at(dx, {b, d1, d2, d}), tc = at(c, cshape), ts = at(sn, cshape);
     if (!dev) {
-      check(fuselet_rope_fwd(&tx, &tc, &ts, flags, &ty) == FUSELET_OK &&
-                fuselet_rope_bwd(&tdy, &tc, &ts, flags, &tdx) == FUSELET_OK,
+      check(fuselet_rope_sections_fwd(&tx, &tc, &ts, sec, k, flags, &ty) == FUSELET_OK &&
+                fuselet_rope_sections_bwd(&tdy, &tc, &ts, sec, k, flags, &tdx) == FUSELET_OK,
             name + " cpu");
       continue;
     }
-    check(fuselet_rope_fwd_cuda(&tx, &tc, &ts, flags, &ty, s) == FUSELET_OK &&
-              fuselet_rope_bwd_cuda(&tdy, &tc, &ts, flags, &tdx, s) == FUSELET_OK,
-          name + " cuda");
+    if (k)
+      check(fuselet_rope_sections_fwd_cuda(&tx, &tc, &ts, sec, k, flags, &ty, s) == FUSELET_OK &&
+                fuselet_rope_sections_bwd_cuda(&tdy, &tc, &ts, sec, k, flags, &tdx, s) == FUSELET_OK,
+            name + " cuda");
+    else
+      check(fuselet_rope_fwd_cuda(&tx, &tc, &ts, flags, &ty, s) == FUSELET_OK &&
+                fuselet_rope_bwd_cuda(&tdy, &tc, &ts, flags, &tdx, s) == FUSELET_OK,
+            name + " cuda");
     CUDA_OK(cudaStreamSynchronize(s));
   }
   compare(name + " y", y.download(), y.values());
@@ -561,6 +574,12 @@ void bad_input(cudaStream_t s) {
   fuselet_tensor x4 = dv(a, {1, 1, 1, v}), y4 = dv(b, {1, 1, 1, v}), x4o = odd(a, {1, 1, 1, v});
   refused(fuselet_rope_fwd_cuda(&x4o, &c, &c, 0, &y4, s), "not aligned", "rope x misaligned");
   refused(fuselet_rope_fwd_cuda(&x4, &co, &co, 0, &y4, s), "not aligned", "rope cos misaligned");
+  const int64_t five[] = {1, 1, 1, 1, 0};
+  fuselet_tensor c3 = dv(a, {1, 1, v});
+  refused(fuselet_rope_sections_fwd_cuda(&x4, &c3, &c3, five, 5, 0, &y4, s), "sections: expected 1 to 4 sections",
+          "rope 5 sections");
+  refused(fuselet_rope_sections_bwd_cuda(&x4, &c3, &c3, five, 1, 0, &y4, s), "sections: expected a sum of",
+          "rope sections sum");
 }
 
 // float32: rows of every kernel path and every option; `wide`: the full matrix of shapes.
@@ -596,6 +615,19 @@ void run_all(cudaStream_t s, bool wide) {
       }
     }
   if (wide) rope_case(4, 2048, 8, 64, 64, 64, 0, false, s);  // more units than the grid
+  // Pair tables (K = 0) and K section tables, contiguous and interleaved, every layout and
+  // pairing: vector units with partial rotary in padded rows, and scalar ones.
+  for (uint32_t flags = 0; flags < 4; ++flags)
+    for (int32_t k : {0, 1, 3, 4})
+      for (uint32_t form : {0u, 1u, 2u, 3u}) {  // bit 0: pair table, bit 1: interleaved sections
+        const bool pair = form & 1, inter_sec = form & 2;
+        if (!k && (inter_sec || !pair)) continue;  // K = 0: the pair table alone
+        const uint32_t f =
+            flags | (pair ? FUSELET_ROPE_PAIR_TABLE : 0u) | (inter_sec ? FUSELET_ROPE_SECTIONS_INTERLEAVED : 0u);
+        const bool per_seq = (k + form) % 2;
+        rope_case(2, 9, 3, 64, 48, 72, f, per_seq, s, true, k);
+        rope_case(2, 5, 3, 10, 6, 10, f, !per_seq, s, g_dt == FUSELET_FLOAT32, k);
+      }
   // Cross-entropy: odd, vocabulary-sized and 128k+ rows (strided), every option, ignore_index in [0, V).
   for (int64_t v : wide ? std::vector<int64_t>{1, 3, 127, 4097, 32000, 32001} : std::vector<int64_t>{3, 4097})
     cross_entropy_case(9, v, {-100, 0.f, 0.f, 0.f}, s);

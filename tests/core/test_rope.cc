@@ -72,6 +72,70 @@ void check(int64_t B, int64_t S, int64_t N, int64_t D, int64_t R, bool bhsd, boo
   expect(err < 1e-5, name + " values, max error " + std::to_string(err));
 }
 
+// The table of pair j (rope.h k(j)), written out apart from the core.
+int32_t section_of(int64_t j, const std::vector<int64_t>& sec, bool inter_sec) {
+  const int64_t k = static_cast<int64_t>(sec.size());
+  if (inter_sec) {
+    const int64_t m = j % k;
+    return m != 0 && j < k * sec[m] ? static_cast<int32_t>(m) : 0;
+  }
+  int64_t end = 0;
+  for (size_t t = 0; t + 1 < sec.size(); ++t)
+    if (j < (end += sec[t])) return static_cast<int32_t>(t);
+  return static_cast<int32_t>(k - 1);
+}
+
+// Pair tables (`pair`) and / or K section tables (`sec` non-empty): the sections entry points
+// against the plain ones on the full-width tables they stand for (equal bit for bit: the same
+// float32 products), forward and backward.
+void check_tables(int64_t B, int64_t S, int64_t N, int64_t D, int64_t R, bool bhsd, bool inter, bool per_seq,
+                  bool pair, const std::vector<int64_t>& sec, bool inter_sec) {
+  std::mt19937 rng(static_cast<unsigned>(B * 7 + S * 3 + R + sec.size()));
+  std::normal_distribution<float> dist(0.1f, 1.3f);
+  const int64_t K = static_cast<int64_t>(sec.size()), W = pair ? R / 2 : R, T = (per_seq ? B : 1) * S,
+                rows = B * S * N;
+  std::vector<float> x(rows * D), dy(rows * D), cs((K ? K : 1) * T * W), sn(cs.size()), fc(T * R), fs(T * R);
+  for (auto* v : {&x, &dy, &cs, &sn})
+    for (auto& e : *v) e = dist(rng);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < R; ++i) {
+      const int64_t j = inter ? i / 2 : i % (R / 2), k = K ? section_of(j, sec, inter_sec) : 0;
+      const int64_t at = (k * T + t) * W + (pair ? j : i);
+      fc[t * R + i] = cs[at];
+      fs[t * R + i] = sn[at];
+    }
+  const int64_t d1 = bhsd ? N : S, d2 = bhsd ? S : N;
+  const std::vector<int64_t> shape = {B, d1, d2, D};
+  std::vector<float> y(rows * D), dx(rows * D), y0(rows * D), dx0(rows * D);
+  fuselet_tensor tx = view(x.data(), shape), tdy = view(dy.data(), shape), ty = view(y.data(), shape),
+                 tdx = view(dx.data(), shape), ty0 = view(y0.data(), shape), tdx0 = view(dx0.data(), shape);
+  std::vector<int64_t> cshape = per_seq ? std::vector<int64_t>{B, S, W} : std::vector<int64_t>{S, W};
+  if (K) cshape.insert(cshape.begin(), K);
+  std::vector<int64_t> fshape = per_seq ? std::vector<int64_t>{B, S, R} : std::vector<int64_t>{S, R};
+  fuselet_tensor tc = view(cs.data(), cshape), ts = view(sn.data(), cshape), tfc = view(fc.data(), fshape),
+                 tfs = view(fs.data(), fshape);
+  const uint32_t plain = (bhsd ? FUSELET_ROPE_BHSD : 0) | (inter ? FUSELET_ROPE_INTERLEAVED : 0);
+  const uint32_t flags =
+      plain | (pair ? FUSELET_ROPE_PAIR_TABLE : 0) | (inter_sec ? FUSELET_ROPE_SECTIONS_INTERLEAVED : 0);
+  std::string name = "rope tables R=" + std::to_string(R) + " D=" + std::to_string(D) + (bhsd ? " bhsd" : " bshd") +
+                     (inter ? " interleaved" : "") + (per_seq ? " per-seq" : "") + (pair ? " pair" : "") +
+                     " K=" + std::to_string(K) + (inter_sec ? " interleaved sections" : "");
+  const int64_t* sp = K ? sec.data() : nullptr;
+  const int32_t n = static_cast<int32_t>(K);
+  expect(fuselet_rope_sections_fwd(&tx, &tc, &ts, sp, n, flags, &ty) == FUSELET_OK, name + " fwd");
+  expect(fuselet_rope_sections_bwd(&tdy, &tc, &ts, sp, n, flags, &tdx) == FUSELET_OK, name + " bwd");
+  expect(fuselet_rope_sections_fwd_check(&tx, &tc, &ts, sp, n, flags) == FUSELET_OK, name + " fwd_check");
+  if (!K) {  // the old entry points take the pair flag
+    std::vector<float> y1(rows * D);
+    fuselet_tensor ty1 = view(y1.data(), shape);
+    expect(fuselet_rope_fwd(&tx, &tc, &ts, flags, &ty1) == FUSELET_OK && y1 == y, name + " fwd (no sections)");
+  }
+  expect(fuselet_rope_fwd(&tx, &tfc, &tfs, plain, &ty0) == FUSELET_OK, name + " plain fwd");
+  expect(fuselet_rope_bwd(&tdy, &tfc, &tfs, plain, &tdx0) == FUSELET_OK, name + " plain bwd");
+  expect(y == y0, name + " y equals the plain op's on the full tables");
+  expect(dx == dx0, name + " dx equals the plain op's on the full tables");
+}
+
 }  // namespace
 
 int main() {
@@ -91,11 +155,74 @@ int main() {
   }
   check(4, 600, 8, 64, 64, false, false, false, true, false);  // many rows: several tasks
 
+  // Pair tables and sections: K = 0 (no K dim), 1..4, zero-sized sections, partial rotary.
+  const std::vector<std::vector<int64_t>> contiguous = {{}, {6}, {2, 4}, {1, 3, 2}, {2, 0, 3, 1}},
+                                          interleaved = {{6}, {3, 3}, {2, 2, 2}, {3, 2, 0, 1}};
+  for (bool bhsd : {false, true})
+    for (bool inter : {false, true})
+      for (bool per_seq : {false, true})
+        for (bool pair : {false, true}) {
+          for (const auto& sec : contiguous) check_tables(2, 5, 3, 16, 12, bhsd, inter, per_seq, pair, sec, false);
+          for (const auto& sec : interleaved) check_tables(2, 5, 3, 12, 12, bhsd, inter, per_seq, pair, sec, true);
+        }
+  check_tables(3, 300, 4, 128, 128, false, false, true, true, {16, 24, 24}, false);  // Qwen2-VL's, several tasks
+  check_tables(3, 300, 4, 128, 128, true, false, false, true, {24, 20, 20}, true);   // Qwen3-VL's
+
   float x[2 * 3 * 2 * 8] = {}, y[2 * 3 * 2 * 8], c[2 * 3 * 8] = {}, s[2 * 3 * 8] = {};
   fuselet_tensor tx = view(x, {2, 3, 2, 8}), ty = view(y, {2, 3, 2, 8}), tc = view(c, {3, 8}), ts = view(s, {3, 8});
   fuselet_tensor bad = tc;
   expect(fuselet_rope_fwd(&tx, &tc, &ts, 0, &ty) == FUSELET_OK, "valid call");
-  expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 4, &ty), "flags: unknown bits 0x4", "unknown flag");
+  expect_error(fuselet_rope_fwd(&tx, &tc, &ts, 16, &ty), "flags: unknown bits 0x10", "unknown flag");
+  {  // pair tables and sections
+    float c4[2 * 2 * 3 * 8] = {}, s4[2 * 2 * 3 * 8] = {};
+    const int64_t two[] = {2, 2}, five[] = {1, 1, 1, 1, 0}, neg[] = {5, -1}, short_sum[] = {2, 1}, wide[] = {1, 3};
+    fuselet_tensor k2 = view(c4, {2, 3, 8}), k2s = view(s4, {2, 3, 8});
+    expect(fuselet_rope_sections_fwd(&tx, &k2, &k2s, two, 2, 0, &ty) == FUSELET_OK, "sections: valid call");
+    expect(fuselet_rope_sections_fwd(&tx, &tc, &ts, nullptr, 0, 0, &ty) == FUSELET_OK, "sections: none");
+    expect_error(fuselet_rope_fwd(&tx, &tc, &ts, FUSELET_ROPE_SECTIONS_INTERLEAVED, &ty),
+                 "flags: FUSELET_ROPE_SECTIONS_INTERLEAVED needs sections (got sections=NULL)",
+                 "interleaved sections without sections");
+    expect_error(fuselet_rope_sections_fwd(&tx, &k2, &k2s, five, 5, 0, &ty),
+                 "sections: expected 1 to 4 sections (one per table), got 5", "5 sections");
+    expect_error(fuselet_rope_sections_fwd(&tx, &k2, &k2s, nullptr, 2, 0, &ty), "sections: NULL with n_sections 2",
+                 "NULL sections");
+    expect_error(fuselet_rope_sections_fwd(&tx, &tc, &ts, two, 0, 0, &ty),
+                 "sections: expected 1 to 4 sections (one per table), got 0", "0 sections, not NULL");
+    expect_error(fuselet_rope_sections_fwd(&tx, &tc, &ts, two, 2, 0, &ty),
+                 "cos: expected shape [K, S, R] or [K, B, S, R], got shape [3, 8]", "sections: no K dim");
+    fuselet_tensor k3 = view(c4, {3, 3, 8});
+    expect_error(fuselet_rope_sections_fwd(&tx, &k3, &k3, two, 2, 0, &ty),
+                 "cos: expected 2 tables (K, one per section), got shape [3, 3, 8]", "sections: K");
+    expect_error(fuselet_rope_sections_fwd(&tx, &k2, &k2s, neg, 2, 0, &ty),
+                 "sections: expected each >= 0, got -1 (section 1)", "negative section");
+    expect_error(fuselet_rope_sections_fwd(&tx, &k2, &k2s, short_sum, 2, 0, &ty),
+                 "sections: expected a sum of 4 (R/2, the rotating pairs), got 3", "sections sum");
+    expect_error(fuselet_rope_sections_fwd(&tx, &k2, &k2s, wide, 2, FUSELET_ROPE_SECTIONS_INTERLEAVED, &ty),
+                 "sections: interleaved section 1 reads pairs 1, 3, ... up to 5, beyond the R/2 = 4 pairs",
+                 "interleaved bound");
+    expect(fuselet_rope_sections_fwd(&tx, &k2, &k2s, two, 2, FUSELET_ROPE_SECTIONS_INTERLEAVED, &ty) == FUSELET_OK,
+           "interleaved sections: valid call");
+    fuselet_tensor p5 = view(c, {3, 5}), p4 = view(c, {3, 4});
+    expect_error(fuselet_rope_fwd(&tx, &p5, &p5, FUSELET_ROPE_PAIR_TABLE, &ty),
+                 "cos: the rotary dim R (2 x the last dimension: a pair table) must be in [2, D=8], got shape [3, 5]",
+                 "pair table too wide");
+    expect(fuselet_rope_fwd(&tx, &p4, &p4, FUSELET_ROPE_PAIR_TABLE, &ty) == FUSELET_OK, "pair table: valid call");
+    fuselet_tensor p1 = view(c, {24});
+    expect_error(fuselet_rope_fwd(&tx, &p1, &p1, FUSELET_ROPE_PAIR_TABLE, &ty),
+                 "cos: expected shape [S, R/2] or [B, S, R/2], got shape [24]", "pair table: 1-D");
+    fuselet_tensor huge = view(nullptr, {1, INT64_MAX / 8}, {0, 1});
+    expect_error(fuselet_rope_sections_fwd_check(&tx, &huge, &huge, nullptr, 0, FUSELET_ROPE_PAIR_TABLE),
+                 "cos: the rotary dim R (2 x the last dimension: a pair table) must be in [2, D=8]",
+                 "pair table: huge");
+    const int64_t big[] = {INT64_MAX, INT64_MAX};
+    expect_error(fuselet_rope_sections_fwd_check(&tx, &k2, &k2s, big, 2, 0),
+                 "sections: expected a sum of 4 (R/2, the rotating pairs), got more", "sections: overflowing sum");
+    expect_error(fuselet_rope_sections_bwd_check(&tx, &k2, &k2s, five, -1, 0),
+                 "sections: expected 1 to 4 sections (one per table), got -1", "negative n_sections");
+    if (!fuselet_has_cuda())
+      expect(fuselet_rope_sections_fwd_cuda(&tx, &k2, &k2s, two, 2, 0, &ty, nullptr) == FUSELET_ERR_UNSUPPORTED,
+             "sections: CPU-only build");
+  }
   expect_error(fuselet_rope_fwd(nullptr, &tc, &ts, 0, &ty), "x: expected a tensor, got NULL", "NULL x");
   expect_error(fuselet_rope_fwd(&tx, nullptr, &ts, 0, &ty), "cos: expected a tensor, got NULL", "NULL cos");
   expect_error(fuselet_rope_fwd(&tx, &tc, nullptr, 0, &ty), "sin: expected a tensor, got NULL", "NULL sin");

@@ -461,6 +461,7 @@ void op_gated_rms_norm_bwd(Ctx& c, bool cuda);
 void op_glu(Ctx& c, bool backward, bool cuda);
 void op_softmax(Ctx& c, bool backward, bool cuda);
 void op_rope(Ctx& c, bool backward, bool cuda);
+void op_rope_sections(Ctx& c);
 // fuzz_cross_entropy.cc: 0 the forward, 1 the backward, 2 the fused forward + backward
 void op_cross_entropy(Ctx& c, int which, bool cuda);
 void op_logprobs(Ctx& c, bool bwd, bool cuda);

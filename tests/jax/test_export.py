@@ -51,6 +51,9 @@ def model(x, residual, w, b, cos, sin, wv, target, chunk_size=None):
     h = fj.layer_norm(h, w, b) + fj.rms_norm(r)
     h = h + fj.gated_rms_norm(h, r, w, group_size=H // 2)  # the gate: the residual stream
     q = fj.rope(h.reshape(*h.shape[:-1], N, D), cos, sin).reshape(h.shape)
+    w3 = cos.shape[-1] // 2  # three pair tables [3, S, R/2] and their sections (rope_sections_*)
+    c3, s3 = jnp.stack([cos, sin, cos])[..., :w3], jnp.stack([sin, cos, sin])[..., :w3]
+    q = q + fj.rope(q.reshape(*h.shape[:-1], N, D), c3, s3, pair_table=True, sections=(w3 - 2, 1, 1)).reshape(h.shape)
     p = fj.softmax(jnp.einsum("bsh,bth->bst", q, h)[:, None], scale=0.25, causal=True)[:, 0]
     a = jnp.einsum("bst,bth->bsh", p, h)
     g = fj.swiglu(jnp.concatenate([a, q], -1)) + fj.geglu(jnp.concatenate([q, a], -1), "tanh")

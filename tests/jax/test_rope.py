@@ -92,6 +92,83 @@ def test_empty(empty):
         assert vjp("bshd", False)(x, cos, sin, dy)[0].shape == x.shape
 
 
+# --- pair tables and sections (fuselet/rope.h), against the plain op on the full-width tables ---
+
+SECTIONS = {1: (6,), 2: (2, 4), 3: (1, 3, 2), 4: (2, 0, 3, 1)}  # K -> sections of R/2 = 6 pairs
+INTERLEAVED_SECTIONS = {1: (6,), 2: (3, 3), 3: (2, 2, 2), 4: (3, 2, 0, 1)}
+
+
+def check_tables(x, dy, cos, sin, dtype, layout, interleaved, **table):
+    full_cos, full_sin = ref.rope_full_tables(cos, sin, interleaved, **table)
+    plain = [jnp.asarray(t.astype(np.float32)).astype(cos.dtype) for t in (full_cos, full_sin)]
+
+    def loss(x, cos, sin, **options):
+        y = fj.rope(x, cos, sin, layout=layout, interleaved=interleaved, **options)
+        return jnp.sum(y.astype(jnp.float32) * dy.astype(jnp.float32)), y
+
+    (_, y), grads = jax.jit(jax.value_and_grad(lambda *a: loss(*a, **table), argnums=(0, 1, 2), has_aux=True))(x, cos, sin)
+    (_, want), want_grads = jax.value_and_grad(loss, argnums=(0,), has_aux=True)(x, *plain)
+    assert np.array_equal(np.asarray(y), np.asarray(want)) and np.array_equal(np.asarray(grads[0]), np.asarray(want_grads[0]))
+    bhsd = layout == "bhsd"
+    ref.assert_close(f64(y), ref.rope_fwd(x, full_cos, full_sin, bhsd, interleaved), dtype, name="y")
+    ref.assert_close(f64(grads[0]), ref.rope_bwd(dy, full_cos, full_sin, bhsd, interleaved), dtype, name="dx")
+    assert grads[1].shape == cos.shape and not np.any(f64(grads[1])) and not np.any(f64(grads[2])), "cos, sin: zero gradients"
+
+
+@pytest.mark.parametrize("tables", ["shared", "per_seq"])
+@pytest.mark.parametrize("rotary", [D, 10], ids=["R=D", "R<D"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_pair_table(dtype, layout, interleaved, rotary, tables, jax_device):
+    table_shape = (S,) if tables == "shared" else (B, S)
+    x, dy, cos, sin = arrays(x_shape(layout), dtype, rotary // 2, table_shape, "float32", jax_device)
+    check_tables(x, dy, cos, sin, dtype, layout, interleaved, pair_table=True)
+
+
+@pytest.mark.parametrize("k", sorted(SECTIONS))
+@pytest.mark.parametrize("interleaved_sections", [False, True], ids=["contiguous", "interleaved_sections"])
+@pytest.mark.parametrize("pair_table", [False, True], ids=["full", "pair"])
+@pytest.mark.parametrize("tables", ["shared", "per_seq"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_sections(dtype, layout, interleaved, tables, pair_table, interleaved_sections, k, jax_device):
+    sections = (INTERLEAVED_SECTIONS if interleaved_sections else SECTIONS)[k]
+    table_shape = (k, S) if tables == "shared" else (k, B, S)
+    x, dy, cos, sin = arrays(x_shape(layout), dtype, 6 if pair_table else 12, table_shape, "x", jax_device, seed=k)
+    check_tables(
+        x,
+        dy,
+        cos,
+        sin,
+        dtype,
+        layout,
+        interleaved,
+        pair_table=pair_table,
+        sections=sections,
+        interleaved_sections=interleaved_sections,
+    )
+
+
+@pytest.mark.parametrize("case", ["x_only", "all", "tables_only"])
+@pytest.mark.parametrize("per_seq", [False, True], ids=["shared", "per_seq"])
+def test_vmap_with_sections(case, per_seq):
+    """vmap of sectioned tables [K, ...]: the mapped dim goes next to B, behind K."""
+    options = {"pair_table": True, "sections": (1, 2, 1), "interleaved_sections": False}
+    parts = [arrays(x_shape("bshd"), "float32", 4, (3, B, S) if per_seq else (3, S), "float32", seed=i) for i in range(3)]
+    xs, dys, coss, sins = (jnp.stack([p[k] for p in parts]) for k in range(4))
+    x_axis = None if case == "tables_only" else 0
+    t_axis = None if case == "x_only" else 0
+    if x_axis is None:
+        xs = parts[0][0]
+    if t_axis is None:
+        coss, sins = parts[0][2], parts[0][3]
+    ys = jax.vmap(lambda x, c, s: fj.rope(x, c, s, **options), in_axes=(x_axis, t_axis, t_axis))(xs, coss, sins)
+    for i in range(3):
+        x = xs[i] if x_axis == 0 else xs
+        cos, sin = (coss[i], sins[i]) if t_axis == 0 else (coss, sins)
+        assert np.array_equal(np.asarray(ys[i]), np.asarray(fj.rope(x, cos, sin, **options))), i
+
+
 def test_jit():
     x, dy, cos, sin = arrays(x_shape("bhsd"), "bfloat16", 8, (B, S), "float32")
     y = jax.jit(lambda x, c, s: fj.rope(x, c, s, layout="bhsd", interleaved=True))(x, cos, sin)
@@ -134,7 +211,18 @@ def sharded() -> dict:
 
 
 @pytest.mark.parametrize(
-    "case", ["batch", "batch_and_heads", "bhsd_batch_and_heads", "per_seq_batch", "sequence", "bhsd_sequence", "shard_map"]
+    "case",
+    [
+        "batch",
+        "batch_and_heads",
+        "bhsd_batch_and_heads",
+        "per_seq_batch",
+        "sequence",
+        "bhsd_sequence",
+        "shard_map",
+        "sections_per_seq_batch",
+        "sections_sequence",
+    ],
 )
 @pytest.mark.processes
 def test_sharding_has_no_collective(sharded, case):
@@ -164,11 +252,12 @@ def _sharding_main():
 
     from tests.jax.sharding_child import collectives as count
 
-    def case(mesh, spec, layout, shape, tables, table_spec=None, shard_map=False):
-        x, dy, cos, sin = arrays(shape, "float32", shape[-1], tables, "float32")
+    def case(mesh, spec, layout, shape, tables, table_spec=None, shard_map=False, **options):
+        rotary = shape[-1] // 2 if options.get("pair_table") else shape[-1]
+        x, dy, cos, sin = arrays(shape, "float32", rotary, tables, "float32")
 
         def f(x, c, s):
-            return fj.rope(x, c, s, layout=layout, interleaved=True)
+            return fj.rope(x, c, s, layout=layout, interleaved=True, **options)
 
         g = jax.grad(lambda x, c, s, dy: jnp.sum(f(x, c, s) * dy), argnums=(0,))
         expected = f(x, cos, sin), g(x, cos, sin, dy)
@@ -203,6 +292,12 @@ def _sharding_main():
         "bhsd_sequence": case(mesh2, P("a", None, "b"), "bhsd", (2, 3, 8, 8), (2, 8)),
         "shard_map": case(mesh, P("data"), "bshd", (8, 6, 2, 16), (6,), P(), shard_map=True),
         "head_dim": case(mesh, P(None, None, None, "data"), "bshd", (2, 6, 2, 16), (6,)),
+        "sections_per_seq_batch": case(
+            mesh, P("data"), "bshd", (8, 6, 2, 16), (3, 8, 6), P(None, "data"), pair_table=True, sections=(4, 2, 2)
+        ),
+        "sections_sequence": case(
+            mesh, P(None, "data"), "bshd", (2, 16, 2, 8), (2, 16), sections=(2, 2), interleaved_sections=True
+        ),
     }
     x, _, cos, sin = arrays((8, 6, 2, 16), "float32", 16, (6,), "float32")
     xs = NamedSharding(mesh, P("data"))

@@ -242,14 +242,14 @@ def softmax_keys_sharded(mesh):
 # --- rope --------------------------------------------------------------------------------------
 
 
-def _rope(mesh, layout, x_dim, table_placement):
+def _rope(mesh, layout, x_dim, table_placement, tables=(4, 6), **options):
     # S == N: the bshd and bhsd calls have the same shapes and placements, only the layout
     # tells which dim the sequence is (and so whether cos / sin are sharded with it).
     torch.manual_seed(8)
     x, g = torch.randn(2, 4, 4, 8), torch.randn(2, 4, 4, 8)
-    cos, sin = torch.randn(4, 6), torch.randn(4, 6)
+    cos, sin = torch.randn(*tables), torch.randn(*tables)
     return forward_backward(
-        lambda t, c, s: ft.rope(t, c, s, layout=layout),
+        lambda t, c, s: ft.rope(t, c, s, layout=layout, **options),
         [leaf(x), cos, sin],
         [
             dleaf(x, mesh, [Shard(x_dim)]),
@@ -280,6 +280,18 @@ def rope_heads_sharded_bhsd(mesh):
 @check
 def rope_sequence_sharded_bhsd(mesh):
     return _rope(mesh, "bhsd", 2, Shard(0))
+
+
+@check
+def rope_pair_table_sequence_sharded(mesh):
+    """A pair table [S, R/2] sharded with the sequence."""
+    return _rope(mesh, "bshd", 1, Shard(0), (4, 3), pair_table=True)
+
+
+@check
+def rope_sections_sequence_sharded(mesh):
+    """K = 2 section tables [K, S, R/2]: sharded on their S dim (1) with x's sequence, K whole."""
+    return _rope(mesh, "bshd", 1, Shard(1), (2, 4, 3), pair_table=True, sections=(2, 1), interleaved_sections=True)
 
 
 # --- cross-entropy ---------------------------------------------------------------------------

@@ -107,6 +107,8 @@ def test_softmax_gathers_keys_and_causal_queries(results, name):
         ("rope_sequence_sharded_replicated_tables", 1),
         ("rope_heads_sharded_bhsd", 1),
         ("rope_sequence_sharded_bhsd", 2),
+        ("rope_pair_table_sequence_sharded", 1),
+        ("rope_sections_sequence_sharded", 1),
     ],
 )
 def test_rope_sharded(results, name, dim):

@@ -74,6 +74,18 @@ class Rope(torch.nn.Module):
             ft.rope(x, cos, sin, interleaved=True),
             ft.rope(xt, cos_b, sin_b, layout="bhsd"),
             ft.rope(xt, cos, sin, layout="bhsd", interleaved=True),
+            ft.rope(x, cos[..., :4], sin[..., :4], interleaved=True, pair_table=True),
+            ft.rope(x, cos_b[..., :6], sin_b[..., :6], pair_table=True),
+            ft.rope(xt, torch.stack((cos_b, sin_b)), torch.stack((sin_b, cos_b)), layout="bhsd", sections=(3, 5)),
+            ft.rope(
+                x,
+                torch.stack((cos, sin, cos))[..., :6],
+                torch.stack((sin, cos, sin))[..., :6],
+                interleaved=True,
+                pair_table=True,
+                sections=(2, 2, 2),
+                interleaved_sections=True,
+            ),
         )
 
 

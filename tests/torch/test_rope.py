@@ -207,6 +207,146 @@ def test_matches_transformers_llama(dtype):
     torch.testing.assert_close(got, want, rtol=tol[0], atol=tol[1])
 
 
+# --- pair tables and sections (fuselet/rope.h): each against the plain op on the full-width
+# tables they stand for (bit for bit: the same kernel math) and the float64 reference.
+
+# K -> sections of R/2 = 6 pairs: contiguous, and interleaved (where K (s_k - 1) + k < 6)
+SECTIONS = {1: (6,), 2: (2, 4), 3: (1, 3, 2), 4: (2, 0, 3, 1)}
+INTERLEAVED_SECTIONS = {1: (6,), 2: (3, 3), 3: (2, 2, 2), 4: (3, 2, 0, 1)}
+
+
+def check_tables(t, dtype, layout, interleaved, **table):
+    """ft.rope with the table options `table` against the plain op on the tables they stand for."""
+    x, dy, cos, sin = t["x"], t["dy"], t["cos"], t["sin"]
+    full_cos, full_sin = ref.rope_full_tables(f64(cos), f64(sin), interleaved, **table)
+    full = {k: torch.from_numpy(v).to(device=cos.device, dtype=cos.dtype) for k, v in (("cos", full_cos), ("sin", full_sin))}
+    y = ft.rope(x, cos, sin, layout=layout, interleaved=interleaved, **table)
+    want = ft.rope(x, full["cos"], full["sin"], layout=layout, interleaved=interleaved)
+    assert torch.equal(y, want), (y - want).abs().max()
+    bhsd = layout == "bhsd"
+    ref.assert_close(f64(y), ref.rope_fwd(f64(x), full_cos, full_sin, bhsd, interleaved), dtype, name="y")
+    (dx,) = torch.autograd.grad(y, (x,), dy)
+    (want_dx,) = torch.autograd.grad(want, (x,), dy)
+    assert torch.equal(dx, want_dx), (dx - want_dx).abs().max()
+    ref.assert_close(f64(dx), ref.rope_bwd(f64(dy), full_cos, full_sin, bhsd, interleaved), dtype, name="dx")
+
+
+@pytest.mark.parametrize("tables", ["shared", "per_seq"])
+@pytest.mark.parametrize("rotary", [D, 10], ids=["R=D", "R<D"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_pair_table(dtype, layout, interleaved, rotary, tables, torch_device):
+    table_shape = (S,) if tables == "shared" else (B, S)
+    t = tensors(x_shape(layout), dtype, rotary // 2, table_shape, "float32", torch_device)
+    check_tables(t, dtype, layout, interleaved, pair_table=True)
+
+
+@pytest.mark.parametrize("k", sorted(SECTIONS))
+@pytest.mark.parametrize("interleaved_sections", [False, True], ids=["contiguous", "interleaved_sections"])
+@pytest.mark.parametrize("pair_table", [False, True], ids=["full", "pair"])
+@pytest.mark.parametrize("tables", ["shared", "per_seq"])
+@pytest.mark.parametrize("interleaved", [False, True], ids=["half", "interleaved"])
+@pytest.mark.parametrize("layout", ["bshd", "bhsd"])
+def test_sections(dtype, layout, interleaved, tables, pair_table, interleaved_sections, k, torch_device):
+    """K tables [K, S, R'] / [K, B, S, R'], R = 12 < D (partial rotary), each section rule."""
+    sections = (INTERLEAVED_SECTIONS if interleaved_sections else SECTIONS)[k]
+    table_shape = (k, S) if tables == "shared" else (k, B, S)
+    t = tensors(x_shape(layout), dtype, 6 if pair_table else 12, table_shape, "x", torch_device, seed=k)
+    check_tables(
+        t, dtype, layout, interleaved, pair_table=pair_table, sections=sections, interleaved_sections=interleaved_sections
+    )
+
+
+def test_the_section_rules_are_transformers():
+    """fuselet.spec's k(j) and the reference's are transformers' own: Qwen2-VL's contiguous
+    recomposition and Qwen3-VL's interleaved one, on tables whose every entry names its table."""
+    pytest.importorskip("transformers", reason="transformers is not installed: its mrope functions cannot run here")
+    from types import SimpleNamespace
+
+    from fuselet.spec.rope import sections_table
+    from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding
+
+    for sections, module, interleaved in [
+        ((16, 24, 24), Qwen2VLRotaryEmbedding, False),
+        ((2, 1, 3), Qwen2VLRotaryEmbedding, False),
+        ((24, 20, 20), Qwen3VLTextRotaryEmbedding, True),
+        ((3, 2, 1), Qwen3VLTextRotaryEmbedding, True),
+        ((2, 2, 2), Qwen3VLTextRotaryEmbedding, True),
+    ]:
+        pairs = sum(sections)
+        which = torch.arange(3.0)[:, None, None, None].expand(3, 1, 1, pairs).clone()  # entry = its table
+        got = module.recomposition_frequencies(SimpleNamespace(mrope_section=list(sections)), which)[0, 0, :pairs]
+        want = [sections_table(j, sections, interleaved) for j in range(pairs)]
+        assert got.long().tolist() == want, (sections, module.__name__)
+        assert [ref.rope_section_of(j, sections, interleaved) for j in range(pairs)] == want
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("model", ["qwen2_vl", "qwen3_vl"])
+def test_matches_transformers_mrope(model, dtype):
+    """Qwen2-VL's and Qwen3-VL's rope: transformers recomposes the three position tables of
+    cos(freqs) [3, B, S, R/2] into one full-width table for apply_rotary_pos_emb; fuselet reads
+    them as they are (pair_table, sections), forward and gradient."""
+    pytest.importorskip("transformers", reason="transformers is not installed: its mrope functions cannot run here")
+    from types import SimpleNamespace
+
+    if model == "qwen2_vl":
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import Qwen2VLRotaryEmbedding as Rotary
+        from transformers.models.qwen2_vl.modeling_qwen2_vl import apply_rotary_pos_emb
+
+        sections, interleaved_sections = [4, 6, 6], False
+    else:
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLTextRotaryEmbedding as Rotary
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import apply_rotary_pos_emb
+
+        sections, interleaved_sections = [6, 5, 5], True
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(3)
+    head_dim = 2 * sum(sections)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    positions = torch.randint(0, 40, (3, B, S)).float()  # temporal, height, width
+    freqs = positions[..., None] * inv_freq
+    cos, sin = freqs.cos(), freqs.sin()  # [3, B, S, R/2]
+    this = SimpleNamespace(mrope_section=sections)
+    full_cos = Rotary.recomposition_frequencies(this, cos.clone()).to(tdt)
+    full_sin = Rotary.recomposition_frequencies(this, sin.clone()).to(tdt)
+    q = torch.randn(B, N, S, head_dim, dtype=tdt, requires_grad=True)
+    k = torch.randn(B, N, S, head_dim, dtype=tdt)
+    want, _ = apply_rotary_pos_emb(q, k, full_cos, full_sin)
+    options = {"pair_table": True, "sections": tuple(sections), "interleaved_sections": interleaved_sections}
+    got = ft.rope(q, cos.to(tdt), sin.to(tdt), layout="bhsd", **options)
+    tol = ref.tolerance(dtype, "out")
+    torch.testing.assert_close(got, want, rtol=tol[0], atol=tol[1])
+    dy = torch.randn_like(q)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, (q,), dy)[0], torch.autograd.grad(want, (q,), dy)[0], rtol=tol[0], atol=tol[1]
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_matches_transformers_llama4_complex(dtype):
+    """Llama4's apply_rotary_emb multiplies the interleaved pairs of q, k [B, S, N, D] as complex
+    numbers by freqs_cis [B, S, D/2]; fuselet reads its .real and .imag as a pair table."""
+    pytest.importorskip("transformers", reason="transformers is not installed: its apply_rotary_emb cannot run here")
+    from transformers.models.llama4.modeling_llama4 import apply_rotary_emb
+
+    tdt = getattr(torch, dtype)
+    torch.manual_seed(4)
+    angles = torch.randn(B, S, D // 2) * 3
+    freqs_cis = torch.polar(torch.ones_like(angles), angles)
+    q = torch.randn(B, S, N, D, dtype=tdt, requires_grad=True)
+    k = torch.randn(B, S, N, D, dtype=tdt)
+    want, _ = apply_rotary_emb(q, k, freqs_cis)
+    got = ft.rope(q, freqs_cis.real.contiguous(), freqs_cis.imag.contiguous(), interleaved=True, pair_table=True)
+    tol = ref.tolerance(dtype, "out")
+    torch.testing.assert_close(got, want, rtol=tol[0], atol=tol[1])
+    dy = torch.randn_like(q)
+    torch.testing.assert_close(
+        torch.autograd.grad(got, (q,), dy)[0], torch.autograd.grad(want, (q,), dy)[0], rtol=tol[0], atol=tol[1]
+    )
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_opcheck(dtype):
     t = tensors((2, 3, 4, 8), dtype, 6, (2, 3), "float32")
@@ -217,6 +357,13 @@ def test_opcheck(dtype):
         (ops.rope_fwd, (x.transpose(1, 2).requires_grad_(True), t["cos"], t["sin"], True, False)),
         (ops.rope_bwd, (t["dy"], t["cos"], t["sin"], False, True)),
         (ops.rope_bwd, (t["dy"].transpose(1, 2), t["cos"][0], t["sin"][0], True, False)),
+        (ops.rope_fwd, (x.clone().requires_grad_(True), t["cos"][..., :3], t["sin"][..., :3], False, True, True)),
+        (ops.rope_fwd, (x.clone().requires_grad_(True), t["cos"], t["sin"], False, False, False, [1, 2])),
+        (
+            ops.rope_fwd,
+            (x.transpose(1, 2).requires_grad_(True), t["cos"][..., :3], t["sin"][..., :3], True, True, True, [2, 1], True),
+        ),
+        (ops.rope_bwd, (t["dy"], t["cos"], t["sin"], False, True, False, [2, 1], True)),
     ]:
         torch.library.opcheck(op.default, args)
 
@@ -244,5 +391,28 @@ def test_torch_compile_fullgraph():
     eager = step(attention)
     torch._dynamo.reset()
     compiled = step(torch.compile(attention, fullgraph=True))
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_torch_compile_fullgraph_tables():
+    """A pair table and sectioned tables under torch.compile(fullgraph=True), forward and gradient."""
+    torch.manual_seed(0)
+    x0 = torch.randn(B, S, N, D)
+    half, three = torch.randn(S, D // 2), torch.randn(3, B, S, D // 2)
+
+    def fn(x):
+        y = ft.rope(x, half, half.flip(0), pair_table=True, interleaved=True)
+        return ft.rope(y, three, three.flip(0), pair_table=True, sections=(3, 3, 2), interleaved_sections=True)
+
+    def step(f):
+        x = x0.clone().requires_grad_(True)
+        out = f(x)
+        (out * out).sum().backward()
+        return out.detach(), x.grad
+
+    eager = step(fn)
+    torch._dynamo.reset()
+    compiled = step(torch.compile(fn, fullgraph=True))
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)

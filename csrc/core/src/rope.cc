@@ -12,6 +12,20 @@ namespace {
 
 using namespace cpu;  // NOLINT: the shared building blocks (cpu_common.h)
 
+// The R floats of feature i's c_i of the (b, t) table row (rope.h: its table and column), for a
+// pair table or K tables; `row` points at that row of table 0, `stride_k` is cos_k or sin_k.
+template <typename C>
+FUSELET_INLINE const float* gather_row(const RopeProblem* p, const C* row, int64_t stride_k, float* buf) {
+  for (int64_t i = 0; i < p->R; ++i) buf[i] = to_float(row[p->table_offset(i, stride_k)]);
+  return buf;
+}
+
+// One (b, t) row of cos or sin as R floats (copied into buf unless it is float32 already).
+template <typename C>
+FUSELET_INLINE const float* table_row(const RopeProblem* p, const C* row, int64_t stride_k, float* buf) {
+  return p->direct ? row_as_float(row, buf, p->R) : gather_row(p, row, stride_k, buf);
+}
+
 // Rows [r0, r1) of p (buf: 3R floats of scratch): out = the rotation of in (forward) or its
 // transpose (backward) on the first R features, in copied beyond. The same float32 products
 // and sums in every ISA copy, so the results are bit-identical.
@@ -30,8 +44,8 @@ struct RopeRows {
       p->locate(r, &b, &t, &n);
       if (b * p->S + t != table) {
         table = b * p->S + t;
-        c = row_as_float(static_cast<const C*>(p->cos) + b * p->cos_b + t * p->cos_s, cf, R);
-        s = row_as_float(static_cast<const C*>(p->sin) + b * p->sin_b + t * p->sin_s, sf, R);
+        c = table_row(p, static_cast<const C*>(p->cos) + b * p->cos_b + t * p->cos_s, p->cos_k, cf);
+        s = table_row(p, static_cast<const C*>(p->sin) + b * p->sin_b + t * p->sin_s, p->sin_k, sf);
       }
       const T* xr = static_cast<const T*>(p->in) + b * p->in_b + t * p->in_s + n * p->in_n;
       T* y = static_cast<T*>(p->out) + b * p->out_b + t * p->out_s + n * p->out_n;
@@ -113,24 +127,46 @@ fuselet_status run(const RopeProblem& p) {
 }  // namespace
 }  // namespace fuselet
 
+namespace fuselet {
+namespace {
+
+// Every host entry point: the checks, then the kernels (the old entry points: no K dim).
+fuselet_status entry(const char* name, const fuselet_tensor* in, const fuselet_tensor* cos, const fuselet_tensor* sin,
+                     const int64_t* sections, int32_t n_sections, uint32_t flags, fuselet_tensor* out, bool backward) {
+  return guarded(name, [&] {
+    RopeProblem p;
+    if (fuselet_status s = check_rope(in, backward ? "dy" : "x", cos, sin, sections, n_sections, flags, out,
+                                      backward ? "dx" : "y", backward, &p))
+      return s;
+    return run(p);
+  });
+}
+
+}  // namespace
+}  // namespace fuselet
+
 extern "C" {
 
 fuselet_status fuselet_rope_fwd(const fuselet_tensor* x, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                 uint32_t flags, fuselet_tensor* y) {
-  return fuselet::guarded("fuselet_rope_fwd", [&] {
-    fuselet::RopeProblem p;
-    if (fuselet_status s = fuselet::check_rope(x, "x", cos, sin, flags, y, "y", false, &p)) return s;
-    return fuselet::run(p);
-  });
+  return fuselet::entry("fuselet_rope_fwd", x, cos, sin, nullptr, 0, flags, y, false);
 }
 
 fuselet_status fuselet_rope_bwd(const fuselet_tensor* dy, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                 uint32_t flags, fuselet_tensor* dx) {
-  return fuselet::guarded("fuselet_rope_bwd", [&] {
-    fuselet::RopeProblem p;
-    if (fuselet_status s = fuselet::check_rope(dy, "dy", cos, sin, flags, dx, "dx", true, &p)) return s;
-    return fuselet::run(p);
-  });
+  return fuselet::entry("fuselet_rope_bwd", dy, cos, sin, nullptr, 0, flags, dx, true);
+}
+
+fuselet_status fuselet_rope_sections_fwd(const fuselet_tensor* x, const fuselet_tensor* cos, const fuselet_tensor* sin,
+                                         const int64_t* sections, int32_t n_sections, uint32_t flags,
+                                         fuselet_tensor* y) {
+  return fuselet::entry("fuselet_rope_sections_fwd", x, cos, sin, sections, n_sections, flags, y, false);
+}
+
+fuselet_status fuselet_rope_sections_bwd(const fuselet_tensor* dy, const fuselet_tensor* cos,
+                                         const fuselet_tensor* sin, const int64_t* sections, int32_t n_sections,
+                                         uint32_t flags, fuselet_tensor* dx) {
+  return fuselet::entry("fuselet_rope_sections_bwd", dy, cos, sin, sections, n_sections, flags, dx, true);
 }
 
 #ifndef FUSELET_WITH_CUDA
@@ -140,6 +176,14 @@ fuselet_status fuselet_rope_fwd_cuda(const fuselet_tensor*, const fuselet_tensor
 }
 fuselet_status fuselet_rope_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*, uint32_t,
                                      fuselet_tensor*, void*) {
+  return fuselet::no_cuda();
+}
+fuselet_status fuselet_rope_sections_fwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                              const int64_t*, int32_t, uint32_t, fuselet_tensor*, void*) {
+  return fuselet::no_cuda();
+}
+fuselet_status fuselet_rope_sections_bwd_cuda(const fuselet_tensor*, const fuselet_tensor*, const fuselet_tensor*,
+                                              const int64_t*, int32_t, uint32_t, fuselet_tensor*, void*) {
   return fuselet::no_cuda();
 }
 #endif

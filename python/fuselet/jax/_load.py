@@ -32,6 +32,8 @@ OPS = (
     "softmax_bwd",
     "rope_fwd",
     "rope_bwd",
+    "rope_sections_fwd",
+    "rope_sections_bwd",
     "cross_entropy_fwd",
     "cross_entropy_bwd",
     "cross_entropy_fwd_bwd",

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 
 import torch
 
@@ -185,8 +186,40 @@ def softmax_fwd(b, x, scale=1.0, causal=False):
     return _like(b, y, x)
 
 
-def rope_fwd(b, x, cos, sin, bhsd=False, interleaved=False):
-    """y_i = x_i cos_i + rot(x)_i sin_i over the first R features, x_i beyond."""
+def _rope_full_table(b, t, interleaved, pair_table, sections, interleaved_sections):
+    """A pair table and / or K section tables (fuselet/rope.h) as the full-width table they stand
+    for, float32. With sections R = 2 sum(sections) is known, and feature i's table and column
+    are constants; a pair table alone repeats its columns (interleaved) or itself (half-split)."""
+    from fuselet.spec.rope import sections_table
+
+    t = _f32(b, t)
+    if not sections:
+        if interleaved:  # [..., W] -> [..., W, 2] -> [..., 2W]
+            t = b.op("Unsqueeze", t, _axes(b, -1))
+            both = b.op("Concat", t, t, axis=-1)
+            return b.op("Reshape", both, b.op("Concat", b.op("Shape", t, end=-2), b.const([-1], _INT64), axis=0))
+        return b.op("Concat", t, t, axis=-1)
+    r = 2 * sum(sections)
+    pair = [i // 2 if interleaved else i % (r // 2) for i in range(r)]
+    table = [sections_table(j, tuple(sections), interleaved_sections) for j in pair]
+    column = b.const(pair if pair_table else list(range(r)), _INT64)
+    full = None
+    for k in sorted(set(table)):
+        tk = b.op("Gather", t, b.const(k, _INT64), axis=0)  # table k: [..., W]
+        part = b.op("Gather", tk, column, axis=-1)
+        if full is None:
+            full = part
+        else:
+            mask = b.op("Cast", b.const([1 if v == k else 0 for v in table], _INT64), to=9)  # BOOL
+            full = b.op("Where", mask, part, full)
+    return full
+
+
+def rope_fwd(b, x, cos, sin, bhsd=False, interleaved=False, pair_table=False, sections=None, interleaved_sections=False):
+    """y_i = x_i cos_i + rot(x)_i sin_i over the first R features, x_i beyond (a pair table and
+    K section tables read as the full-width table they stand for)."""
+    if pair_table or sections:
+        cos, sin = (_rope_full_table(b, t, interleaved, pair_table, sections, interleaved_sections) for t in (cos, sin))
     c, s = (b.op("Unsqueeze", _f32(b, t), _axes(b, -3 if bhsd else -2)) for t in (cos, sin))
     rotary = b.op("Shape", cos, start=-1)
     xf = _f32(b, x)
@@ -421,11 +454,14 @@ def _overload(name):
 
 
 def _arguments(name):
-    """[(name, python type of a scalar or None for a tensor, schema default, optional)] of fuselet::<name>."""
+    """[(name, python type of a scalar or None for a tensor, schema default, optional)] of fuselet::<name>
+    (an int[]: Sequence[int])."""
     kinds = {"FloatType": float, "IntType": int, "BoolType": bool, "StringType": str}
     out = []
     for a in _overload(name)._schema.arguments:
         kind, optional = kinds.get(a.type.kind()), a.type.kind() == "OptionalType"
+        if str(a.type) in ("List[int]", "Optional[List[int]]"):
+            kind = Sequence[int]
         if kind is None and a.type.kind() != "TensorType" and str(a.type) != "Optional[Tensor]":
             raise TypeError(f"fuselet::{name}: argument {a.name} of type {a.type} has no ONNX translation")
         default = a.default_value if a.has_default_value() else inspect.Parameter.empty
@@ -541,13 +577,16 @@ def _symbolic(name, math_fn):
     from torch.onnx import symbolic_helper
 
     arguments = _arguments(name)
-    codes = {float: "f", int: "i", str: "s", bool: "b"}
+    codes = {float: "f", int: "i", str: "s", bool: "b", Sequence[int]: "is"}
 
     def symbolic(g, *args):
         values = []
         for (_, kind, _, optional), v in zip(arguments, args):
             if kind is None:
                 values.append(None if optional and symbolic_helper._is_none(v) else v)
+            elif kind == Sequence[int]:
+                value = None if symbolic_helper._is_none(v) else symbolic_helper._maybe_get_const(v, codes[kind])
+                values.append(None if value is None else [int(e) for e in value])
             else:
                 values.append(kind(symbolic_helper._maybe_get_const(v, codes[kind])))
         return math_fn(_Graph(g), *values)

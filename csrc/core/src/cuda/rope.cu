@@ -34,6 +34,27 @@ __device__ __forceinline__ void store_n(T* p, const float (&in)[N]) {
   }
 }
 
+// E consecutive table elements of one row: a vector load (E > 1) or a scalar (E == 1 is not
+// used: an interleaved unit holds at least one pair).
+template <int E, typename C>
+__device__ __forceinline__ void load_table(const C* p, float (&out)[E]) {
+  if constexpr (E == 2) {
+    out[0] = to_float(p[0]);
+    out[1] = to_float(p[1]);
+  } else {
+    load(p, out);
+  }
+}
+
+// Features i..i+E-1's table elements, each from its table and column (rope.h), of the (b, t)
+// row `row` of table 0.
+template <int E, typename C>
+__device__ __forceinline__ void gather(const RopeProblem& p, const C* row, int64_t stride_k, int64_t i,
+                                       float (&out)[E]) {
+#pragma unroll
+  for (int k = 0; k < E; ++k) out[k] = to_float(row[p.table_offset(i + k, stride_k)]);
+}
+
 // kBwd = false: y_i = x_i c_i + e_i s_i x_p(i); true: dx_i = dy_i c_i - e_i s_p(i) dy_p(i).
 template <typename T, typename C, int W, bool kInter, bool kBwd>
 __global__ void __launch_bounds__(256) rope_kernel(const RopeProblem p, int64_t rot_units, int64_t units) {
@@ -57,17 +78,23 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeProblem p, int64_t 
     }
     const C* cr = static_cast<const C*>(p.cos) + b * p.cos_b + t * p.cos_s;
     const C* sr = static_cast<const C*>(p.sin) + b * p.sin_b + t * p.sin_s;
+    const bool direct = p.direct;  // else each feature's table and column (rope.h)
     if constexpr (kInter) {
       constexpr int E = W < 2 ? 2 : W;  // features of the unit: E / 2 pairs
       const int64_t i = u * E;
       float a[E], c[E], s[E], o[E];
       if constexpr (W == 1) {
 #pragma unroll
-        for (int k = 0; k < 2; ++k) a[k] = to_float(x[i + k]), c[k] = to_float(cr[i + k]), s[k] = to_float(sr[i + k]);
+        for (int k = 0; k < 2; ++k) a[k] = to_float(x[i + k]);
       } else {
         load(x + i, a);
-        load(cr + i, c);
-        load(sr + i, s);
+      }
+      if (direct) {
+        load_table<E>(cr + i, c);
+        load_table<E>(sr + i, s);
+      } else {
+        gather<E>(p, cr, p.cos_k, i, c);
+        gather<E>(p, sr, p.sin_k, i, s);
       }
 #pragma unroll
       for (int k = 0; k < E; k += 2) {
@@ -90,10 +117,17 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeProblem p, int64_t 
       float a[W], e[W], ca[W], ce[W], sa[W], se[W], oa[W], oe[W];
       load_n(x + i, a);
       load_n(x + j, e);
-      load_n(cr + i, ca);
-      load_n(cr + j, ce);
-      load_n(sr + i, sa);
-      load_n(sr + j, se);
+      if (direct) {
+        load_n(cr + i, ca);
+        load_n(cr + j, ce);
+        load_n(sr + i, sa);
+        load_n(sr + j, se);
+      } else {
+        gather<W>(p, cr, p.cos_k, i, ca);
+        gather<W>(p, cr, p.cos_k, j, ce);
+        gather<W>(p, sr, p.sin_k, i, sa);
+        gather<W>(p, sr, p.sin_k, j, se);
+      }
 #pragma unroll
       for (int k = 0; k < W; ++k) {
         if constexpr (kBwd) {
@@ -111,18 +145,19 @@ __global__ void __launch_bounds__(256) rope_kernel(const RopeProblem p, int64_t 
 }
 
 // W-element vectors everywhere: every feature count and row stride a multiple of W, every
-// pointer aligned to W elements of its type.
+// pointer aligned to W elements of its type (the tables' only where they are read directly).
 template <typename T, typename C>
 bool vectorizable(const RopeProblem& p, int64_t w) {
-  const int64_t counts[] = {p.D,     p.R,     p.interleaved ? p.R : p.R / 2,
-                            p.in_b,  p.in_s,  p.in_n,
-                            p.out_b, p.out_s, p.out_n,
-                            p.cos_b, p.cos_s, p.sin_b,
-                            p.sin_s};
+  const int64_t counts[] = {p.D,     p.R,    p.interleaved ? p.R : p.R / 2, p.in_b, p.in_s, p.in_n, p.out_b,
+                            p.out_s, p.out_n};
   for (int64_t v : counts)
     if (v % w != 0) return false;
-  return aligned(p.in, w * sizeof(T)) && aligned(p.out, w * sizeof(T)) && aligned(p.cos, w * sizeof(C)) &&
-         aligned(p.sin, w * sizeof(C));
+  if (!aligned(p.in, w * sizeof(T)) || !aligned(p.out, w * sizeof(T))) return false;
+  if (!p.direct) return true;  // the tables are gathered element by element
+  const int64_t tables[] = {p.cos_b, p.cos_s, p.sin_b, p.sin_s};
+  for (int64_t v : tables)
+    if (v % w != 0) return false;
+  return aligned(p.cos, w * sizeof(C)) && aligned(p.sin, w * sizeof(C));
 }
 
 template <typename T, typename C, int W, bool kInter>
@@ -165,24 +200,47 @@ fuselet_status run(const RopeProblem& p, void* stream) {
 }  // namespace
 }  // namespace fuselet
 
+namespace fuselet {
+namespace {
+
+// Every `_cuda` entry point: the checks, then the launch (the old entry points: no K dim).
+fuselet_status entry(const char* name, const fuselet_tensor* in, const fuselet_tensor* cos, const fuselet_tensor* sin,
+                     const int64_t* sections, int32_t n_sections, uint32_t flags, fuselet_tensor* out, bool backward,
+                     void* stream) {
+  return guarded(name, [&] {
+    RopeProblem p;
+    if (fuselet_status s = check_rope(in, backward ? "dy" : "x", cos, sin, sections, n_sections, flags, out,
+                                      backward ? "dx" : "y", backward, &p))
+      return s;
+    return run(p, stream);
+  });
+}
+
+}  // namespace
+}  // namespace fuselet
+
 extern "C" {
 
 fuselet_status fuselet_rope_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                      uint32_t flags, fuselet_tensor* y, void* stream) {
-  return fuselet::guarded("fuselet_rope_fwd_cuda", [&] {
-    fuselet::RopeProblem p;
-    if (fuselet_status s = fuselet::check_rope(x, "x", cos, sin, flags, y, "y", false, &p)) return s;
-    return fuselet::run(p, stream);
-  });
+  return fuselet::entry("fuselet_rope_fwd_cuda", x, cos, sin, nullptr, 0, flags, y, false, stream);
 }
 
 fuselet_status fuselet_rope_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* cos, const fuselet_tensor* sin,
                                      uint32_t flags, fuselet_tensor* dx, void* stream) {
-  return fuselet::guarded("fuselet_rope_bwd_cuda", [&] {
-    fuselet::RopeProblem p;
-    if (fuselet_status s = fuselet::check_rope(dy, "dy", cos, sin, flags, dx, "dx", true, &p)) return s;
-    return fuselet::run(p, stream);
-  });
+  return fuselet::entry("fuselet_rope_bwd_cuda", dy, cos, sin, nullptr, 0, flags, dx, true, stream);
+}
+
+fuselet_status fuselet_rope_sections_fwd_cuda(const fuselet_tensor* x, const fuselet_tensor* cos,
+                                              const fuselet_tensor* sin, const int64_t* sections, int32_t n_sections,
+                                              uint32_t flags, fuselet_tensor* y, void* stream) {
+  return fuselet::entry("fuselet_rope_sections_fwd_cuda", x, cos, sin, sections, n_sections, flags, y, false, stream);
+}
+
+fuselet_status fuselet_rope_sections_bwd_cuda(const fuselet_tensor* dy, const fuselet_tensor* cos,
+                                              const fuselet_tensor* sin, const int64_t* sections, int32_t n_sections,
+                                              uint32_t flags, fuselet_tensor* dx, void* stream) {
+  return fuselet::entry("fuselet_rope_sections_bwd_cuda", dy, cos, sin, sections, n_sections, flags, dx, true, stream);
 }
 
 }  // extern "C"

@@ -16,7 +16,8 @@ from fuselet.torch.transformers.shadow import _with_global
 
 # --- rotary embedding by complex frequencies: apply_rotary_emb(xq, xk, freqs_cis) (Llama4,
 # DeepSeek-V2): x * freqs_cis over x's interleaved pairs viewed as complex numbers, which is
-# ft.rope(interleaved=True) with cos / sin the real / imaginary parts, each twice.
+# ft.rope(interleaved=True, pair_table=True) with cos / sin the real / imaginary parts: one angle
+# per pair, no repeated copy.
 
 
 def _fused_complex_rotary(original, layout):
@@ -33,10 +34,10 @@ def _fused_complex_rotary(original, layout):
         if not fits:
             return original(xq, xk, freqs_cis)
         freqs = freqs_cis.to(xq.device)
-        cos, sin = (part.repeat_interleave(2, dim=-1) for part in (freqs.real, freqs.imag))
+        cos, sin = freqs.real.contiguous(), freqs.imag.contiguous()  # [B, S, D/2]: .real has stride 2
         if cos.shape[0] != xq.shape[0]:
-            cos, sin = cos[0], sin[0]  # [1, S, D] tables shared by the batch: [S, D]
-        return tuple(rope(x, cos, sin, layout=layout, interleaved=True) for x in (xq, xk))
+            cos, sin = cos[0], sin[0]  # [1, S, D/2] tables shared by the batch: [S, D/2]
+        return tuple(rope(x, cos, sin, layout=layout, interleaved=True, pair_table=True) for x in (xq, xk))
 
     return apply_rotary_emb
 

@@ -25,22 +25,19 @@ _ROPE_SIGNATURES = {
 }
 
 
-def _half_repeated(t):
-    """A table whose first half holds one angle per interleaved pair: each entry twice (GLM's)."""
-    return t[..., : t.shape[-1] // 2].repeat_interleave(2, dim=-1)
+def _first_half(t):
+    """A table whose first half holds one angle per interleaved pair (GLM's): that half, a pair
+    table of ft.rope (pair_table=True), read without a full-width copy."""
+    return t[..., : t.shape[-1] // 2]
 
 
-def _doubled(t):
-    """A half-width table of one angle per half-split pair (GPT-OSS's): the full-width table."""
-    return torch.cat((t, t), dim=-1)
-
-
-# (name, interleaved, table transform)
+# (name, interleaved, table transform, pair_table): the last two forms read one angle per pair,
+# GLM's first half of its table and GPT-OSS's half-width table as it is
 _ROPE_FORMS = (
-    ("half-split", False, None),
-    ("interleaved", True, None),
-    ("interleaved, half table", True, _half_repeated),
-    ("half-split, half-width table", False, _doubled),
+    ("half-split", False, None, False),
+    ("interleaved", True, None, False),
+    ("interleaved, half table", True, _first_half, True),
+    ("half-split, half-width table", False, None, True),
 )
 
 
@@ -59,10 +56,10 @@ def _rope_layout(xs, cos, sin, unsqueeze_dim):
 
 
 def _rope_apply(xs, cos, sin, layout, form):
-    _, interleaved, table = form
+    _, interleaved, table, pair_table = form
     if table is not None:
         cos, sin = table(cos), table(sin)
-    return tuple(rope(x, cos, sin, layout=layout, interleaved=interleaved) for x in xs)
+    return tuple(rope(x, cos, sin, layout=layout, interleaved=interleaved, pair_table=pair_table) for x in xs)
 
 
 def _fused_rotary(original, form, kind="plain"):
