@@ -68,6 +68,22 @@ def rel_diff(got, expected) -> float:
     return out
 
 
+def measured(fn, args, expected, **more) -> dict:
+    """fn (a jit of value_and_grad whose gradients are (hidden's, the head's, ...)) compiled for
+    args and run: its relative difference from expected, its program's collectives and
+    all-reduce shapes, the head gradient's sharding, and more (name: a function of the program's
+    text)."""
+    compiled = fn.lower(*args).compile()
+    got = compiled(*args)
+    hlo = compiled.as_text()
+    return {
+        "rel_diff": rel_diff(got, expected),
+        "collectives": counts(hlo),
+        "all_reduces": all_reduces(hlo),
+        "dweight_spec": str(got[1][1].sharding.spec),
+    } | {name: of(hlo) for name, of in more.items()}
+
+
 def problem(v, n=32, h=16, seed=0, ignore_index=-100):
     rng = np.random.default_rng(seed)
     t = rng.integers(0, v, n)
@@ -340,15 +356,7 @@ def jsd_case(mesh, v, opts, labels=True, constrain=False, n=32, teacher=("model"
     else:
         fn = jax.jit(vg)
         args = tuple(jax.device_put(x, sh) for x, sh in zip(arrays, shardings))
-    compiled = fn.lower(*args).compile()
-    got = compiled(*args)
-    hlo = compiled.as_text()
-    return {
-        "rel_diff": rel_diff(got, expected),
-        "collectives": counts(hlo),
-        "all_reduces": all_reduces(hlo),
-        "dweight_spec": str(got[1][1].sharding.spec),
-    }
+    return measured(fn, args, expected)
 
 
 def jsd_cases() -> dict:

@@ -25,7 +25,7 @@ from jax import shard_map  # noqa: E402
 from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
-from tests.jax.vocab_parallel_child import CHUNK, all_reduces, counts, grpo_arrays, mesh_of, rel_diff  # noqa: E402
+from tests.jax.vocab_parallel_child import CHUNK, grpo_arrays, measured, mesh_of, rel_diff  # noqa: E402
 
 OUTPUTS = ("entropy", "log_sum_sq_probs", "mean_logits", "is_top1")
 OPTIONS = {
@@ -66,22 +66,6 @@ def problem(v, n=32, h=16, seed=0, ignore_index=-100, integers=False):
         jnp.asarray(bias, jnp.float32),
         jnp.asarray(t, jnp.int32),
     )
-
-
-def measured(fn, args, expected, **more) -> dict:
-    """fn (a jit of value_and_grad whose gradients are (hidden's, the head's, ...)) compiled for
-    args and run: its relative difference from expected, its program's collectives and
-    all-reduce shapes, the head gradient's sharding, and more (name: a function of the program's
-    text)."""
-    compiled = fn.lower(*args).compile()
-    got = compiled(*args)
-    hlo = compiled.as_text()
-    return {
-        "rel_diff": rel_diff(got, expected),
-        "collectives": counts(hlo),
-        "all_reduces": all_reduces(hlo),
-        "dweight_spec": str(got[1][1].sharding.spec),
-    } | {name: of(hlo) for name, of in more.items()}
 
 
 def logprobs_case(mesh, v, opts, bias=True, constrain=False, n=32, integers=False) -> dict:

@@ -368,6 +368,23 @@ def test_opcheck(dtype):
         torch.library.opcheck(op.default, args)
 
 
+def assert_compiles(fn, x0):
+    """fn under torch.compile(fullgraph=True) equals it eager: its output and the gradient of
+    sum(out^2) to its input (a copy of x0)."""
+
+    def step(f):
+        x = x0.clone().requires_grad_(True)
+        out = f(x)
+        (out * out).sum().backward()
+        return out.detach(), x.grad
+
+    eager = step(fn)
+    torch._dynamo.reset()
+    compiled = step(torch.compile(fn, fullgraph=True))
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_torch_compile_fullgraph():
     """q / k projections, transpose, fuselet's rope and attention, compiled with fullgraph=True, match eager."""
     torch.manual_seed(0)
@@ -382,17 +399,7 @@ def test_torch_compile_fullgraph():
         k = ft.rope(k, cos, sin, interleaved=True).transpose(1, 2)
         return torch.softmax(q @ k.transpose(-1, -2), -1)
 
-    def step(fn):
-        h = h0.clone().requires_grad_(True)
-        out = fn(h)
-        (out * out).sum().backward()
-        return out.detach(), h.grad
-
-    eager = step(attention)
-    torch._dynamo.reset()
-    compiled = step(torch.compile(attention, fullgraph=True))
-    for a, b in zip(compiled, eager):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert_compiles(attention, h0)
 
 
 def test_torch_compile_fullgraph_tables():
@@ -405,14 +412,4 @@ def test_torch_compile_fullgraph_tables():
         y = ft.rope(x, half, half.flip(0), pair_table=True, interleaved=True)
         return ft.rope(y, three, three.flip(0), pair_table=True, sections=(3, 3, 2), interleaved_sections=True)
 
-    def step(f):
-        x = x0.clone().requires_grad_(True)
-        out = f(x)
-        (out * out).sum().backward()
-        return out.detach(), x.grad
-
-    eager = step(fn)
-    torch._dynamo.reset()
-    compiled = step(torch.compile(fn, fullgraph=True))
-    for a, b in zip(compiled, eager):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert_compiles(fn, x0)
