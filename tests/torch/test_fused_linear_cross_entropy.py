@@ -11,7 +11,7 @@ from tests.conftest import import_layer
 
 torch = pytest.importorskip("torch", reason="torch is not installed in this environment")
 ft = import_layer("torch")
-from fuselet.spec.fused_linear_cross_entropy import chunk_size_for  # noqa: E402
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for, vocab_block_for  # noqa: E402
 
 OPTIONS = {
     "plain": {},
@@ -69,11 +69,18 @@ def check_grads(hidden, weight, bias, expected, rtol, atol):
         np.testing.assert_allclose(f64(t.grad), e, rtol=rtol, atol=atol, err_msg=f"d{name}")
 
 
+# (tokens, classes): more tokens than classes; and few beside the classes, where reduction="none"
+# recomputes the logits by blocks of classes (spec.vocab_block_for) when chunk_size is below N
+SHAPES = {"tall": (37, 29), "wide": (13, 211)}
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 @pytest.mark.parametrize("options", OPTIONS, ids=str)
 @pytest.mark.parametrize("chunk", [None, 1, 5, 1000])
-def test_against_reference(reduction, options, chunk, torch_device):
-    hidden, weight, bias, target = inputs(device=torch_device)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_against_reference(reduction, options, chunk, shape, torch_device):
+    n, v = SHAPES[shape]
+    hidden, weight, bias, target = inputs(n=n, v=v, device=torch_device)
     kw = {**OPTIONS[options], "reduction": reduction}
     loss = ft.fused_linear_cross_entropy(hidden, weight, target, bias=bias, chunk_size=chunk, **kw)
     assert loss.dtype == torch.float32
@@ -116,12 +123,14 @@ def test_z_loss_returned_for_logging():
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("reduction", ["mean", "none"])
-def test_low_precision_matches_unfused(dtype, reduction, torch_device):
+@pytest.mark.parametrize("shape", [(64, 96, 16), (24, 200, 8)], ids=["chunks", "blocks"])
+def test_low_precision_matches_unfused(dtype, reduction, shape, torch_device):
     """The same loss and gradients as fuselet's cross_entropy of the materialized logits in that dtype."""
     kw = {"label_smoothing": 0.1, "z_loss": 1e-3, "softcap": 10.0, "reduction": reduction}
-    a = inputs(n=64, h=32, v=96, dtype=dtype, device=torch_device)
+    n, v, chunk = shape
+    a = inputs(n=n, h=32, v=v, dtype=dtype, device=torch_device)
     b = [None if t is None else t.detach().clone().requires_grad_(t.requires_grad) for t in a]
-    loss = ft.fused_linear_cross_entropy(a[0], a[1], a[3], bias=a[2], chunk_size=16, **kw)
+    loss = ft.fused_linear_cross_entropy(a[0], a[1], a[3], bias=a[2], chunk_size=chunk, **kw)
     unfused = ft.cross_entropy(torch.addmm(b[2], b[0], b[1].t()), b[3], **kw)
     torch.testing.assert_close(loss, unfused, rtol=1e-3, atol=1e-3)
     loss.sum().backward()
@@ -196,6 +205,15 @@ def test_chunk_size_rule():
     assert chunk_size_for(3, 16, 29) == 3 and chunk_size_for(1, 8, 10**6) == 1 and chunk_size_for(0, 8, 8) == 1
 
 
+def test_vocab_block_rule():
+    assert vocab_block_for(4096, 32768, 256) == 1024  # VOCAB_BLOCK
+    assert vocab_block_for(16384, 131072, 512) == 1024
+    assert vocab_block_for(8192, 32768, 256) == 1024 and vocab_block_for(8193, 32768, 256) == 0  # N <= V / 4
+    assert vocab_block_for(256, 32768, 256) == 0  # one chunk: nothing to add up
+    assert vocab_block_for(13, 211, 5) == 81 and vocab_block_for(13, 211, 1) == 16  # [N, block] <= [chunk, V]
+    assert vocab_block_for(37, 29, 5) == 0 and vocab_block_for(0, 8, 1) == 0
+
+
 def test_torch_compile_fullgraph():
     a = inputs()
     b = [t.detach().clone().requires_grad_(True) for t in a[:3]]
@@ -250,3 +268,12 @@ def test_bad_input(case, exc, message):
         hidden = [1.0]
     with pytest.raises(exc, match=__import__("re").escape(message)):
         ft.fused_linear_cross_entropy(hidden, weight, target, **kw)
+
+
+def test_blocked_backward_checks_targets():
+    """The backward by blocks of classes hands the kernel no target: the raw op checks them."""
+    hidden, weight, _, target = inputs(n=13, v=211, bias=False)
+    target[3] = 211
+    bwd = torch.ops.fuselet.fused_linear_cross_entropy_none_bwd
+    with pytest.raises(ValueError, match=r"target: expected class ids in \[0, 211\) .* got 211 at index 3"):
+        bwd(torch.ones(13), hidden.detach(), weight.detach(), None, target, torch.zeros(13), -100, 0.0, 0.0, 0.0, 5)

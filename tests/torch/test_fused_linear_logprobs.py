@@ -46,9 +46,10 @@ def inputs(n=37, h=16, v=29, dtype="float32", bias=False, seed=0, device="cpu", 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 @pytest.mark.parametrize("options", OPTIONS)
 @pytest.mark.parametrize("chunk", [None, 7])
-def test_against_reference(dtype, options, chunk, torch_device):
+@pytest.mark.parametrize("v", [29, 400], ids=["tall", "wide"])  # wide, chunk 7: the backward by blocks of classes
+def test_against_reference(dtype, options, chunk, v, torch_device):
     kw = dict(OPTIONS[options])
-    hidden, weight, bias, target = inputs(dtype=dtype, bias=kw.pop("bias", False), device=torch_device)
+    hidden, weight, bias, target = inputs(v=v, dtype=dtype, bias=kw.pop("bias", False), device=torch_device)
     got = ft.fused_linear_logprobs(hidden, weight, target, bias=bias, outputs=OUTPUTS, chunk_size=chunk, **kw)
     assert isinstance(got, ft.LogProbs) and got.is_top1.dtype == torch.bool
     g_logp, g_entropy = (torch.linspace(a, 1.5, target.numel(), device=torch_device).reshape(target.shape) for a in (-1.0, 0.5))

@@ -59,6 +59,13 @@ def test_process_group(results, case, reduction):
     _get(results, case.format(reduction))
 
 
+def test_process_group_blocks_of_classes(results):
+    """reduction "none" over 230 classes (13 tokens, chunks of 5): every rank's backward recomputes
+    its logits block of classes by block (spec.vocab_block_for)."""
+    r = _get(results, "flce_plain_none_wide")
+    assert min(r["sizes"]) >= 4 * 13 and sum(r["sizes"]) == 230, r
+
+
 @pytest.mark.parametrize("reduction", REDUCTIONS)
 @pytest.mark.parametrize("vocab", [24, 23, 5])
 def test_fused_linear_dtensor_head_sharded(results, reduction, vocab):

@@ -62,6 +62,13 @@ def test_process_group(results, case):
     _get(results, f"plain_{case}")
 
 
+def test_process_group_blocks_of_classes(results):
+    """230 classes beside 13 tokens (chunks of 5): every rank's backward walks its classes by
+    blocks (spec.vocab_block_for)."""
+    r = _get(results, "plain_wide")
+    assert min(r["sizes"]) >= 4 * 13 and sum(r["sizes"]) == 230, r
+
+
 def test_is_top1_ties_across_ranks(results):
     """The largest logit shared by classes 3, 5 (one rank) and 20 (another): True for class 3
     alone, as on one process (3 of the tokens)."""

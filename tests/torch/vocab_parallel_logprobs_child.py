@@ -116,6 +116,7 @@ for _o in OPTIONS:
 check("plain_even")(lambda: plain("softcap", even=True, vocab=24))
 check("plain_no_bias")(lambda: plain("scaled", with_bias=False))
 check("plain_log_probs_grad_only")(lambda: plain("plain", entropy_grad=False))
+check("plain_wide")(lambda: plain("softcap", vocab=230))  # 230 classes: each rank's backward by blocks
 
 
 @check("plain_top1_ties")

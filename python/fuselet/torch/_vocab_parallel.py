@@ -67,6 +67,13 @@ class Shard:
     def vocab(self) -> int:
         return sum(self.sizes)
 
+    def block(self, v0: int, v1: int) -> Shard:
+        """The classes [v0, v1) of this rank's own (counted from its offset), as a shard of the
+        same V that no group holds: what a loop over blocks of this rank's classes gives the
+        per-chunk math below (dlogits_ and its kin need no collective)."""
+        start = self.offset + v0
+        return Shard(None, 1, (start, v1 - v0, self.vocab - start - (v1 - v0)), self.chunk, self.reduce_hidden)
+
 
 def check_group(process_group) -> None:
     if process_group is None:

@@ -37,7 +37,7 @@ import torch
 from fuselet.spec import fused_linear_logprobs as spec
 from fuselet.torch import _vocab_parallel as vp
 from fuselet.torch._dtensor import is_dtensor
-from fuselet.torch.fused_linear_cross_entropy import _Accumulator, _chunks, _Logits, _vocab_dim, _vp_chunk
+from fuselet.torch.fused_linear_cross_entropy import _chunks, _Logits, _vocab_dim, _vp_chunk, recomputed_backward
 
 ops = torch.ops.fuselet
 
@@ -171,22 +171,16 @@ class _VocabParallelLogProbs(torch.autograd.Function):
         hidden, weight, bias, target, lse, entropy = ctx.saved_tensors
         shard, softcap = ctx.shard, ctx.softcap
         dlogp, dentropy = (None if g is None else g.to(torch.float32).contiguous() for g in (dlogp, dentropy))
-        dhidden = torch.empty_like(hidden)
-        acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, shard.chunk)
 
         def part(t, a, b):
             return None if t is None else t[a:b]
 
-        for a, b in _chunks(hidden.shape[0], shard.chunk):
-            h = hidden[a:b]
-            logits = logits_of(h)
-            rows = vp.Rows(target[a:b], shard, ctx.ignore_index)
-            chunk_grad_(logits, rows, lse[a:b], part(entropy, a, b), part(dlogp, a, b), part(dentropy, a, b), shard, softcap)
-            torch.mm(logits, weight, out=dhidden[a:b])
-            acc.add(logits, h)
-        logits = logits_of = None
+        def dlogits_(logits, a, b, block):
+            rows = vp.Rows(target[a:b], block, ctx.ignore_index)
+            chunk_grad_(logits, rows, lse[a:b], part(entropy, a, b), part(dlogp, a, b), part(dentropy, a, b), block, softcap)
+
+        dhidden, dweight, dbias = recomputed_backward(hidden, weight, bias, shard, dlogits_)
         vp.all_reduce_(dhidden, shard)
-        dweight, dbias = acc.results()
         return dhidden, dweight, dbias if ctx.has_bias else None, None, None, None, None, None
 
 

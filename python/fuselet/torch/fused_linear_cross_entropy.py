@@ -10,8 +10,9 @@ chunk of logits exists at a time.
   of a reduced loss is one number, applied in the backward); the forward returns them to
   autograd, which keeps them instead of the logits.
 - reduction "none": the per-token upstream gradient is known only in the backward, which
-  recomputes each chunk's logits (one more matmul per chunk) from hidden, weight and the
-  float32 per-token lse the forward kept.
+  recomputes the logits (one more matmul of the head) from hidden, weight and the float32
+  per-token lse the forward kept: chunk by chunk, or, where the tokens are few beside the
+  classes, block of classes by block over all the tokens (recomputed_backward).
 
 One [chunk, V] buffer holds each chunk's logits and then its dlogits; dweight / dbias are
 accumulated in float32 (per vocabulary block, so that no [V, H] temporary of the matmul's dtype
@@ -109,6 +110,62 @@ class _Accumulator:
         for v0, v1 in self.rows:
             dweight[v0:v1].copy_(self.blocks.pop(0))
         return dweight, no_bias if self.bias is None else self.dbias.to(self.bias.dtype)
+
+
+def recomputed_backward(hidden, weight, bias, shard: vp.Shard, dlogits_) -> tuple:
+    """(dhidden, dweight, dbias or an empty tensor) of a loss whose dlogits need the statistics of
+    its whole forward (reduction="none", the log-probabilities), its logits recomputed from hidden
+    [N, H] and weight [V_r, H] (this rank's classes of `shard`, all of them on one process).
+    dlogits_(logits, a, b, block) turns the logits of the tokens a:b and of the classes of `block`
+    (a vp.Shard) into their dlogits in place. dhidden is this rank's share (a vocab-parallel caller
+    all-reduces it).
+
+    spec.vocab_block_for decides the walk: chunks of shard.chunk tokens (block: shard itself), each
+    chunk's share of dweight added to the float32 _Accumulator; or blocks of classes over all the
+    tokens, each block's rows of dweight one matmul in the weight's dtype (one rounding, no [V, H]
+    float32 buffer, nothing added) and its share of dhidden added into a float32 [N, H] sum."""
+    n, vocab = hidden.shape[0], weight.shape[0]
+    block = spec.vocab_block_for(n, vocab, shard.chunk)
+    if not block:
+        dhidden = torch.empty_like(hidden)
+        acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, shard.chunk)
+        for a, b in _chunks(n, shard.chunk):
+            h = hidden[a:b]
+            logits = logits_of(h)
+            dlogits_(logits, a, b, shard)
+            torch.mm(logits, weight, out=dhidden[a:b])
+            acc.add(logits, h)
+        logits = logits_of = None
+        return (dhidden, *acc.results())
+    dweight = torch.empty_like(weight)
+    dbias = None if bias is None else torch.empty(vocab, dtype=torch.float32, device=bias.device)
+    buf = hidden.new_empty((n, min(block, vocab)))
+    tmp = None if hidden.dtype == torch.float32 else torch.empty_like(hidden)
+    dhidden = None  # float32, made by the first block
+    for v0, v1 in _chunks(vocab, block):
+        w, logits = weight[v0:v1], buf[:, : v1 - v0]
+        if bias is None:
+            torch.mm(hidden, w.t(), out=logits)
+        else:
+            torch.addmm(bias[v0:v1], hidden, w.t(), out=logits)
+        dlogits_(logits, 0, n, shard.block(v0, v1))
+        torch.mm(logits.t(), hidden, out=dweight[v0:v1])
+        if dbias is not None:
+            dbias[v0:v1] = logits.sum(0, dtype=torch.float32)
+        if dhidden is None:
+            dhidden = torch.mm(logits, w).float() if tmp is None else torch.mm(logits, w, out=tmp).float()
+        elif tmp is None:
+            dhidden.addmm_(logits, w)
+        else:
+            dhidden.add_(torch.mm(logits, w, out=tmp))
+    buf = tmp = None
+    no_bias = weight.new_empty(0) if bias is None else dbias.to(bias.dtype)
+    return dhidden.to(hidden.dtype), dweight, no_bias
+
+
+def _whole(vocab: int, chunk: int) -> vp.Shard:
+    """One process's classes, all V of them, as recomputed_backward takes them."""
+    return vp.Shard(None, 0, (vocab,), chunk)
 
 
 def _op_check(hidden, weight, bias, target, op_args, chunk_size, **tokens) -> spec.FusedLinearCrossEntropyOptions:
@@ -240,19 +297,19 @@ def _per_token_bwd(
     options = _op_check(
         hidden, weight, bias, target, (ignore_index, label_smoothing, z_loss, softcap), chunk_size, dloss=dloss, lse=lse
     )
-    ce_args = options.cross_entropy.op_args()
+    ce = options.cross_entropy
     dloss = dloss.to(torch.float32).contiguous()
-    dhidden = torch.empty_like(hidden)
-    chunk_size = _resolve(chunk_size, hidden, weight)
-    acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, chunk_size)
-    for a, b in _chunks(hidden.shape[0], chunk_size):
-        h = hidden[a:b]
-        logits = logits_of(h)
-        ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], *ce_args)
-        torch.mm(logits, weight, out=dhidden[a:b])
-        acc.add(logits, h)
-    logits = logits_of = None
-    return (dhidden, *acc.results())
+    whole = _whole(weight.shape[0], _resolve(chunk_size, hidden, weight))
+
+    def dlogits_(logits, a, b, block):
+        if block is whole:  # every class: the kernel's own backward
+            ops.cross_entropy_bwd_(dloss[a:b], logits, target[a:b], lse[a:b], *ce.op_args())
+        else:
+            vp.dlogits_(logits, dloss[a:b], vp.Rows(target[a:b], block, ce.ignore_index), lse[a:b], block, ce.op_args())
+
+    if spec.vocab_block_for(hidden.shape[0], whole.vocab, whole.chunk):  # the kernel sees no target: checked here
+        vp.check_targets(target, whole.vocab, ce.ignore_index)
+    return recomputed_backward(hidden, weight, bias, whole, dlogits_)
 
 
 @_per_token_bwd.register_fake
@@ -451,17 +508,12 @@ class _VocabParallelNone(torch.autograd.Function):
         hidden, weight, bias, target, lse = ctx.saved_tensors
         shard, op_args = ctx.shard, ctx.op_args
         dloss = dloss.to(torch.float32).contiguous()
-        dhidden = torch.empty_like(hidden)
-        acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, shard.chunk)
-        for a, b in _chunks(hidden.shape[0], shard.chunk):
-            h = hidden[a:b]
-            logits = logits_of(h)
-            vp.dlogits_(logits, dloss[a:b], vp.Rows(target[a:b], shard, op_args[0]), lse[a:b], shard, op_args)
-            torch.mm(logits, weight, out=dhidden[a:b])
-            acc.add(logits, h)
-        logits = logits_of = None
+
+        def dlogits_(logits, a, b, block):
+            vp.dlogits_(logits, dloss[a:b], vp.Rows(target[a:b], block, op_args[0]), lse[a:b], block, op_args)
+
+        dhidden, dweight, dbias = recomputed_backward(hidden, weight, bias, shard, dlogits_)
         vp.all_reduce_(dhidden, shard)
-        dweight, dbias = acc.results()
         return dhidden, dweight, dbias if ctx.has_bias else None, None, None, None
 
 

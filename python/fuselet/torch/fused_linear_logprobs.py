@@ -4,10 +4,11 @@ trainers need of the policy's head (TRL's `ChunkedLogProbFunction` computes the 
 
 The tokens are taken chunk by chunk as in fused_linear_cross_entropy (its [chunk, V] buffer and
 float32 dweight accumulator): each chunk's logits come from torch's matmul, fuselet's logprobs
-kernel turns them into the per-token outputs, and the backward recomputes each chunk's logits
-from hidden, weight and the forward's float32 lse (and entropy), turns them in place into
-dlogits (of the log-probabilities and, when it has a gradient, of the entropy) and accumulates
-dhidden, dweight and dbias.
+kernel turns them into the per-token outputs, and the backward recomputes the logits (by chunks
+of tokens or by blocks of classes: fused_linear_cross_entropy.recomputed_backward) from hidden,
+weight and the forward's float32 lse (and entropy), turns them in place into dlogits (of the
+log-probabilities and, when it has a gradient, of the entropy) and accumulates dhidden, dweight
+and dbias.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ from typing import NamedTuple
 import torch
 
 from fuselet.spec import fused_linear_logprobs as spec
+from fuselet.spec.fused_linear_cross_entropy import vocab_block_for
 from fuselet.torch import _vocab_parallel as vp
 from fuselet.torch import _vocab_parallel_logprobs as vpl
 from fuselet.torch._args import check_dense, check_same_device, facts, op_tensors
 from fuselet.torch._dtensor import check_dtensors, rowwise, scalars, sharding
 from fuselet.torch.cross_entropy import logprobs_chunk, logprobs_chunk_grad_
-from fuselet.torch.fused_linear_cross_entropy import _Accumulator, _chunks, _Logits, _resolve
+from fuselet.torch.fused_linear_cross_entropy import _chunks, _Logits, _resolve, _whole, recomputed_backward
 
 
 class LogProbs(NamedTuple):
@@ -104,30 +106,22 @@ def _bwd(
     _op_check(hidden, weight, bias, target, op_args, dlogp=dlogp, dentropy=dentropy, lse=lse, entropy=entropy)
     if dentropy is not None and entropy is None:
         raise ValueError("entropy: expected the forward's entropy [N] where dentropy is given, got None")
-    dhidden = torch.empty_like(hidden)
-    chunk = _resolve(chunk_size, hidden, weight)
-    acc, logits_of = _Accumulator(weight, bias), _Logits(hidden, weight, bias, chunk)
+    whole = _whole(weight.shape[0], _resolve(chunk_size, hidden, weight))
 
-    def part(t, a, b):
-        return None if t is None else t[a:b]
+    def dlogits_(logits, a, b, block):
+        tokens = (lse[a:b], _part(entropy, a, b), _part(dlogp, a, b), _part(dentropy, a, b))
+        if block is whole:  # every class: the kernel's own backward
+            logprobs_chunk_grad_(logits, target[a:b], *tokens, ignore_index=ignore_index, softcap=softcap or None)
+        else:
+            vpl.chunk_grad_(logits, vp.Rows(target[a:b], block, ignore_index), *tokens, block, softcap)
 
-    for a, b in _chunks(hidden.shape[0], chunk):
-        h = hidden[a:b]
-        logits = logits_of(h)
-        logprobs_chunk_grad_(
-            logits,
-            target[a:b],
-            lse[a:b],
-            part(entropy, a, b),
-            part(dlogp, a, b),
-            part(dentropy, a, b),
-            ignore_index=ignore_index,
-            softcap=softcap or None,
-        )
-        torch.mm(logits, weight, out=dhidden[a:b])
-        acc.add(logits, h)
-    logits = logits_of = None
-    return (dhidden, *acc.results())
+    if vocab_block_for(hidden.shape[0], whole.vocab, whole.chunk):  # the kernel sees no target: checked here
+        vp.check_targets(target, whole.vocab, ignore_index)
+    return recomputed_backward(hidden, weight, bias, whole, dlogits_)
+
+
+def _part(t, a, b):
+    return None if t is None else t[a:b]
 
 
 @_bwd.register_fake
