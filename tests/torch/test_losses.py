@@ -449,6 +449,36 @@ def test_grpo_one_pass_equals_per_token_path(case, frozen, monkeypatch):
         torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-6)
 
 
+def test_grpo_two_passes_where_the_tokens_are_few(monkeypatch):
+    """14 tokens beside 200 classes in chunks of 4 (spec one_pass_for: tokens <= V / 8): a
+    token-separable loss takes the forward and the backward by blocks of classes instead of the one
+    pass; the same loss and gradients as the one pass."""
+    from fuselet.torch import losses
+
+    g = torch.Generator().manual_seed(4)
+    hidden = (torch.randn(2, T, H, generator=g) * 0.5).requires_grad_()
+    weight = (torch.randn(200, H, generator=g) * 0.3).requires_grad_()
+    target = torch.randint(0, 200, (2, T), generator=g)
+    target[:, :2] = -100
+    advantages, old = torch.randn(2, generator=g), -torch.rand(2, T, generator=g) * 3
+    calls = []
+    one_pass = losses.separable_logp_loss
+    monkeypatch.setattr(losses, "separable_logp_loss", lambda *a, **k: calls.append(1) or one_pass(*a, **k))
+
+    def run():
+        loss = ft.fused_linear_grpo_loss(hidden, weight, target, advantages, old_logps=old, loss_type="dapo", chunk_size=4)
+        return loss, torch.autograd.grad(loss, (hidden, weight))
+
+    loss, grads = run()
+    assert not calls, "one pass where the tokens are few beside the classes"
+    monkeypatch.setattr(losses, "one_pass_for", lambda *a: True)
+    want, want_grads = run()
+    assert calls, "the one pass did not run"
+    torch.testing.assert_close(loss, want, rtol=1e-6, atol=1e-6)
+    for got, w in zip(grads, want_grads):
+        torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("options", [dict(importance_sampling_level="sequence"), dict(loss_type="vespo"), dict(entropy_coef=0.1)])
 def test_grpo_one_pass_not_for_inseparable_losses(options, monkeypatch):
     from fuselet.torch import losses

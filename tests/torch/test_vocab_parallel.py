@@ -59,10 +59,12 @@ def test_process_group(results, case, reduction):
     _get(results, case.format(reduction))
 
 
-def test_process_group_blocks_of_classes(results):
-    """reduction "none" over 230 classes (13 tokens, chunks of 5): every rank's backward recomputes
-    its logits block of classes by block (spec.vocab_block_for)."""
-    r = _get(results, "flce_plain_none_wide")
+@pytest.mark.parametrize("reduction", REDUCTIONS)
+def test_process_group_blocks_of_classes(results, reduction):
+    """230 classes beside 13 tokens (chunks of 5): every rank's backward recomputes its logits
+    block of classes by block (spec.vocab_block_for); a reduced loss makes its gradients so in its
+    forward, after the per-token pass (spec.one_pass_for)."""
+    r = _get(results, f"flce_plain_{reduction}_wide")
     assert min(r["sizes"]) >= 4 * 13 and sum(r["sizes"]) == 230, r
 
 

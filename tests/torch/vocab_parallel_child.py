@@ -176,8 +176,10 @@ for reduction in ("mean", "sum", "none"):
         check(f"ce_dtensor_{reduction}_v{vocab}")(lambda r=reduction, v=vocab: ce_dtensor(r, v, Replicate()))
     check(f"flce_dtensor_{reduction}_hidden_sharded")(lambda r=reduction: flce_dtensor(r, 23, hidden_sharded=True))
     check(f"ce_dtensor_{reduction}_target_sharded")(lambda r=reduction: ce_dtensor(r, 23, Shard(1)))
-# 230 classes beside 13 tokens: every rank's backward of reduction "none" by blocks of its classes
-check("flce_plain_none_wide")(lambda: flce_plain("none", "all", vocab=230))
+# 230 classes beside 13 tokens: every rank's backward by blocks of its classes (a reduced loss's
+# gradients too, made in its forward after the per-token pass)
+for reduction in ("mean", "sum", "none"):
+    check(f"flce_plain_{reduction}_wide")(lambda r=reduction: flce_plain(r, "all", vocab=230))
 
 
 @four_ranks

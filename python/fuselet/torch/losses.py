@@ -15,6 +15,7 @@ import torch
 
 from fuselet import _losses
 from fuselet.spec import losses as spec
+from fuselet.spec.fused_linear_cross_entropy import chunk_size_for, one_pass_for
 from fuselet.torch._args import check_dense, check_same_device, dtype_name
 from fuselet.torch._dtensor import check_dtensors, is_dtensor
 from fuselet.torch.fused_linear_cross_entropy import fused_linear_cross_entropy, separable_logp_loss
@@ -89,14 +90,16 @@ def _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group
     )
 
 
-def _one_pass(separable: bool, process_group, hidden, weight, bias, target) -> bool:
+def _one_pass(separable: bool, process_group, hidden, weight, bias, target, chunk_size) -> bool:
     """Whether a loss of the per-token log-probabilities takes fused_linear_cross_entropy's one
     pass (separable_logp_loss): a token-separable loss of dense tensors in eager autograd whose
-    head's gradients are wanted; otherwise the per-token path (reduction="none"), whose backward
-    recomputes the logits."""
+    head's gradients are wanted, where spec.fused_linear_cross_entropy.one_pass_for prefers it;
+    otherwise the per-token path (reduction="none"), whose backward recomputes the logits."""
     tensors = [t for t in (hidden, weight, bias, target) if t is not None]
+    n, vocab = target.numel(), weight.shape[0]
     return (
         separable
+        and one_pass_for(n, vocab, chunk_size or chunk_size_for(n, hidden.shape[-1], vocab))
         and process_group is None
         and torch.is_grad_enabled()
         and (hidden.requires_grad or weight.requires_grad)
@@ -409,7 +412,7 @@ def fused_linear_grpo_loss(
     def loss_of(lp):
         return _losses.grpo_loss(_Torch, lp, mask, *as32, options, items, entropy)
 
-    if entropy is None and _one_pass(options.token_separable, process_group, hidden, weight, bias, target):
+    if entropy is None and _one_pass(options.token_separable, process_group, hidden, weight, bias, target, chunk_size):
         return separable_logp_loss(hidden, weight, target, loss_of, bias=bias, ignore_index=ignore_index, chunk_size=chunk_size)
     if entropy is None:
         logp = _logps(hidden, weight, bias, target, ignore_index, chunk_size, process_group)
