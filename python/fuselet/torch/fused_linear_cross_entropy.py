@@ -8,7 +8,9 @@ chunk of logits exists at a time.
 
 - reduction "mean" / "sum": the gradients are computed during the forward (the upstream gradient
   of a reduced loss is one number, applied in the backward); the forward returns them to
-  autograd, which keeps them instead of the logits.
+  autograd, which keeps them instead of the logits. One pass over the chunks, or, where the
+  tokens are few beside the classes (spec.one_pass_for), the per-token pass and then the
+  backward below inside the forward.
 - reduction "none": the per-token upstream gradient is known only in the backward, which
   recomputes the logits (one more matmul of the head) from hidden, weight and the float32
   per-token lse the forward kept: chunk by chunk, or, where the tokens are few beside the
